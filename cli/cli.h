@@ -1,0 +1,50 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "txmq/client.h"
+
+namespace txmq::cli {
+
+// Exit codes: part of the stable contract (README).
+enum Exit : int {
+  kExitOk = 0,
+  kExitUsage = 1,
+  kExitDatabase = 2,
+  kExitNotFound = 3,
+  kExitLeaseLost = 4,
+  kExitRefused = 5,
+};
+
+struct Globals {
+  std::string dsn;
+  bool json = false;
+  int exit_code = kExitOk;  // set by a command that finishes with a non-zero outcome
+};
+
+// --dsn, else TXMQ_DSN, else the embedded default (started when needed, with a note on stderr).
+std::string resolve_dsn(const Globals& globals);
+std::unique_ptr<Client> connect(const Globals& globals, const std::string& consumer_name = {});
+
+void add_topic_commands(CLI::App& app, Globals& globals);
+void add_message_commands(CLI::App& app, Globals& globals);
+void add_inspect_commands(CLI::App& app, Globals& globals);
+void add_local_commands(CLI::App& app, Globals& globals);
+void add_consume_command(CLI::App& app, Globals& globals);
+void add_demo_command(CLI::App& app, Globals& globals);
+
+// Output helpers (output.cc).
+std::string read_all(std::FILE* in);
+bool is_valid_utf8(std::string_view bytes);
+std::string base64(std::string_view bytes);
+std::string iso_time(Clock::time_point t);
+std::string printable(std::string_view bytes, std::size_t max = 200);
+bool stderr_is_terminal();
+void print_error(std::string_view message);
+Micros seconds_to_micros(double seconds, std::string_view what);
+
+}  // namespace txmq::cli

@@ -1,0 +1,420 @@
+// topic, send, send-batch, receive, ack, nack, extend, stats, inflight, dead, local.
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "txmq/local.h"
+
+namespace txmq::cli {
+namespace {
+
+using nlohmann::json;
+
+void print_json(const json& j) { std::fputs((j.dump() + "\n").c_str(), stdout); }
+
+// The worst outcome of a settle decides the exit code; each miss is named on stderr.
+int report_settle(Settle s, std::string_view receipt) {
+  switch (s) {
+    case Settle::kOk:
+      return kExitOk;
+    case Settle::kLeaseLost:
+      print_error(fmt::format("receipt {}: lease lost: the message was delivered again to another "
+                              "consumer (or released), so this receipt no longer applies",
+                              receipt));
+      return kExitLeaseLost;
+    case Settle::kNotFound:
+      print_error(fmt::format("receipt {}: no such message (already acknowledged, "
+                              "dead-lettered, or never sent)",
+                              receipt));
+      return kExitNotFound;
+  }
+  return kExitDatabase;
+}
+
+int worse(int a, int b) {
+  // lease lost (4) outranks not found (3): it is the one that says "your work may be repeated".
+  auto rank = [](int c) { return c == kExitLeaseLost ? 2 : c == kExitNotFound ? 1 : 0; };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+std::string settle_name(Settle s) {
+  return s == Settle::kOk ? "ok" : s == Settle::kLeaseLost ? "lease_lost" : "not_found";
+}
+
+json message_json(const Message& m) {
+  json j = {{"id", m.id},
+            {"receipt", m.receipt},
+            {"attempt", m.attempt},
+            {"key", m.key ? json(is_valid_utf8(*m.key) ? *m.key : base64(*m.key)) : json(nullptr)},
+            {"enqueued_at", iso_time(m.enqueued_at)},
+            {"lease_expires_at", iso_time(m.lease_expires_at)}};
+  if (is_valid_utf8(m.payload)) {
+    j["payload"] = m.payload;
+  } else {
+    j["payload_base64"] = base64(m.payload);
+  }
+  return j;
+}
+
+}  // namespace
+
+void add_topic_commands(CLI::App& app, Globals& g) {
+  CLI::App* topic = app.add_subcommand("topic", "create, list and drop topics");
+  topic->require_subcommand(1);
+
+  struct CreateArgs {
+    std::string name;
+    double lease = 30;
+    int max_attempts = 5;
+    std::uint64_t max_payload = 1 << 20;
+  };
+  auto create_args = std::make_shared<CreateArgs>();
+  CLI::App* create = topic->add_subcommand("create", "create a topic (idempotent when settings "
+                                                     "match)");
+  create->add_option("name", create_args->name, "topic name: [a-z][a-z0-9_]{0,47}")->required();
+  create->add_option("--lease", create_args->lease, "default lease in seconds (30)");
+  create->add_option("--max-attempts", create_args->max_attempts,
+                     "deliveries before dead-lettering (5)");
+  create->add_option("--max-payload", create_args->max_payload, "largest payload in bytes (1 MiB)");
+  create->callback([&g, create_args] {
+    TopicOptions options;
+    options.lease = seconds_to_micros(create_args->lease, "--lease");
+    options.max_attempts = create_args->max_attempts;
+    options.max_payload_bytes = create_args->max_payload;
+    auto client = connect(g);
+    bool created = client->create_topic(create_args->name, options);
+    if (g.json) {
+      print_json({{"topic", create_args->name}, {"created", created}});
+    } else {
+      std::printf("%s topic %s\n", created ? "created" : "exists with the same settings:",
+                  create_args->name.c_str());
+    }
+  });
+
+  CLI::App* list = topic->add_subcommand("list", "list topics");
+  list->callback([&g] {
+    auto client = connect(g);
+    auto topics = client->list_topics();
+    if (g.json) {
+      for (const TopicInfo& t : topics) {
+        print_json({{"name", t.name},
+                    {"lease_seconds", t.options.lease.count() / 1e6},
+                    {"max_attempts", t.options.max_attempts},
+                    {"max_payload_bytes", t.options.max_payload_bytes},
+                    {"created_at", iso_time(t.created_at)}});
+      }
+      return;
+    }
+    if (topics.empty()) {
+      std::printf("no topics\n");
+      return;
+    }
+    std::printf("%-48s %10s %12s %12s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS", "MAX_PAYLOAD",
+                "CREATED");
+    for (const TopicInfo& t : topics) {
+      std::printf("%-48s %10g %12d %12zu  %s\n", t.name.c_str(), t.options.lease.count() / 1e6,
+                  t.options.max_attempts, t.options.max_payload_bytes,
+                  iso_time(t.created_at).c_str());
+    }
+  });
+
+  auto drop_name = std::make_shared<std::string>();
+  CLI::App* drop = topic->add_subcommand("drop", "drop a topic with its messages and dead letters");
+  drop->add_option("name", *drop_name, "topic name")->required();
+  drop->callback([&g, drop_name] {
+    connect(g)->drop_topic(*drop_name);
+    if (g.json) {
+      print_json({{"topic", *drop_name}, {"dropped", true}});
+    } else {
+      std::printf("dropped topic %s\n", drop_name->c_str());
+    }
+  });
+}
+
+void add_message_commands(CLI::App& app, Globals& g) {
+  struct SendArgs {
+    std::string topic, key, payload;
+    double delay = 0;
+  };
+  auto sa = std::make_shared<SendArgs>();
+  CLI::App* send = app.add_subcommand("send", "send one message; prints its id");
+  send->add_option("topic", sa->topic)->required();
+  CLI::Option* payload_opt =
+      send->add_option("payload", sa->payload, "the payload (default: all of standard input)");
+  CLI::Option* key_opt = send->add_option("--key", sa->key, "message key");
+  send->add_option("--delay", sa->delay, "seconds before it can be received");
+  send->callback([&g, sa, payload_opt, key_opt] {
+    SendOptions options;
+    if (key_opt->count() > 0) options.key = sa->key;
+    options.delay = seconds_to_micros(sa->delay, "--delay");
+    std::string payload = payload_opt->count() > 0 ? sa->payload : read_all(stdin);
+    auto id = connect(g)->send(sa->topic, payload, options);
+    if (g.json) {
+      print_json({{"id", id}});
+    } else {
+      std::printf("%llu\n", static_cast<unsigned long long>(id));
+    }
+  });
+
+  struct BatchArgs {
+    std::string topic, file;
+  };
+  auto ba = std::make_shared<BatchArgs>();
+  CLI::App* batch = app.add_subcommand(
+      "send-batch", "send one message per line of FILE (or stdin) in one transaction");
+  batch->add_option("topic", ba->topic)->required();
+  CLI::Option* file_opt = batch->add_option("file", ba->file, "input file (default: stdin)");
+  batch->callback([&g, ba, file_opt] {
+    std::string data;
+    if (file_opt->count() > 0) {
+      std::FILE* f = std::fopen(ba->file.c_str(), "rb");
+      if (f == nullptr) {
+        throw Error(Errc::kInvalidArgument, fmt::format("cannot open {}", ba->file));
+      }
+      data = read_all(f);
+      std::fclose(f);
+    } else {
+      data = read_all(stdin);
+    }
+    std::vector<OutgoingMessage> messages;
+    std::size_t start = 0;
+    while (start < data.size()) {
+      std::size_t nl = data.find('\n', start);
+      if (nl == std::string::npos) nl = data.size();
+      messages.push_back({data.substr(start, nl - start), std::nullopt, Micros{0}});
+      start = nl + 1;
+    }
+    auto ids = connect(g)->send_batch(ba->topic, messages);
+    std::uint64_t first = ids.empty() ? 0 : *std::min_element(ids.begin(), ids.end());
+    std::uint64_t last = ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end());
+    if (g.json) {
+      print_json({{"count", ids.size()}, {"first_id", first}, {"last_id", last}});
+    } else if (ids.empty()) {
+      std::printf("sent 0 messages\n");
+    } else {
+      std::printf("sent %zu messages, ids %llu..%llu\n", ids.size(),
+                  static_cast<unsigned long long>(first), static_cast<unsigned long long>(last));
+    }
+  });
+
+  struct ReceiveArgs {
+    std::string topic;
+    int max = 1;
+    double lease = 0, wait = 0;
+  };
+  auto ra = std::make_shared<ReceiveArgs>();
+  CLI::App* receive = app.add_subcommand("receive", "lease up to --max messages");
+  receive->add_option("topic", ra->topic)->required();
+  receive->add_option("--max", ra->max, "most messages to lease (1)");
+  CLI::Option* lease_opt = receive->add_option("--lease", ra->lease, "lease seconds (topic's)");
+  receive->add_option("--wait", ra->wait, "seconds to wait for a message (0)");
+  receive->callback([&g, ra, lease_opt] {
+    ReceiveOptions options;
+    options.max_messages = ra->max;
+    if (lease_opt->count() > 0) options.lease = seconds_to_micros(ra->lease, "--lease");
+    options.wait = seconds_to_micros(ra->wait, "--wait");
+    auto messages = connect(g)->receive(ra->topic, options);
+    for (const Message& m : messages) {
+      if (g.json) {
+        print_json(message_json(m));
+      } else {
+        std::printf("id=%llu attempt=%d receipt=%s key=%s\n%s\n",
+                    static_cast<unsigned long long>(m.id), m.attempt, m.receipt.c_str(),
+                    m.key ? printable(*m.key).c_str() : "-",
+                    printable(m.payload, 4096).c_str());
+      }
+    }
+  });
+
+  struct AckArgs {
+    std::string topic;
+    std::vector<std::string> receipts;
+  };
+  auto aa = std::make_shared<AckArgs>();
+  CLI::App* ack = app.add_subcommand("ack", "acknowledge (delete) messages by receipt");
+  ack->add_option("topic", aa->topic)->required();
+  ack->add_option("receipts", aa->receipts)->required();
+  ack->callback([&g, aa] {
+    auto results = connect(g)->ack(aa->topic, aa->receipts);
+    int code = kExitOk;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (g.json) print_json({{"receipt", aa->receipts[i]}, {"result", settle_name(results[i])}});
+      code = worse(code, report_settle(results[i], aa->receipts[i]));
+    }
+    g.exit_code = code;
+  });
+
+  struct NackArgs {
+    std::string topic, receipt;
+    double delay = 0;
+  };
+  auto na = std::make_shared<NackArgs>();
+  CLI::App* nack = app.add_subcommand("nack", "give a message back for redelivery");
+  nack->add_option("topic", na->topic)->required();
+  nack->add_option("receipt", na->receipt)->required();
+  nack->add_option("--delay", na->delay, "seconds before it can be received again (0)");
+  nack->callback([&g, na] {
+    Settle s = connect(g)->nack(na->topic, na->receipt, seconds_to_micros(na->delay, "--delay"));
+    if (g.json) print_json({{"receipt", na->receipt}, {"result", settle_name(s)}});
+    g.exit_code = report_settle(s, na->receipt);
+  });
+
+  struct ExtendArgs {
+    std::string topic, receipt;
+    double lease = 0;
+  };
+  auto ea = std::make_shared<ExtendArgs>();
+  CLI::App* extend = app.add_subcommand("extend", "extend a lease to now + --lease seconds");
+  extend->add_option("topic", ea->topic)->required();
+  extend->add_option("receipt", ea->receipt)->required();
+  extend->add_option("--lease", ea->lease, "new lease in seconds from now")->required();
+  extend->callback([&g, ea] {
+    Settle s =
+        connect(g)->extend(ea->topic, ea->receipt, seconds_to_micros(ea->lease, "--lease"));
+    if (g.json) print_json({{"receipt", ea->receipt}, {"result", settle_name(s)}});
+    g.exit_code = report_settle(s, ea->receipt);
+  });
+}
+
+void add_inspect_commands(CLI::App& app, Globals& g) {
+  auto stats_topic = std::make_shared<std::string>();
+  CLI::App* stats = app.add_subcommand("stats", "counts of a topic's messages");
+  stats->add_option("topic", *stats_topic)->required();
+  stats->callback([&g, stats_topic] {
+    TopicStats s = connect(g)->stats(*stats_topic);
+    if (g.json) {
+      print_json({{"topic", s.topic},
+                  {"ready", s.ready},
+                  {"in_flight", s.in_flight},
+                  {"delayed", s.delayed},
+                  {"dead", s.dead},
+                  {"oldest_ready_age_seconds", s.oldest_ready_age_seconds}});
+    } else {
+      std::printf("topic      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\ndead       "
+                  "%llu\noldest_ready_age_seconds %.3f\n",
+                  s.topic.c_str(), static_cast<unsigned long long>(s.ready),
+                  static_cast<unsigned long long>(s.in_flight),
+                  static_cast<unsigned long long>(s.delayed),
+                  static_cast<unsigned long long>(s.dead), s.oldest_ready_age_seconds);
+    }
+  });
+
+  struct ListArgs {
+    std::string topic;
+    std::size_t limit = 1000;
+  };
+  auto ia = std::make_shared<ListArgs>();
+  CLI::App* inflight = app.add_subcommand("inflight", "leased messages with owner and expiry");
+  inflight->add_option("topic", ia->topic)->required();
+  inflight->add_option("--limit", ia->limit, "most rows (1000)");
+  inflight->callback([&g, ia] {
+    auto rows = connect(g)->in_flight(ia->topic, ia->limit);
+    if (!g.json) std::printf("%-20s %-40s %8s  %s\n", "ID", "OWNER", "ATTEMPT", "LEASE_EXPIRES");
+    for (const InFlightMessage& m : rows) {
+      if (g.json) {
+        print_json({{"id", m.id},
+                    {"owner", m.owner},
+                    {"attempt", m.attempt},
+                    {"lease_expires_at", iso_time(m.lease_expires_at)}});
+      } else {
+        std::printf("%-20llu %-40s %8d  %s\n", static_cast<unsigned long long>(m.id),
+                    m.owner.c_str(), m.attempt, iso_time(m.lease_expires_at).c_str());
+      }
+    }
+  });
+
+  CLI::App* dead = app.add_subcommand("dead", "dead letters: list, requeue");
+  dead->require_subcommand(1);
+  auto da = std::make_shared<ListArgs>();
+  CLI::App* dlist = dead->add_subcommand("list", "list dead letters");
+  dlist->add_option("topic", da->topic)->required();
+  dlist->add_option("--limit", da->limit, "most rows (1000)");
+  dlist->callback([&g, da] {
+    auto rows = connect(g)->dead_letters(da->topic, da->limit);
+    if (!g.json) {
+      std::printf("%-20s %8s %-30s %-28s  %s\n", "ID", "ATTEMPTS", "LAST_OWNER", "DIED_AT",
+                  "PAYLOAD");
+    }
+    for (const DeadLetter& d : rows) {
+      if (g.json) {
+        json j = {{"id", d.id},
+                  {"attempts", d.attempts},
+                  {"last_owner", d.last_owner},
+                  {"key", d.key ? json(is_valid_utf8(*d.key) ? *d.key : base64(*d.key))
+                                : json(nullptr)},
+                  {"enqueued_at", iso_time(d.enqueued_at)},
+                  {"died_at", iso_time(d.died_at)}};
+        if (is_valid_utf8(d.payload)) {
+          j["payload"] = d.payload;
+        } else {
+          j["payload_base64"] = base64(d.payload);
+        }
+        print_json(j);
+      } else {
+        std::printf("%-20llu %8d %-30s %-28s  %s\n", static_cast<unsigned long long>(d.id),
+                    d.attempts, d.last_owner.c_str(), iso_time(d.died_at).c_str(),
+                    printable(d.payload, 60).c_str());
+      }
+    }
+  });
+
+  struct RequeueArgs {
+    std::string topic;
+    std::vector<std::uint64_t> ids;
+  };
+  auto rq = std::make_shared<RequeueArgs>();
+  CLI::App* requeue = dead->add_subcommand("requeue", "move dead letters back (all without ids)");
+  requeue->add_option("topic", rq->topic)->required();
+  requeue->add_option("ids", rq->ids, "dead letter ids (default: all)");
+  requeue->callback([&g, rq] {
+    std::size_t n = connect(g)->requeue_dead(rq->topic, rq->ids);
+    if (g.json) {
+      print_json({{"topic", rq->topic}, {"requeued", n}});
+    } else {
+      std::printf("requeued %zu dead letters\n", n);
+    }
+    if (!rq->ids.empty() && n < rq->ids.size()) {
+      print_error(fmt::format("{} of the {} ids given were not dead letters of {}",
+                              rq->ids.size() - n, rq->ids.size(), rq->topic));
+      g.exit_code = kExitNotFound;
+    }
+  });
+}
+
+void add_local_commands(CLI::App& app, Globals& g) {
+  CLI::App* local = app.add_subcommand("local", "the embedded MariaDB server in TXMQ_HOME");
+  local->require_subcommand(1);
+  auto print_status = [&g](const LocalServerStatus& s) {
+    if (g.json) {
+      print_json({{"home", s.home},
+                  {"running", s.running},
+                  {"pid", s.pid ? json(*s.pid) : json(nullptr)},
+                  {"socket", s.socket},
+                  {"dsn", s.dsn}});
+    } else if (s.running) {
+      std::printf("running (pid %d) in %s\nDSN: %s\n", *s.pid, s.home.c_str(), s.dsn.c_str());
+    } else {
+      std::printf("not running (home %s)\n", s.home.c_str());
+    }
+  };
+  local->add_subcommand("status", "is it running, where, with which DSN")
+      ->callback([print_status] { print_status(LocalServer::status({})); });
+  local->add_subcommand("start", "start it (commands start it on demand anyway)")
+      ->callback([print_status] {
+        LocalServer::ensure_running({});
+        print_status(LocalServer::status({}));
+      });
+  local->add_subcommand("stop", "stop it (by its pid file) and wait for it to exit")
+      ->callback([&g] {
+        bool stopped = LocalServer::stop({});
+        if (g.json) {
+          print_json({{"stopped", stopped}});
+        } else {
+          std::printf(stopped ? "stopped\n" : "not running\n");
+        }
+      });
+}
+
+}  // namespace txmq::cli

@@ -1,0 +1,91 @@
+// The txmq command. Exit codes and output formats are a stable contract: see README.md.
+#include <cstdlib>
+
+#include "cli.h"
+#include "txmq/local.h"
+
+namespace {
+
+int exit_code_for(txmq::Errc code) {
+  using txmq::Errc;
+  switch (code) {
+    case Errc::kInvalidArgument:
+    case Errc::kAlreadyExists:
+      return txmq::cli::kExitRefused;
+    case Errc::kNotFound:
+      return txmq::cli::kExitNotFound;
+    default:
+      return txmq::cli::kExitDatabase;
+  }
+}
+
+void allow_global_options_anywhere(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    sub->fallthrough();
+    allow_global_options_anywhere(*sub);
+  }
+}
+
+}  // namespace
+
+namespace txmq::cli {
+
+std::string resolve_dsn(const Globals& globals) {
+  if (!globals.dsn.empty()) return globals.dsn;
+  if (const char* env = std::getenv("TXMQ_DSN"); env != nullptr && *env != '\0') return env;
+  bool started = false;
+  std::string dsn = LocalServer::ensure_running({}, &started);
+  if (started) {
+    std::fprintf(stderr, "txmq: started the local MariaDB server in %s\n",
+                 LocalServer::resolve_home({}).c_str());
+  }
+  return dsn;
+}
+
+std::unique_ptr<Client> connect(const Globals& globals, const std::string& consumer_name) {
+  ClientOptions options;
+  options.dsn = resolve_dsn(globals);
+  options.consumer_name = consumer_name;
+  return std::make_unique<Client>(std::move(options));
+}
+
+}  // namespace txmq::cli
+
+int main(int argc, char** argv) {
+  using namespace txmq::cli;
+  Globals globals;
+  CLI::App app{"txmq: a durable, transactional message queue inside MariaDB/MySQL"};
+  app.set_version_flag("--version", "txmq 0.1.0");
+  app.add_option("--dsn", globals.dsn,
+                 "mysql://user:password@host:port/database[?socket=PATH] (else TXMQ_DSN, else "
+                 "the local server in TXMQ_HOME)");
+  app.add_flag("--json", globals.json, "machine-readable output");
+  app.require_subcommand(1);
+  add_topic_commands(app, globals);
+  add_message_commands(app, globals);
+  add_inspect_commands(app, globals);
+  add_consume_command(app, globals);
+  add_local_commands(app, globals);
+  add_demo_command(app, globals);
+  allow_global_options_anywhere(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    print_error(std::string(e.what()) + " (see txmq --help)");
+    return kExitUsage;
+  } catch (const txmq::Error& e) {
+    print_error(e.what());
+    return exit_code_for(e.code());
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitDatabase;
+  }
+  return globals.exit_code;
+}

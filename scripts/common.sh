@@ -1,0 +1,27 @@
+# Shared by scripts/demo and scripts/test: install what is missing, then build once into build/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${TXMQ_BUILD_DIR:-$ROOT/build}"
+
+# Debian packages the build, the embedded server and the tests need.
+TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-dev
+               nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev)
+
+txmq_install_deps() {
+  local missing=()
+  for p in "${TXMQ_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "txmq: installing ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  # The package's own mariadb service is not used; txmq runs private servers.
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+txmq_build() {
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${TXMQ_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
+  cmake --build "$BUILD_DIR" -j"$(nproc)"
+}

@@ -1,0 +1,350 @@
+#include "db/connection.h"
+
+#include <errmsg.h>
+#include <mysql.h>
+#include <mysqld_error.h>
+
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+void library_init_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { mysql_library_init(0, nullptr, nullptr); });
+}
+
+// Errors whose server text echoes the values of the statement (and so maybe user data).
+bool echoes_data(unsigned errno_) {
+  return errno_ == ER_DUP_ENTRY || errno_ == ER_DATA_TOO_LONG ||
+         errno_ == ER_TRUNCATED_WRONG_VALUE_FOR_FIELD || errno_ == ER_WARN_DATA_OUT_OF_RANGE;
+}
+
+Errc classify(unsigned errno_) {
+  if (is_connection_error(errno_)) return Errc::kUnavailable;
+  if (is_transient_conflict(errno_)) return Errc::kAborted;
+  switch (errno_) {
+    case ER_NO_SUCH_TABLE:
+      return Errc::kNotFound;
+    case ER_DUP_ENTRY:
+      return Errc::kAlreadyExists;
+    case ER_NET_PACKET_TOO_LARGE:
+    case CR_NET_PACKET_TOO_LARGE:
+      return Errc::kInvalidArgument;
+    case ER_ACCESS_DENIED_ERROR:
+    case ER_DBACCESS_DENIED_ERROR:
+    case ER_BAD_DB_ERROR:
+    case ER_TABLEACCESS_DENIED_ERROR:
+      return Errc::kFailedPrecondition;
+    default:
+      return Errc::kInternal;
+  }
+}
+
+}  // namespace
+
+bool is_connection_error(unsigned e) noexcept {
+  switch (e) {
+    case CR_CONNECTION_ERROR:
+    case CR_CONN_HOST_ERROR:
+    case CR_UNKNOWN_HOST:
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+    case CR_SERVER_LOST_EXTENDED:
+    case CR_COMMANDS_OUT_OF_SYNC:
+    case CR_SSL_CONNECTION_ERROR:
+    case ER_CONNECTION_KILLED:
+    case ER_SERVER_SHUTDOWN:
+    case ER_CON_COUNT_ERROR:
+    case ER_TOO_MANY_USER_CONNECTIONS:
+    case ER_NET_READ_ERROR:
+    case ER_NET_READ_INTERRUPTED:
+    case ER_NET_ERROR_ON_WRITE:
+    case ER_NET_WRITE_INTERRUPTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_transient_conflict(unsigned e) noexcept {
+  return e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT;
+}
+
+// --- Connection -------------------------------------------------------------------------------
+
+Connection::Connection(const Dsn& dsn) {
+  library_init_once();
+  mysql_ = mysql_init(nullptr);
+  if (mysql_ == nullptr) throw Error(Errc::kInternal, "out of memory creating a connection");
+  unsigned timeout = static_cast<unsigned>(dsn.connect_timeout_seconds);
+  mysql_optionsv(mysql_, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+  // A server that stops answering must not hang a client for ever; queue statements are short.
+  unsigned io_timeout = 120;
+  mysql_optionsv(mysql_, MYSQL_OPT_READ_TIMEOUT, &io_timeout);
+  mysql_optionsv(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &io_timeout);
+  mysql_optionsv(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+  // READ COMMITTED: no gap locks, so claims and sends do not deadlock on ranges.
+  // UTC: every DATETIME txmq writes is NOW(6) in UTC, read back as microseconds since the epoch.
+  mysql_optionsv(mysql_, MYSQL_INIT_COMMAND,
+                 "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  mysql_optionsv(mysql_, MYSQL_INIT_COMMAND,
+                 "SET SESSION time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
+                 "NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION',"
+                 " lock_wait_timeout = 60");
+  if (!dsn.ssl_mode.empty() && dsn.ssl_mode != "disabled") {
+    my_bool enforce = 1;
+    mysql_optionsv(mysql_, MYSQL_OPT_SSL_ENFORCE, &enforce);
+    if (!dsn.ssl_ca.empty()) mysql_optionsv(mysql_, MYSQL_OPT_SSL_CA, dsn.ssl_ca.c_str());
+    my_bool verify = dsn.ssl_mode == "verify-identity" || dsn.ssl_mode == "verify-ca";
+    mysql_optionsv(mysql_, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+  }
+  const char* socket = dsn.socket.empty() ? nullptr : dsn.socket.c_str();
+  const char* host = socket != nullptr ? "localhost" : dsn.host.c_str();
+  if (mysql_real_connect(mysql_, host, dsn.user.c_str(), dsn.password.c_str(),
+                         dsn.database.c_str(), dsn.port, socket, CLIENT_FOUND_ROWS) == nullptr) {
+    unsigned e = mysql_errno(mysql_);
+    std::string message = mysql_error(mysql_);
+    std::string state = mysql_sqlstate(mysql_);
+    mysql_close(mysql_);
+    mysql_ = nullptr;
+    Errc code = classify(e);
+    if (code == Errc::kInternal) code = Errc::kUnavailable;
+    throw Error(code, fmt::format("cannot connect to {}: {}", dsn.describe(), message), e, state,
+                message);
+  }
+  touch();
+}
+
+Connection::~Connection() {
+  statements_.clear();  // statements close before their connection
+  if (mysql_ != nullptr) mysql_close(mysql_);
+}
+
+void Connection::raise(MYSQL_STMT* stmt, std::string_view doing) {
+  unsigned e = stmt != nullptr ? mysql_stmt_errno(stmt) : mysql_errno(mysql_);
+  std::string message = stmt != nullptr ? mysql_stmt_error(stmt) : mysql_error(mysql_);
+  std::string state = stmt != nullptr ? mysql_stmt_sqlstate(stmt) : mysql_sqlstate(mysql_);
+  if (is_connection_error(e)) broken_ = true;
+  std::string what =
+      echoes_data(e) ? fmt::format("{} failed: MariaDB error {} ({})", doing, e, state)
+                     : fmt::format("{} failed: {} (MariaDB error {})", doing, message, e);
+  throw Error(classify(e), what, e, state, message);
+}
+
+Result Connection::execute(std::string_view sql, std::span<const Param> params) {
+  std::string key(sql);
+  auto it = statements_.find(key);
+  if (it == statements_.end()) {
+    if (statements_.size() >= kStatementCacheSize) {
+      statements_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    auto statement = std::make_unique<Statement>(*this, key);
+    lru_.push_front(key);
+    it = statements_.emplace(key, std::make_pair(std::move(statement), lru_.begin())).first;
+  } else {
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+  }
+  touch();
+  return it->second.first->execute(params);
+}
+
+void Connection::query(std::string_view sql) {
+  touch();
+  if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) raise(nullptr, "query");
+  // Drain any result so the connection stays usable.
+  if (MYSQL_RES* res = mysql_store_result(mysql_)) mysql_free_result(res);
+}
+
+void Connection::begin() {
+  query("START TRANSACTION");
+  in_transaction_ = true;
+}
+
+void Connection::commit() {
+  in_transaction_ = false;
+  touch();
+  if (mysql_commit(mysql_) != 0) {
+    unsigned e = mysql_errno(mysql_);
+    if (is_connection_error(e)) {
+      broken_ = true;
+      throw Error(Errc::kCommitUnknown,
+                  fmt::format("the connection broke during COMMIT: the transaction may or may not "
+                              "have committed ({})",
+                              mysql_error(mysql_)),
+                  e, mysql_sqlstate(mysql_), mysql_error(mysql_));
+    }
+    raise(nullptr, "commit");
+  }
+}
+
+void Connection::rollback() noexcept {
+  in_transaction_ = false;
+  if (broken_) return;
+  if (mysql_rollback(mysql_) != 0 && is_connection_error(mysql_errno(mysql_))) broken_ = true;
+}
+
+bool Connection::ping() noexcept {
+  if (broken_) return false;
+  if (mysql_ping(mysql_) != 0) {
+    broken_ = true;
+    return false;
+  }
+  touch();
+  return true;
+}
+
+// --- Statement --------------------------------------------------------------------------------
+
+Statement::Statement(Connection& connection, std::string sql)
+    : connection_(connection), sql_(std::move(sql)) {
+  stmt_ = mysql_stmt_init(connection_.handle());
+  if (stmt_ == nullptr) connection_.raise(nullptr, "preparing a statement");
+  my_bool update_max_length = 1;
+  mysql_stmt_attr_set(stmt_, STMT_ATTR_UPDATE_MAX_LENGTH, &update_max_length);
+  if (mysql_stmt_prepare(stmt_, sql_.data(), sql_.size()) != 0) {
+    // Take the error before closing the handle that holds it.
+    try {
+      connection_.raise(stmt_, "preparing a statement");
+    } catch (...) {
+      mysql_stmt_close(stmt_);
+      stmt_ = nullptr;
+      throw;
+    }
+  }
+}
+
+Statement::~Statement() {
+  if (stmt_ != nullptr) mysql_stmt_close(stmt_);
+}
+
+namespace {
+
+bool is_integer_type(enum_field_types type) {
+  switch (type) {
+    case MYSQL_TYPE_TINY:
+    case MYSQL_TYPE_SHORT:
+    case MYSQL_TYPE_LONG:
+    case MYSQL_TYPE_INT24:
+    case MYSQL_TYPE_LONGLONG:
+    case MYSQL_TYPE_YEAR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Result Statement::execute(std::span<const Param> params) {
+  const std::size_t n = params.size();
+  if (mysql_stmt_param_count(stmt_) != n) {
+    throw Error(Errc::kInternal, fmt::format("statement expects {} parameters, got {}",
+                                             mysql_stmt_param_count(stmt_), n));
+  }
+  std::vector<MYSQL_BIND> binds(n);
+  std::vector<unsigned long> lengths(n);
+  std::vector<long long> integers(n);
+  std::memset(binds.data(), 0, sizeof(MYSQL_BIND) * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    MYSQL_BIND& b = binds[i];
+    if (std::holds_alternative<std::nullptr_t>(params[i])) {
+      b.buffer_type = MYSQL_TYPE_NULL;
+    } else if (auto* v = std::get_if<std::int64_t>(&params[i])) {
+      integers[i] = *v;
+      b.buffer_type = MYSQL_TYPE_LONGLONG;
+      b.buffer = &integers[i];
+    } else if (auto* u = std::get_if<std::uint64_t>(&params[i])) {
+      integers[i] = static_cast<long long>(*u);
+      b.buffer_type = MYSQL_TYPE_LONGLONG;
+      b.buffer = &integers[i];
+      b.is_unsigned = 1;
+    } else {
+      std::string_view s = std::get<std::string_view>(params[i]);
+      lengths[i] = s.size();
+      b.buffer_type = MYSQL_TYPE_BLOB;
+      // Connector/C does not write through input buffers.
+      b.buffer = const_cast<char*>(s.data());
+      b.buffer_length = s.size();
+      b.length = &lengths[i];
+    }
+  }
+  if (n > 0 && mysql_stmt_bind_param(stmt_, binds.data()) != 0) {
+    connection_.raise(stmt_, "binding parameters");
+  }
+  if (mysql_stmt_execute(stmt_) != 0) connection_.raise(stmt_, "executing a statement");
+
+  Result result;
+  result.affected_rows = mysql_stmt_affected_rows(stmt_);
+  result.insert_id = mysql_stmt_insert_id(stmt_);
+  MYSQL_RES* meta = mysql_stmt_result_metadata(stmt_);
+  if (meta == nullptr) return result;
+  std::unique_ptr<MYSQL_RES, decltype(&mysql_free_result)> meta_guard(meta, mysql_free_result);
+  if (mysql_stmt_store_result(stmt_) != 0) connection_.raise(stmt_, "reading results");
+
+  const unsigned columns = mysql_num_fields(meta);
+  MYSQL_FIELD* fields = mysql_fetch_fields(meta);
+  std::vector<MYSQL_BIND> out(columns);
+  std::memset(out.data(), 0, sizeof(MYSQL_BIND) * columns);
+  std::vector<long long> ints(columns);
+  std::vector<unsigned long> out_lengths(columns);
+  std::vector<my_bool> nulls(columns);
+  std::vector<std::vector<char>> buffers(columns);
+  for (unsigned c = 0; c < columns; ++c) {
+    MYSQL_BIND& b = out[c];
+    b.is_null = &nulls[c];
+    b.length = &out_lengths[c];
+    if (is_integer_type(fields[c].type)) {
+      b.buffer_type = MYSQL_TYPE_LONGLONG;
+      b.buffer = &ints[c];
+      b.is_unsigned = (fields[c].flags & UNSIGNED_FLAG) != 0;
+    } else {
+      buffers[c].resize(fields[c].max_length + 1);
+      b.buffer_type = MYSQL_TYPE_STRING;
+      b.buffer = buffers[c].data();
+      b.buffer_length = buffers[c].size();
+    }
+  }
+  if (mysql_stmt_bind_result(stmt_, out.data()) != 0) connection_.raise(stmt_, "binding results");
+  result.rows.reserve(mysql_stmt_num_rows(stmt_));
+  for (;;) {
+    int rc = mysql_stmt_fetch(stmt_);
+    if (rc == MYSQL_NO_DATA) break;
+    if (rc == 1) {
+      mysql_stmt_free_result(stmt_);
+      connection_.raise(stmt_, "fetching a row");
+    }
+    std::vector<Row::Cell> cells(columns);
+    for (unsigned c = 0; c < columns; ++c) {
+      Row::Cell& cell = cells[c];
+      cell.null = nulls[c] != 0;
+      if (cell.null) continue;
+      if (out[c].buffer_type == MYSQL_TYPE_LONGLONG) {
+        cell.integer = ints[c];
+      } else if (out_lengths[c] <= buffers[c].size()) {
+        cell.bytes.assign(buffers[c].data(), out_lengths[c]);
+      } else {  // truncated: max_length was not known for this column type
+        cell.bytes.resize(out_lengths[c]);
+        MYSQL_BIND again{};
+        again.buffer_type = MYSQL_TYPE_STRING;
+        again.buffer = cell.bytes.data();
+        again.buffer_length = cell.bytes.size();
+        if (mysql_stmt_fetch_column(stmt_, &again, c, 0) != 0) {
+          mysql_stmt_free_result(stmt_);
+          connection_.raise(stmt_, "fetching a long column");
+        }
+      }
+    }
+    result.rows.emplace_back(std::move(cells));
+  }
+  mysql_stmt_free_result(stmt_);
+  return result;
+}
+
+}  // namespace txmq::internal

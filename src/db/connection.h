@@ -1,0 +1,124 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "db/dsn.h"
+
+typedef struct st_mysql MYSQL;
+typedef struct st_mysql_stmt MYSQL_STMT;
+
+namespace txmq::internal {
+
+// A bound parameter: NULL, an integer, or bytes (any bytes; bound as a BLOB).
+using Param = std::variant<std::nullptr_t, std::int64_t, std::uint64_t, std::string_view>;
+
+// One fetched row. Integer columns arrive as integers, everything else as bytes.
+class Row {
+ public:
+  struct Cell {
+    bool null = true;
+    std::int64_t integer = 0;
+    std::string bytes;
+  };
+  explicit Row(std::vector<Cell> cells) : cells_(std::move(cells)) {}
+
+  bool null(std::size_t i) const { return cells_.at(i).null; }
+  std::int64_t i64(std::size_t i) const { return cells_.at(i).integer; }
+  std::uint64_t u64(std::size_t i) const { return static_cast<std::uint64_t>(cells_.at(i).integer); }
+  const std::string& bytes(std::size_t i) const { return cells_.at(i).bytes; }
+  std::string take_bytes(std::size_t i) { return std::move(cells_.at(i).bytes); }
+  std::optional<std::string> opt_bytes(std::size_t i) const {
+    return null(i) ? std::nullopt : std::optional<std::string>(bytes(i));
+  }
+
+ private:
+  std::vector<Cell> cells_;
+};
+
+struct Result {
+  std::uint64_t affected_rows = 0;
+  std::uint64_t insert_id = 0;
+  std::vector<Row> rows;
+};
+
+class Connection;
+
+// A server-side prepared statement. Owned and cached by its Connection.
+class Statement {
+ public:
+  Statement(Connection& connection, std::string sql);
+  ~Statement();
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Result execute(std::span<const Param> params);
+
+ private:
+  Connection& connection_;
+  std::string sql_;
+  MYSQL_STMT* stmt_ = nullptr;
+};
+
+// One MariaDB session, set up for the queue (READ COMMITTED, UTC, strict mode, found rows).
+// Serves one thread at a time. Errors are thrown as txmq::Error with the server's classification;
+// after a connection-level error, broken() is true and the connection must be discarded.
+class Connection {
+ public:
+  explicit Connection(const Dsn& dsn);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Runs a statement through a prepared statement cached by its text.
+  Result execute(std::string_view sql, std::span<const Param> params = {});
+  Result execute(std::string_view sql, std::initializer_list<Param> params) {
+    return execute(sql, std::span<const Param>(params.begin(), params.size()));
+  }
+  // Runs a statement through the text protocol: for DDL and statements without input.
+  void query(std::string_view sql);
+
+  void begin();
+  // Throws kCommitUnknown when the connection breaks during COMMIT.
+  void commit();
+  void rollback() noexcept;
+
+  bool ping() noexcept;
+  bool broken() const noexcept { return broken_; }
+  bool in_transaction() const noexcept { return in_transaction_; }
+  std::chrono::steady_clock::time_point last_used() const noexcept { return last_used_; }
+  void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }
+
+  MYSQL* handle() noexcept { return mysql_; }
+  // Turns the last error on this connection into a thrown Error; marks broken when the
+  // connection is gone. `stmt` gives the statement's error instead of the connection's.
+  [[noreturn]] void raise(MYSQL_STMT* stmt, std::string_view doing);
+
+ private:
+  static constexpr std::size_t kStatementCacheSize = 256;
+
+  MYSQL* mysql_ = nullptr;
+  bool broken_ = false;
+  bool in_transaction_ = false;
+  std::chrono::steady_clock::time_point last_used_;
+  // LRU of prepared statements: the server caps their number (max_prepared_stmt_count).
+  std::list<std::string> lru_;
+  std::unordered_map<std::string, std::pair<std::unique_ptr<Statement>,
+                                            std::list<std::string>::iterator>>
+      statements_;
+};
+
+// Classification of MariaDB / Connector/C error numbers.
+bool is_connection_error(unsigned server_errno) noexcept;
+bool is_transient_conflict(unsigned server_errno) noexcept;  // deadlock, lock wait timeout
+
+}  // namespace txmq::internal

@@ -1,0 +1,142 @@
+#include "db/dsn.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+[[noreturn]] void refuse(std::string_view why) {
+  throw Error(Errc::kInvalidArgument, fmt::format("invalid DSN: {}", why));
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view text, std::string_view what) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    int hi = i + 2 < text.size() ? hex_value(text[i + 1]) : -1;
+    int lo = i + 2 < text.size() ? hex_value(text[i + 2]) : -1;
+    if (hi < 0 || lo < 0) refuse(fmt::format("bad percent-escape in {}", what));
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+template <typename T>
+T parse_number(std::string_view text, T min, T max, std::string_view what) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    refuse(fmt::format("{} must be a number from {} to {}, not '{}'", what, min, max, text));
+  }
+  return value;
+}
+
+void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
+  if (name == "socket") {
+    dsn.socket = percent_decode(value, "socket");
+  } else if (name == "connect_timeout") {
+    dsn.connect_timeout_seconds = parse_number<int>(value, 1, 3600, "connect_timeout");
+  } else if (name == "ssl-mode" || name == "ssl_mode") {
+    if (value != "disabled" && value != "required" && value != "verify-ca" &&
+        value != "verify-identity") {
+      refuse(fmt::format("ssl-mode must be disabled, required, verify-ca or verify-identity, "
+                         "not '{}'",
+                         value));
+    }
+    dsn.ssl_mode = value;
+  } else if (name == "ssl-ca" || name == "ssl_ca") {
+    dsn.ssl_ca = percent_decode(value, "ssl-ca");
+  } else {
+    refuse(fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca)",
+                       name));
+  }
+}
+
+}  // namespace
+
+Dsn parse_dsn(std::string_view text) {
+  Dsn dsn;
+  std::size_t scheme_end = text.find("://");
+  if (scheme_end == std::string_view::npos) {
+    refuse("expected mysql://user:password@host:port/database");
+  }
+  std::string_view scheme = text.substr(0, scheme_end);
+  if (scheme != "mysql" && scheme != "mariadb") {
+    refuse(fmt::format("scheme must be mysql:// or mariadb://, not '{}://'", scheme));
+  }
+  std::string_view rest = text.substr(scheme_end + 3);
+
+  std::string_view query;
+  if (std::size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  std::size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) refuse("missing /database after the host");
+  std::string_view authority = rest.substr(0, slash);
+  dsn.database = percent_decode(rest.substr(slash + 1), "database");
+  if (dsn.database.empty()) refuse("missing database name after the host");
+  if (dsn.database.find('/') != std::string::npos) refuse("database name contains '/'");
+
+  // The password may contain '@' when escaped; split at the last '@'.
+  if (std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    std::size_t colon = userinfo.find(':');
+    dsn.user = percent_decode(userinfo.substr(0, colon), "user");
+    if (colon != std::string_view::npos) {
+      dsn.password = percent_decode(userinfo.substr(colon + 1), "password");
+    }
+  }
+  if (dsn.user.empty()) refuse("missing user (mysql://USER@host/database)");
+
+  std::string_view host = authority;
+  if (!host.empty() && host.front() == '[') {  // [::1]:3306
+    std::size_t close = host.find(']');
+    if (close == std::string_view::npos) refuse("unclosed '[' in host");
+    std::string_view after = host.substr(close + 1);
+    host = host.substr(1, close - 1);
+    if (!after.empty()) {
+      if (after.front() != ':') refuse("expected ':' after ']'");
+      dsn.port = parse_number<unsigned>(after.substr(1), 1, 65535, "port");
+    }
+  } else if (std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    dsn.port = parse_number<unsigned>(host.substr(colon + 1), 1, 65535, "port");
+    host = host.substr(0, colon);
+  }
+  if (!host.empty()) dsn.host = std::string(host);
+
+  while (!query.empty()) {
+    std::size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    std::size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) refuse(fmt::format("parameter '{}' has no value", pair));
+    apply_parameter(dsn, pair.substr(0, eq), pair.substr(eq + 1));
+  }
+  return dsn;
+}
+
+std::string Dsn::describe() const {
+  if (!socket.empty()) return fmt::format("{}@socket {} (database {})", user, socket, database);
+  return fmt::format("{}@{}:{} (database {})", user, host, port, database);
+}
+
+}  // namespace txmq::internal

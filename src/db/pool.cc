@@ -1,0 +1,59 @@
+#include "db/pool.h"
+
+namespace txmq::internal {
+
+namespace {
+// A connection idle longer than this is pinged before use: a server restart or a wait_timeout
+// would otherwise surface as an error on the caller's first statement.
+constexpr auto kPingAfterIdle = std::chrono::seconds(2);
+}  // namespace
+
+Pool::Pool(Dsn dsn, int max_size) : dsn_(std::move(dsn)), max_size_(max_size < 1 ? 1 : max_size) {}
+
+Pool::~Pool() = default;
+
+Pool::Handle Pool::acquire() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (!idle_.empty()) {
+      std::unique_ptr<Connection> connection = std::move(idle_.back());
+      idle_.pop_back();
+      lock.unlock();
+      if (std::chrono::steady_clock::now() - connection->last_used() < kPingAfterIdle ||
+          connection->ping()) {
+        return Handle(this, std::move(connection));
+      }
+      connection.reset();
+      lock.lock();
+      --open_;
+      continue;
+    }
+    if (open_ < max_size_) {
+      ++open_;
+      lock.unlock();
+      try {
+        return Handle(this, std::make_unique<Connection>(dsn_));
+      } catch (...) {
+        lock.lock();
+        --open_;
+        available_.notify_one();
+        throw;
+      }
+    }
+    available_.wait(lock);
+  }
+}
+
+void Pool::release(std::unique_ptr<Connection> connection) {
+  if (connection->in_transaction()) connection->rollback();
+  std::lock_guard lock(mutex_);
+  if (connection->broken()) {
+    --open_;
+    connection.reset();
+  } else {
+    idle_.push_back(std::move(connection));
+  }
+  available_.notify_one();
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,194 @@
+// The catalog (txmq_schema, txmq_topics) and each topic's tables. doc/schema.md specifies them.
+#include <bit>
+
+#include <fmt/format.h>
+
+#include "queue/context.h"
+
+namespace txmq::internal {
+
+std::string micros_of(std::string_view column) {
+  return fmt::format("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {})", column);
+}
+
+Clock::time_point time_from_micros(std::int64_t micros) {
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(Micros(micros)));
+}
+
+std::size_t in_list_size(std::size_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
+
+std::string placeholders(std::size_t n) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < n; ++i) out += i == 0 ? "?" : ",?";
+  return out + ")";
+}
+
+void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n) {
+  Param last = params.back();
+  while (params.size() - from < n) params.push_back(last);
+}
+
+void rethrow_for_topic(const Error& error, std::string_view topic) {
+  if (error.code() == Errc::kNotFound) {
+    throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic),
+                error.server_errno());
+  }
+  throw error;
+}
+
+namespace {
+
+constexpr std::string_view kSelectTopic =
+    "SELECT name, lease_us, max_attempts, max_payload_bytes, "
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) FROM txmq_topics";
+
+TopicInfo topic_from_row(const Row& row) {
+  TopicInfo info;
+  info.name = row.bytes(0);
+  info.options.lease = Micros(row.i64(1));
+  info.options.max_attempts = static_cast<int>(row.i64(2));
+  info.options.max_payload_bytes = row.u64(3);
+  info.created_at = time_from_micros(row.i64(4));
+  return info;
+}
+
+void check_options(const TopicOptions& o) {
+  if (o.lease < std::chrono::milliseconds(1) || o.lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
+  }
+  if (o.max_attempts < 1 || o.max_attempts > 1000) {
+    throw Error(Errc::kInvalidArgument, "max attempts must be from 1 to 1000");
+  }
+  if (o.max_payload_bytes < 1 || o.max_payload_bytes > (64u << 20)) {
+    throw Error(Errc::kInvalidArgument, "max payload must be from 1 byte to 64 MiB");
+  }
+}
+
+}  // namespace
+
+void TopicCatalog::bootstrap() {
+  pool_.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_schema ("
+        " singleton TINYINT UNSIGNED NOT NULL PRIMARY KEY,"
+        " version INT UNSIGNED NOT NULL,"
+        " updated_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
+    c.execute("INSERT IGNORE INTO txmq_schema VALUES (1, ?, NOW(6))",
+              {static_cast<std::int64_t>(kSchemaVersion)});
+    Result r = c.execute("SELECT version FROM txmq_schema WHERE singleton = 1", {});
+    std::int64_t version = r.rows.at(0).i64(0);
+    if (version > kSchemaVersion) {
+      throw Error(Errc::kFailedPrecondition,
+                  fmt::format("the database holds txmq schema version {}, newer than this txmq "
+                              "understands ({}); upgrade txmq",
+                              version, kSchemaVersion));
+    }
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_topics ("
+        " name VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
+        " lease_us BIGINT UNSIGNED NOT NULL,"
+        " max_attempts INT UNSIGNED NOT NULL,"
+        " max_payload_bytes BIGINT UNSIGNED NOT NULL,"
+        " created_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
+  });
+}
+
+TopicInfo TopicCatalog::get(std::string_view name) {
+  check_topic_name(name);
+  std::string key(name);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
+      return it->second.info;
+    }
+  }
+  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute(fmt::format("{} WHERE name = ?", kSelectTopic), {std::string_view(key)});
+  });
+  if (r.rows.empty()) {
+    forget(name);
+    throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+  }
+  TopicInfo info = topic_from_row(r.rows[0]);
+  std::lock_guard lock(mutex_);
+  cache_[key] = Cached{info, std::chrono::steady_clock::now()};
+  return info;
+}
+
+void TopicCatalog::forget(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  cache_.erase(std::string(name));
+}
+
+bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
+  check_options(options);
+  TopicTables t = topic_tables(name);
+  bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // DDL commits by itself, so the tables come first; the catalog row makes the topic exist.
+    // The claim walks the primary key in id order and filters on visible_at; no secondary index
+    // keeps sends cheap.
+    c.query(fmt::format(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+        " visible_at DATETIME(6) NOT NULL,"
+        " attempts INT UNSIGNED NOT NULL DEFAULT 0,"
+        " lease_token BIGINT UNSIGNED NULL,"
+        " owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
+        " enqueued_at DATETIME(6) NOT NULL,"
+        " msg_key VARBINARY(255) NULL,"
+        " payload LONGBLOB NOT NULL,"
+        " PRIMARY KEY (id)) ENGINE=InnoDB",
+        t.queue));
+    c.query(fmt::format(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+        " attempts INT UNSIGNED NOT NULL,"
+        " last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
+        " enqueued_at DATETIME(6) NOT NULL,"
+        " died_at DATETIME(6) NOT NULL,"
+        " msg_key VARBINARY(255) NULL,"
+        " payload LONGBLOB NOT NULL) ENGINE=InnoDB",
+        t.dead));
+    Result r = c.execute(
+        "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
+        "created_at) VALUES (?, ?, ?, ?, NOW(6))",
+        {name, static_cast<std::int64_t>(options.lease.count()),
+         static_cast<std::int64_t>(options.max_attempts),
+         static_cast<std::uint64_t>(options.max_payload_bytes)});
+    return r.affected_rows == 1;
+  });
+  forget(name);
+  if (created) return true;
+  TopicInfo existing = get(name);
+  if (existing.options != options) {
+    throw Error(Errc::kAlreadyExists,
+                fmt::format("topic '{}' exists with other settings (lease {} ms, max attempts {}, "
+                            "max payload {} bytes)",
+                            name, existing.options.lease.count() / 1000,
+                            existing.options.max_attempts, existing.options.max_payload_bytes));
+  }
+  return false;
+}
+
+void TopicCatalog::drop(std::string_view name) {
+  TopicTables t = topic_tables(name);
+  bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
+    c.query(fmt::format("DROP TABLE IF EXISTS {}, {}", t.queue, t.dead));
+    return r.affected_rows == 1;
+  });
+  forget(name);
+  if (!existed) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+}
+
+std::vector<TopicInfo> TopicCatalog::list() {
+  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute(fmt::format("{} ORDER BY name", kSelectTopic), {});
+  });
+  std::vector<TopicInfo> topics;
+  for (const Row& row : r.rows) topics.push_back(topic_from_row(row));
+  return topics;
+}
+
+}  // namespace txmq::internal

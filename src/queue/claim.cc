@@ -1,0 +1,143 @@
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "queue/operations.h"
+
+namespace txmq::internal {
+namespace {
+
+std::uint64_t new_lease_token() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uint64_t token = 0;
+  while (token == 0) token = rng();
+  return token;
+}
+
+struct Claimed {
+  std::uint64_t id;
+  int attempts;  // deliveries before this claim
+  std::int64_t enqueued_us;
+  std::optional<std::string> key;
+  std::string payload;
+};
+
+// One claim: a short READ COMMITTED transaction that locks the lowest claimable ids (skipping
+// rows other claimers hold), moves those past max_attempts to the dead-letter table and stamps
+// the rest with a fresh lease token, owner, attempts+1 and the new expiry.
+struct ClaimResult {
+  std::vector<Message> messages;
+  std::size_t dead_lettered = 0;
+};
+
+ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
+                       int max_messages, Micros lease) {
+  // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
+  // are taken; a plan that sorted a range first would lock every row it sorted.
+  const std::string select_sql = fmt::format(
+      "SELECT id, attempts, {}, {}, msg_key, payload FROM {} FORCE INDEX (PRIMARY) "
+      "WHERE visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+      micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
+
+  return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    ClaimResult result;
+    c.begin();
+    Result r = c.execute(select_sql, {static_cast<std::int64_t>(max_messages)});
+    if (r.rows.empty()) {
+      c.commit();
+      return result;
+    }
+    const std::int64_t now_us = r.rows[0].i64(3);
+    std::vector<Claimed> live;
+    std::vector<Param> dead_ids;
+    for (Row& row : r.rows) {
+      int attempts = static_cast<int>(row.i64(1));
+      if (attempts >= topic.options.max_attempts) {
+        dead_ids.push_back(row.u64(0));
+      } else {
+        live.push_back({row.u64(0), attempts, row.i64(2), row.opt_bytes(4), row.take_bytes(5)});
+      }
+    }
+    result.dead_lettered = dead_ids.size();
+    if (!dead_ids.empty()) {
+      std::size_t n = in_list_size(dead_ids.size());
+      pad_ids(dead_ids, 0, n);
+      c.execute(fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, "
+                            "msg_key, payload) SELECT id, attempts, owner, enqueued_at, NOW(6), "
+                            "msg_key, payload FROM {} WHERE id IN {}",
+                            t.dead, t.queue, placeholders(n)),
+                dead_ids);
+      c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), dead_ids);
+    }
+    if (!live.empty()) {
+      const std::uint64_t token = new_lease_token();
+      std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token,
+                                   std::string_view(q.owner)};
+      for (const Claimed& m : live) params.push_back(m.id);
+      std::size_t n = in_list_size(live.size());
+      pad_ids(params, 3, n);
+      c.execute(fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
+                            "INTERVAL ? MICROSECOND, lease_token = ?, owner = ? WHERE id IN {}",
+                            t.queue, placeholders(n)),
+                params);
+      c.commit();
+      result.messages.reserve(live.size());
+      for (Claimed& m : live) {
+        Message msg;
+        msg.id = m.id;
+        msg.receipt = Receipt{m.id, token}.str();
+        msg.attempt = m.attempts + 1;
+        msg.key = std::move(m.key);
+        msg.payload = std::move(m.payload);
+        msg.enqueued_at = time_from_micros(m.enqueued_us);
+        // The expiry is counted from the claim's first statement: never later than the server's.
+        msg.lease_expires_at = time_from_micros(now_us + lease.count());
+        result.messages.push_back(std::move(msg));
+      }
+      return result;
+    }
+    c.commit();
+    return result;
+  });
+}
+
+}  // namespace
+
+std::vector<Message> receive(QueueContext& q, std::string_view topic,
+                             const ReceiveOptions& options) {
+  if (options.max_messages < 1 || options.max_messages > kMaxReceive) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("max messages must be from 1 to {}", kMaxReceive));
+  }
+  if (options.wait < Micros{0} || options.wait > std::chrono::hours(1)) {
+    throw Error(Errc::kInvalidArgument, "wait must be from 0 to 1 hour");
+  }
+  TopicInfo info = q.catalog.get(topic);
+  Micros lease = options.lease.value_or(info.options.lease);
+  if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
+  }
+  const TopicTables tables = topic_tables(topic);
+  const auto deadline = std::chrono::steady_clock::now() + options.wait;
+  // Polling with growing pauses while waiting; a claim that finds nothing reads one index page.
+  Micros pause = std::chrono::milliseconds(10);
+  for (;;) {
+    ClaimResult claimed;
+    try {
+      claimed = claim_once(q, info, tables, options.max_messages, lease);
+    } catch (const Error& e) {
+      if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
+      rethrow_for_topic(e, topic);
+    }
+    if (!claimed.messages.empty()) return std::move(claimed.messages);
+    if (claimed.dead_lettered > 0) continue;  // only dead letters were in front: look again
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {};
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min<Micros>(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,206 @@
+#include "txmq/client.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "db/dsn.h"
+#include "queue/operations.h"
+
+namespace txmq {
+
+using internal::QueueContext;
+
+// --- Error -------------------------------------------------------------------------------------
+
+std::string_view errc_name(Errc code) noexcept {
+  switch (code) {
+    case Errc::kUnavailable: return "unavailable";
+    case Errc::kAborted: return "aborted";
+    case Errc::kCommitUnknown: return "commit_unknown";
+    case Errc::kInvalidArgument: return "invalid_argument";
+    case Errc::kNotFound: return "not_found";
+    case Errc::kAlreadyExists: return "already_exists";
+    case Errc::kFailedPrecondition: return "failed_precondition";
+    case Errc::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+Error::Error(Errc code, const std::string& what, unsigned server_errno, std::string sqlstate,
+             std::string server_message)
+    : std::runtime_error(what),
+      code_(code),
+      server_errno_(server_errno),
+      sqlstate_(std::move(sqlstate)),
+      server_message_(std::move(server_message)) {}
+
+bool Error::retryable() const noexcept {
+  return code_ == Errc::kUnavailable || code_ == Errc::kAborted;
+}
+
+// --- Receipt -----------------------------------------------------------------------------------
+
+// Text form: "<id>.<token as 16 hex digits>".
+Receipt Receipt::parse(std::string_view text) {
+  auto refuse = [&] {
+    return Error(Errc::kInvalidArgument,
+                 fmt::format("malformed receipt '{}': expected ID.TOKEN as printed by receive",
+                             text.substr(0, 64)));
+  };
+  std::size_t dot = text.find('.');
+  if (dot == std::string_view::npos || dot == 0 || text.size() - dot - 1 != 16) throw refuse();
+  Receipt r;
+  const char* end = text.data() + dot;
+  auto [p1, e1] = std::from_chars(text.data(), end, r.id);
+  if (e1 != std::errc() || p1 != end || r.id == 0) throw refuse();
+  const char* tok = text.data() + dot + 1;
+  auto [p2, e2] = std::from_chars(tok, text.data() + text.size(), r.token, 16);
+  if (e2 != std::errc() || p2 != text.data() + text.size() || r.token == 0) throw refuse();
+  for (const char* c = tok; c != p2; ++c) {
+    if (*c >= 'A' && *c <= 'F') throw refuse();  // one spelling per receipt
+  }
+  return r;
+}
+
+std::string Receipt::str() const { return fmt::format("{}.{:016x}", id, token); }
+
+// --- Client ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string default_consumer_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+  return fmt::format("{}:{}", host, getpid());
+}
+
+// Each distinct warning once per process, whatever the number of clients.
+void warn_once(const std::function<void(std::string_view)>& sink, const std::string& text) {
+  static std::mutex mutex;
+  static std::set<std::string> given;
+  {
+    std::lock_guard lock(mutex);
+    if (!given.insert(text).second) return;
+  }
+  if (sink) {
+    sink(text);
+  } else {
+    std::fprintf(stderr, "txmq: warning: %s\n", text.c_str());
+  }
+}
+
+}  // namespace
+
+struct Client::Impl {
+  explicit Impl(ClientOptions o)
+      : options(std::move(o)),
+        queue(resolve_dsn(options.dsn), options.pool_size,
+              options.consumer_name.empty() ? default_consumer_name() : options.consumer_name) {}
+
+  static internal::Dsn resolve_dsn(const std::string& dsn) {
+    if (!dsn.empty()) return internal::parse_dsn(dsn);
+    const char* env = std::getenv("TXMQ_DSN");
+    if (env != nullptr && *env != '\0') return internal::parse_dsn(env);
+    throw Error(Errc::kInvalidArgument, "no DSN given and TXMQ_DSN is not set");
+  }
+
+  void check_server() {
+    internal::Result r =
+        queue.pool.run(internal::OnLostConnection::kRetry, [](internal::Connection& c,
+                                                              const internal::Attempt&) {
+          return c.execute(
+              "SELECT @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
+              "@@max_allowed_packet",
+              {});
+        });
+    const internal::Row& row = r.rows.at(0);
+    const std::string where = queue.pool.dsn().describe();
+    if (row.i64(0) != 1) {
+      warn_once(options.on_warning,
+                fmt::format("{} runs with innodb_flush_log_at_trx_commit={}: a crash of the "
+                            "server can lose messages whose send already succeeded (set it to 1)",
+                            where, row.i64(0)));
+    }
+    if (row.i64(2) != 0 && row.i64(1) != 1) {
+      warn_once(options.on_warning,
+                fmt::format("{} writes a binary log with sync_binlog={}: a crash can lose "
+                            "acknowledged sends from the binlog and its replicas (set it to 1)",
+                            where, row.i64(1)));
+    }
+    // A statement must fit in one packet; keep a margin for the protocol's own bytes.
+    queue.max_statement_bytes = std::max<std::size_t>(row.u64(3) / 2, 64 * 1024);
+  }
+
+  ClientOptions options;
+  QueueContext queue;
+};
+
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->check_server();
+  impl_->queue.catalog.bootstrap();
+}
+
+Client::~Client() = default;
+
+bool Client::create_topic(std::string_view name, const TopicOptions& options) {
+  return impl_->queue.catalog.create(name, options);
+}
+void Client::drop_topic(std::string_view name) { impl_->queue.catalog.drop(name); }
+std::vector<TopicInfo> Client::list_topics() { return impl_->queue.catalog.list(); }
+TopicInfo Client::topic(std::string_view name) { return impl_->queue.catalog.get(name); }
+
+std::uint64_t Client::send(std::string_view topic, std::string_view payload,
+                           const SendOptions& options) {
+  return internal::send_one(impl_->queue, topic, payload, options);
+}
+
+std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
+                                              std::span<const OutgoingMessage> messages) {
+  return internal::send_batch(impl_->queue, topic, messages);
+}
+
+std::vector<Message> Client::receive(std::string_view topic, const ReceiveOptions& options) {
+  return internal::receive(impl_->queue, topic, options);
+}
+
+Settle Client::ack(std::string_view topic, std::string_view receipt) {
+  std::string one(receipt);
+  return internal::ack(impl_->queue, topic, std::span<const std::string>(&one, 1)).at(0);
+}
+
+std::vector<Settle> Client::ack(std::string_view topic, std::span<const std::string> receipts) {
+  return internal::ack(impl_->queue, topic, receipts);
+}
+
+Settle Client::nack(std::string_view topic, std::string_view receipt, Micros delay) {
+  return internal::nack(impl_->queue, topic, receipt, delay);
+}
+
+Settle Client::extend(std::string_view topic, std::string_view receipt, Micros lease) {
+  return internal::extend(impl_->queue, topic, receipt, lease);
+}
+
+TopicStats Client::stats(std::string_view topic) { return internal::stats(impl_->queue, topic); }
+
+std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size_t limit) {
+  return internal::in_flight(impl_->queue, topic, limit);
+}
+
+std::vector<DeadLetter> Client::dead_letters(std::string_view topic, std::size_t limit) {
+  return internal::dead_letters(impl_->queue, topic, limit);
+}
+
+std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids) {
+  return internal::requeue_dead(impl_->queue, topic, ids);
+}
+
+const std::string& Client::consumer_name() const { return impl_->queue.owner; }
+
+}  // namespace txmq

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "db/pool.h"
+#include "queue/names.h"
+#include "txmq/client.h"
+
+namespace txmq::internal {
+
+// Expression giving a DATETIME(6) column (UTC) as microseconds since the epoch.
+std::string micros_of(std::string_view column);
+Clock::time_point time_from_micros(std::int64_t micros);
+
+// "(?,?,?)" padded to a power of two so that the number of distinct prepared statements stays
+// small; pad_ids repeats the last id to fill it (a repeated id in IN changes nothing).
+std::size_t in_list_size(std::size_t n);
+std::string placeholders(std::size_t n);
+void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n);
+
+// Topic settings, cached for a few seconds so that sends do not read the catalog each time.
+class TopicCatalog {
+ public:
+  explicit TopicCatalog(Pool& pool) : pool_(pool) {}
+
+  // Creates txmq_schema and txmq_topics when missing; refuses a newer schema version.
+  void bootstrap();
+  // Throws kNotFound when the topic does not exist, kInvalidArgument for a bad name.
+  TopicInfo get(std::string_view name);
+  bool create(std::string_view name, const TopicOptions& options);
+  void drop(std::string_view name);
+  std::vector<TopicInfo> list();
+  void forget(std::string_view name);
+
+ private:
+  static constexpr auto kCacheFor = std::chrono::seconds(5);
+  struct Cached {
+    TopicInfo info;
+    std::chrono::steady_clock::time_point fetched;
+  };
+
+  Pool& pool_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Cached> cache_;
+};
+
+// What every queue operation needs.
+struct QueueContext {
+  QueueContext(Dsn dsn, int pool_size, std::string owner_name)
+      : pool(std::move(dsn), pool_size), catalog(pool), owner(std::move(owner_name)) {}
+
+  Pool pool;
+  TopicCatalog catalog;
+  std::string owner;
+  std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
+};
+
+// Throws kNotFound with the topic's name when `error` says that its table is gone.
+[[noreturn]] void rethrow_for_topic(const Error& error, std::string_view topic);
+
+constexpr int kSchemaVersion = 1;
+constexpr std::size_t kMaxKeyBytes = 255;
+constexpr int kMaxReceive = 10000;
+
+}  // namespace txmq::internal

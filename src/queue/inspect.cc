@@ -1,0 +1,145 @@
+// Read-side views (stats, in-flight, dead letters) and the requeue of dead letters.
+#include <fmt/format.h>
+
+#include "queue/operations.h"
+
+namespace txmq::internal {
+namespace {
+
+template <typename F>
+auto on_topic(QueueContext& q, std::string_view topic, F&& fn) {
+  q.catalog.get(topic);  // a clear "does not exist" before any statement
+  try {
+    return q.pool.run(OnLostConnection::kRetry, fn);
+  } catch (const Error& e) {
+    if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
+    rethrow_for_topic(e, topic);
+  }
+}
+
+constexpr std::size_t kRequeueChunk = 1000;
+
+}  // namespace
+
+TopicStats stats(QueueContext& q, std::string_view topic) {
+  const TopicTables t = topic_tables(topic);
+  return on_topic(q, topic, [&](Connection& c, const Attempt&) {
+    Result r = c.execute(
+        fmt::format("SELECT CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
+                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token IS NOT NULL), 0)"
+                    " AS UNSIGNED),"
+                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token IS NULL), 0)"
+                    " AS UNSIGNED),"
+                    " TIMESTAMPDIFF(MICROSECOND, MIN(IF(visible_at <= n.now, enqueued_at, NULL)),"
+                    " n.now)"
+                    " FROM {} CROSS JOIN (SELECT NOW(6) AS now) AS n",
+                    t.queue),
+        {});
+    Result d = c.execute(fmt::format("SELECT COUNT(*) FROM {}", t.dead), {});
+    TopicStats s;
+    s.topic = std::string(topic);
+    const Row& row = r.rows.at(0);
+    s.ready = row.u64(0);
+    s.in_flight = row.u64(1);
+    s.delayed = row.u64(2);
+    s.oldest_ready_age_seconds = row.null(3) ? 0.0 : static_cast<double>(row.i64(3)) / 1e6;
+    s.dead = d.rows.at(0).u64(0);
+    return s;
+  });
+}
+
+std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
+                                       std::size_t limit) {
+  const TopicTables t = topic_tables(topic);
+  return on_topic(q, topic, [&](Connection& c, const Attempt&) {
+    Result r = c.execute(fmt::format("SELECT id, owner, attempts, {} FROM {} WHERE lease_token IS "
+                                     "NOT NULL AND visible_at > NOW(6) ORDER BY id LIMIT ?",
+                                     micros_of("visible_at"), t.queue),
+                         {static_cast<std::uint64_t>(limit)});
+    std::vector<InFlightMessage> out;
+    for (const Row& row : r.rows) {
+      out.push_back({row.u64(0), row.bytes(1), static_cast<int>(row.i64(2)),
+                     time_from_micros(row.i64(3))});
+    }
+    return out;
+  });
+}
+
+std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic, std::size_t limit) {
+  const TopicTables t = topic_tables(topic);
+  return on_topic(q, topic, [&](Connection& c, const Attempt&) {
+    Result r = c.execute(
+        fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {} FROM {} ORDER BY id "
+                    "LIMIT ?",
+                    micros_of("enqueued_at"), micros_of("died_at"), t.dead),
+        {static_cast<std::uint64_t>(limit)});
+    std::vector<DeadLetter> out;
+    for (Row& row : r.rows) {
+      DeadLetter d;
+      d.id = row.u64(0);
+      d.key = row.opt_bytes(1);
+      d.payload = row.take_bytes(2);
+      d.attempts = static_cast<int>(row.i64(3));
+      d.last_owner = row.null(4) ? "" : row.bytes(4);
+      d.enqueued_at = time_from_micros(row.i64(5));
+      d.died_at = time_from_micros(row.i64(6));
+      out.push_back(std::move(d));
+    }
+    return out;
+  });
+}
+
+std::size_t requeue_dead(QueueContext& q, std::string_view topic,
+                         std::span<const std::uint64_t> ids) {
+  const TopicTables t = topic_tables(topic);
+  std::size_t total = 0;
+  std::size_t next = 0;  // position in ids when ids are given
+  for (;;) {
+    if (!ids.empty() && next >= ids.size()) break;
+    std::vector<Param> wanted;
+    if (!ids.empty()) {
+      std::size_t to = std::min(ids.size(), next + kRequeueChunk);
+      for (std::size_t i = next; i < to; ++i) wanted.push_back(ids[i]);
+      next = to;
+    }
+    // Bounded transactions: lock a chunk of dead letters, move them, commit.
+    std::size_t moved = on_topic(q, topic, [&](Connection& c, const Attempt&) -> std::size_t {
+      c.begin();
+      Result locked;
+      if (wanted.empty()) {
+        locked = c.execute(fmt::format("SELECT id FROM {} ORDER BY id LIMIT ? FOR UPDATE", t.dead),
+                           {static_cast<std::uint64_t>(kRequeueChunk)});
+      } else {
+        std::vector<Param> params = wanted;
+        std::size_t n = in_list_size(params.size());
+        pad_ids(params, 0, n);
+        locked = c.execute(
+            fmt::format("SELECT id FROM {} WHERE id IN {} FOR UPDATE", t.dead, placeholders(n)),
+            params);
+      }
+      if (locked.rows.empty()) {
+        c.commit();
+        return 0;
+      }
+      std::vector<Param> found;
+      for (const Row& row : locked.rows) found.push_back(row.u64(0));
+      std::size_t count = found.size();
+      std::size_t n = in_list_size(found.size());
+      pad_ids(found, 0, n);
+      // The message keeps its id (and so its place in id order) and starts again at attempt 1.
+      c.execute(fmt::format("INSERT INTO {} (id, visible_at, attempts, lease_token, owner, "
+                            "enqueued_at, msg_key, payload) SELECT id, NOW(6), 0, NULL, NULL, "
+                            "enqueued_at, msg_key, payload FROM {} WHERE id IN {}",
+                            t.queue, t.dead, placeholders(n)),
+                found);
+      c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.dead, placeholders(n)), found);
+      c.commit();
+      return count;
+    });
+    total += moved;
+    if (ids.empty() && moved == 0) break;
+  }
+  return total;
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,55 @@
+#include "queue/names.h"
+
+#include <fmt/format.h>
+
+#include "txmq/error.h"
+
+namespace txmq::internal {
+
+bool is_valid_topic_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > kMaxTopicName) return false;
+  if (name[0] < 'a' || name[0] > 'z') return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+namespace {
+// Shows a refused name safely: printable ASCII as is, other bytes escaped, long names cut.
+std::string printable(std::string_view name) {
+  std::string out;
+  for (std::size_t i = 0; i < name.size() && i < 64; ++i) {
+    unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  if (name.size() > 64) out += fmt::format("... ({} bytes)", name.size());
+  return out;
+}
+}  // namespace
+
+void check_topic_name(std::string_view name) {
+  if (is_valid_topic_name(name)) return;
+  if (name.empty()) throw Error(Errc::kInvalidArgument, "invalid topic name: it is empty");
+  throw Error(Errc::kInvalidArgument,
+              fmt::format("invalid topic name '{}': use 1 to {} characters from a-z, 0-9 and _, "
+                          "starting with a letter",
+                          printable(name), kMaxTopicName));
+}
+
+std::string quote_identifier(std::string_view identifier) {
+  return fmt::format("`{}`", identifier);
+}
+
+TopicTables topic_tables(std::string_view name) {
+  check_topic_name(name);
+  return {quote_identifier(fmt::format("txmq_q_{}", name)),
+          quote_identifier(fmt::format("txmq_dlq_{}", name))};
+}
+
+}  // namespace txmq::internal
