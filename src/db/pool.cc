@@ -44,6 +44,16 @@ Pool::Handle Pool::acquire() {
   }
 }
 
+void Pool::discard_idle() {
+  std::vector<std::unique_ptr<Connection>> closing;
+  {
+    std::lock_guard lock(mutex_);
+    closing.swap(idle_);
+    open_ -= static_cast<int>(closing.size());
+  }
+  available_.notify_all();
+}
+
 void Pool::release(std::unique_ptr<Connection> connection) {
   if (connection->in_transaction()) connection->rollback();
   std::lock_guard lock(mutex_);

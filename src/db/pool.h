@@ -62,6 +62,10 @@ class Pool {
 
   const Dsn& dsn() const { return dsn_; }
 
+  // Closes the idle connections: after one connection was found lost (a server restart, a
+  // failover), its idle siblings are most likely lost too.
+  void discard_idle();
+
  private:
   static constexpr int kMaxConflictRetries = 8;
   static constexpr int kMaxReconnects = 3;
@@ -101,6 +105,7 @@ auto Pool::run(OnLostConnection policy, F&& fn)
         }
         if (++reconnects > kMaxReconnects) throw;
         attempt.after_connection_loss = true;
+        discard_idle();
         std::this_thread::sleep_for(backoff.delay(reconnects + 3));
         continue;
       }

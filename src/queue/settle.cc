@@ -1,4 +1,6 @@
 // ack, nack and extend: each applies only while the receipt's lease token is still the row's.
+#include <unordered_set>
+
 #include <fmt/format.h>
 
 #include "queue/operations.h"
@@ -50,12 +52,16 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
       for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
       pairs += ")";
       q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt& attempt) {
-        Result r = c.execute(fmt::format("DELETE FROM {} WHERE id IN {} AND (id, lease_token) IN {}",
+        Result r = c.execute(fmt::format("DELETE FROM {} WHERE id IN {} AND (id, lease_token) IN {}"
+                                         " RETURNING id",
                                          t.queue, placeholders(n), pairs),
                              params);
-        if (r.affected_rows == to - from) return;
+        if (r.rows.size() == to - from) return;
         // Some were not ours any more: say which. A fenced row still there is another lease's.
+        std::unordered_set<std::uint64_t> deleted;
+        for (const Row& row : r.rows) deleted.insert(row.u64(0));
         for (std::size_t i = from; i < to; ++i) {
+          if (deleted.count(parsed[i].id) > 0) continue;
           Settle s = classify_miss(c, t, parsed[i].id);
           // A retry after a lost reply finds its own earlier delete: that ack did land.
           if (s == Settle::kNotFound && attempt.after_connection_loss) s = Settle::kOk;

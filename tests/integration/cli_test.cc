@@ -1,0 +1,305 @@
+// The txmq command's contract: arguments, outputs, exit codes (README "The txmq command").
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "support.h"
+
+namespace txmq {
+namespace {
+
+using nlohmann::json;
+using test::run_txmq;
+using test::topic_for_test;
+
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> lines;
+  std::size_t start = 0;
+  while (start < out.size()) {
+    std::size_t nl = out.find('\n', start);
+    lines.push_back(json::parse(out.substr(start, nl - start)));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+std::string base64_decode(const std::string& in) {
+  std::string out;
+  int val = 0, bits = -8;
+  for (char c : in) {
+    const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char* p = std::strchr(table, c);
+    if (c == '=' || p == nullptr) break;
+    val = (val << 6) + static_cast<int>(p - table);
+    bits += 6;
+    if (bits >= 0) {
+      out += static_cast<char>((val >> bits) & 0xFF);
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+TEST(Cli, TopicLifecycleAndExitCodes) {
+  std::string name = topic_for_test();
+  auto r = run_txmq({"topic", "create", name, "--lease", "10", "--max-attempts", "3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(run_txmq({"topic", "create", name, "--lease", "10", "--max-attempts", "3"}).exit_code,
+            0);
+  r = run_txmq({"topic", "create", name, "--lease", "20"});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("other settings"), std::string::npos) << r.err;
+  r = run_txmq({"--json", "topic", "list"});
+  EXPECT_EQ(r.exit_code, 0);
+  bool listed = false;
+  for (const json& j : json_lines(r.out)) {
+    if (j["name"] == name) {
+      listed = true;
+      EXPECT_EQ(j["lease_seconds"], 10);
+      EXPECT_EQ(j["max_attempts"], 3);
+      EXPECT_EQ(j["max_payload_bytes"], 1048576);
+    }
+  }
+  EXPECT_TRUE(listed) << r.out;
+  EXPECT_EQ(run_txmq({"topic", "drop", name}).exit_code, 0);
+  r = run_txmq({"topic", "drop", name});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos);
+  EXPECT_EQ(run_txmq({"stats", name}).exit_code, 3);
+  EXPECT_EQ(run_txmq({"send", name, "x"}).exit_code, 3);
+}
+
+TEST(Cli, BadNamesExitFive) {
+  for (const std::string& bad :
+       {std::string("x; DROP TABLE t"), std::string(""), std::string(200, 'n'),
+        std::string("UPPER"), std::string("a'b"), std::string("\xff\xfe")}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"topic", "create", bad}, {"topic", "drop", bad},
+          {"send", bad, "x"}, {"receive", bad}, {"stats", bad}, {"inflight", bad},
+          {"dead", "list", bad}}) {
+      auto r = run_txmq(args);
+      EXPECT_EQ(r.exit_code, 5) << args[0] << " '" << bad << "': " << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find("invalid topic name"), std::string::npos) << r.err;
+    }
+  }
+}
+
+TEST(Cli, UsageErrorsExitOne) {
+  EXPECT_EQ(run_txmq({}).exit_code, 1);
+  EXPECT_EQ(run_txmq({"frobnicate"}).exit_code, 1);
+  EXPECT_EQ(run_txmq({"receive"}).exit_code, 1);
+  EXPECT_EQ(run_txmq({"topic", "create", "x", "--max-attempts", "many"}).exit_code, 1);
+  EXPECT_EQ(run_txmq({"--help"}).exit_code, 0);
+}
+
+TEST(Cli, SendReceiveAckJson) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  auto r = run_txmq({"send", name, "--key", "customer-7", "hello world"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::uint64_t id = std::stoull(r.out);
+  r = run_txmq({"stats", name, "--json"});
+  json stats = json::parse(r.out);
+  EXPECT_EQ(stats["topic"], name);
+  EXPECT_EQ(stats["ready"], 1);
+  EXPECT_EQ(stats["in_flight"], 0);
+  EXPECT_EQ(stats["delayed"], 0);
+  EXPECT_EQ(stats["dead"], 0);
+  EXPECT_TRUE(stats["oldest_ready_age_seconds"].is_number());
+
+  r = run_txmq({"receive", name, "--json", "--max", "5", "--lease", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["id"], id);
+  EXPECT_EQ(lines[0]["attempt"], 1);
+  EXPECT_EQ(lines[0]["key"], "customer-7");
+  EXPECT_EQ(lines[0]["payload"], "hello world");
+  EXPECT_TRUE(lines[0]["enqueued_at"].is_string());
+  std::string receipt = lines[0]["receipt"];
+
+  r = run_txmq({"inflight", name, "--json"});
+  auto inflight = json_lines(r.out);
+  ASSERT_EQ(inflight.size(), 1u);
+  EXPECT_EQ(inflight[0]["id"], id);
+  EXPECT_EQ(inflight[0]["attempt"], 1);
+  EXPECT_NE(inflight[0]["owner"].get<std::string>().find(':'), std::string::npos);  // host:pid
+
+  r = run_txmq({"extend", name, receipt, "--lease", "120"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_txmq({"ack", name, receipt});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_txmq({"ack", name, receipt});
+  EXPECT_EQ(r.exit_code, 3);
+  r = run_txmq({"ack", name, "12.zzzz"});
+  EXPECT_EQ(r.exit_code, 5);
+
+  // Nothing to receive: no output, exit 0.
+  r = run_txmq({"receive", name, "--json"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(Cli, LateAckExitsFour) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  ASSERT_EQ(run_txmq({"send", name, "x"}).exit_code, 0);
+  auto first = json_lines(run_txmq({"receive", name, "--json", "--lease", "0.2"}).out);
+  ASSERT_EQ(first.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto second = json_lines(run_txmq({"receive", name, "--json"}).out);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0]["attempt"], 2);
+  auto r = run_txmq({"ack", name, first[0]["receipt"]});
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_NE(r.err.find("lease lost"), std::string::npos);
+  r = run_txmq({"nack", name, first[0]["receipt"]});
+  EXPECT_EQ(r.exit_code, 4);
+  // A good receipt of another message and the stale one in one call: the good one is applied,
+  // the stale one refused, and the exit code says so.
+  ASSERT_EQ(run_txmq({"send", name, "y"}).exit_code, 0);
+  auto other = json_lines(run_txmq({"receive", name, "--json"}).out);
+  ASSERT_EQ(other.size(), 1u);
+  r = run_txmq({"--json", "ack", name, other[0]["receipt"], first[0]["receipt"]});
+  EXPECT_EQ(r.exit_code, 4);
+  auto results = json_lines(r.out);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0]["result"], "ok");
+  EXPECT_EQ(results[1]["result"], "lease_lost");
+  EXPECT_EQ(json::parse(run_txmq({"stats", name, "--json"}).out)["in_flight"], 1);
+  EXPECT_EQ(run_txmq({"ack", name, second[0]["receipt"]}).exit_code, 0);
+  // Its message is gone now: the stale receipt finds nothing.
+  EXPECT_EQ(run_txmq({"ack", name, first[0]["receipt"]}).exit_code, 3);
+}
+
+TEST(Cli, BinaryPayloadFromStdinRoundTrips) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  std::string payload;
+  for (int i = 0; i < 256; ++i) payload += static_cast<char>(i);
+  payload += std::string("\0\0end\n", 6);
+  auto r = run_txmq({"send", name}, payload);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_txmq({"receive", name, "--json"});
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_TRUE(lines[0].contains("payload_base64")) << r.out;
+  EXPECT_FALSE(lines[0].contains("payload"));
+  EXPECT_EQ(base64_decode(lines[0]["payload_base64"]), payload);
+}
+
+TEST(Cli, SendBatchLines) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  // An empty line is an empty message; a missing final newline is fine; bytes are kept.
+  auto r = run_txmq({"--json", "send-batch", name}, std::string("a\n\nb c\r\n\xff\x01", 10));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json summary = json::parse(r.out);
+  EXPECT_EQ(summary["count"], 4);
+  EXPECT_EQ(summary["last_id"].get<std::uint64_t>() - summary["first_id"].get<std::uint64_t>(),
+            3u);
+  auto lines = json_lines(run_txmq({"receive", name, "--json", "--max", "10"}).out);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0]["payload"], "a");
+  EXPECT_EQ(lines[1]["payload"], "");
+  EXPECT_EQ(lines[2]["payload"], "b c\r");
+  EXPECT_EQ(base64_decode(lines[3]["payload_base64"]), "\xff\x01");
+
+  // From a file, with a final newline: it does not make an extra message.
+  std::string file = test::scratch_dir() + "/batch.txt";
+  std::ofstream(file) << "one\ntwo\nthree\n";
+  r = run_txmq({"send-batch", name, file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("sent 3 messages, ids "), std::string::npos) << r.out;
+}
+
+TEST(Cli, SendBatchIsRefusedWholeWhenOneLineIsTooLarge) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name, "--max-payload", "10"}).exit_code, 0);
+  auto r = run_txmq({"send-batch", name}, "ok\nfine\nthis line is too long\nok\n");
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("message 3 of the batch"), std::string::npos) << r.err;
+  EXPECT_EQ(json::parse(run_txmq({"stats", name, "--json"}).out)["ready"], 0);
+  r = run_txmq({"send", name, "0123456789"});
+  EXPECT_EQ(r.exit_code, 0);
+  r = run_txmq({"send", name, "0123456789x"});
+  EXPECT_EQ(r.exit_code, 5);
+}
+
+TEST(Cli, HostileInputsLeaveTheDatabaseIntact) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  std::string hostile = "'); DROP TABLE txmq_topics; -- \" ` \\ %";
+  auto r = run_txmq({"send", name, "--key", hostile, hostile});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = json_lines(run_txmq({"receive", name, "--json"}).out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["payload"], hostile);
+  EXPECT_EQ(lines[0]["key"], hostile);
+  EXPECT_EQ(run_txmq({"nack", name, lines[0]["receipt"], "--delay", "-5"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"receive", name, "--max", "0"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"receive", name, "--max", "99999999"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"send", name, "--delay", "1e300", "x"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"send", name, "--key", std::string(300, 'k'), "x"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"--dsn", "mysql://u@h/db?sockte=/x", "topic", "list"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"topic", "list"}).exit_code, 0);  // catalog still there
+}
+
+TEST(Cli, DeadLettersListAndRequeue) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name, "--max-attempts", "1"}).exit_code, 0);
+  ASSERT_EQ(run_txmq({"send", name, "doomed"}).exit_code, 0);
+  auto got = json_lines(run_txmq({"receive", name, "--json"}).out);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(run_txmq({"nack", name, got[0]["receipt"]}).exit_code, 0);
+  auto dead = json_lines(run_txmq({"dead", "list", name, "--json"}).out);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0]["payload"], "doomed");
+  EXPECT_EQ(dead[0]["attempts"], 1);
+  auto r = run_txmq({"dead", "requeue", name, fmt::format("{}", dead[0]["id"].get<long>())});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto again = json_lines(run_txmq({"receive", name, "--json"}).out);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0]["attempt"], 1);
+  EXPECT_EQ(run_txmq({"dead", "requeue", name, "123456789"}).exit_code, 3);
+}
+
+TEST(Cli, DelayedSendAndNackDelay) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  ASSERT_EQ(run_txmq({"send", name, "--delay", "30", "later"}).exit_code, 0);
+  EXPECT_TRUE(run_txmq({"receive", name}).out.empty());
+  EXPECT_EQ(json::parse(run_txmq({"stats", name, "--json"}).out)["delayed"], 1);
+}
+
+TEST(Cli, EmbeddedDefaultStartsReusesAndStops) {
+  std::string home = test::scratch_dir() + "/home";
+  std::map<std::string, std::string> env = {{"TXMQ_DSN", ""}, {"TXMQ_HOME", home}};
+  auto r = run_txmq({"topic", "create", "embedded"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("started the local MariaDB server"), std::string::npos) << r.err;
+  r = run_txmq({"send", "embedded", "kept"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;  // reused, not started again
+  r = run_txmq({"--json", "local", "status"}, "", env);
+  json status = json::parse(r.out);
+  EXPECT_TRUE(status["running"].get<bool>());
+  EXPECT_EQ(status["home"], home);
+  r = run_txmq({"local", "stop"}, "", env);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "stopped\n");
+  EXPECT_FALSE(json::parse(run_txmq({"--json", "local", "status"}, "", env).out)["running"]);
+  // Data survives a restart: the message sent before the stop is still there.
+  r = run_txmq({"--json", "receive", "embedded"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"payload\":\"kept\""), std::string::npos) << r.out;
+  EXPECT_EQ(run_txmq({"local", "stop"}, "", env).exit_code, 0);
+  EXPECT_EQ(run_txmq({"local", "stop"}, "", env).out, "not running\n");
+}
+
+}  // namespace
+}  // namespace txmq

@@ -1,0 +1,118 @@
+// txmq consume --exec: real handler processes, real signals.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "support.h"
+
+namespace txmq {
+namespace {
+
+using namespace std::chrono_literals;
+using test::run_txmq;
+using test::topic_for_test;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string line; std::getline(ss, line);) out.push_back(line);
+  return out;
+}
+
+TEST(Consume, RunsTheCommandPerMessageAndAcks) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  std::vector<OutgoingMessage> batch;
+  for (int i = 0; i < 40; ++i) batch.push_back({fmt::format("payload-{}", i), {}, {}});
+  auto ids = c->send_batch(name, batch);
+  std::string dir = test::scratch_dir();
+  // Each handler writes its own file: payload, then the environment it was given.
+  std::string cmd = fmt::format(
+      "f={}/$TXMQ_MESSAGE_ID; cat > $f.tmp; echo \" $TXMQ_TOPIC $TXMQ_ATTEMPT\" >> $f.tmp; "
+      "mv $f.tmp $f",
+      dir);
+  auto r = run_txmq({"consume", name, "--exec", cmd, "--concurrency", "4", "--exit-when-empty"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(read_file(fmt::format("{}/{}", dir, ids[i])),
+              fmt::format("payload-{} {} 1\n", i, name));
+  }
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.ready + s.in_flight + s.delayed, 0u);
+  EXPECT_NE(r.err.find("40 acked"), std::string::npos) << r.err;
+}
+
+TEST(Consume, FailingHandlerNacksWithBackoff) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send(name, "will fail");
+  auto r = run_txmq({"consume", name, "--exec", "cat > /dev/null; exit 3", "--max-messages", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("exited with 3"), std::string::npos) << r.err;
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.delayed, 1u);  // back later, not at once
+  auto again = c->receive(name, ReceiveOptions{.wait = 5s});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);
+}
+
+TEST(Consume, LongHandlerKeepsItsLease) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send(name, "slow");
+  auto consumer = test::start_txmq(
+      {"consume", name, "--exec", "sleep 3", "--lease", "1", "--max-messages", "1"});
+  for (int i = 0; i < 100 && c->stats(name).in_flight == 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(c->stats(name).in_flight, 1u);
+  // For 2.5 s more, over twice the 1 s lease, nobody else may take the message.
+  auto until = std::chrono::steady_clock::now() + 2500ms;
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_TRUE(c->receive(name).empty());
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(consumer.wait(), 0) << consumer.err();
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.ready + s.in_flight + s.delayed, 0u) << consumer.err();
+}
+
+TEST(Consume, SigtermLetsRunningHandlersFinish) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  for (int i = 0; i < 3; ++i) c->send(name, fmt::format("m{}", i));
+  std::string dir = test::scratch_dir();
+  auto consumer = test::start_txmq(
+      {"consume", name, "--exec", fmt::format("sleep 1.5; cat >> {}/done", dir)});
+  for (int i = 0; i < 100 && c->stats(name).in_flight == 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(c->stats(name).in_flight, 1u);
+  kill(consumer.pid, SIGTERM);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(consumer.wait(), 0) << consumer.err();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(read_file(dir + "/done"), "m0");  // the running handler finished...
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.in_flight, 0u);  // ...and was acked
+  EXPECT_EQ(s.ready, 2u);      // nothing more was claimed after the signal
+}
+
+}  // namespace
+}  // namespace txmq

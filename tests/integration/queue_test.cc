@@ -1,0 +1,444 @@
+// The queue's guarantees against a real MariaDB, through the public API.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "support.h"
+
+namespace txmq {
+namespace {
+
+using namespace std::chrono_literals;
+using test::client;
+using test::topic_for_test;
+
+std::vector<OutgoingMessage> numbered(int n, const std::string& prefix = "m") {
+  std::vector<OutgoingMessage> out;
+  for (int i = 0; i < n; ++i) out.push_back({fmt::format("{}{}", prefix, i), std::nullopt, {}});
+  return out;
+}
+
+TEST(Topics, CreateIsIdempotentAndRefusesOtherSettings) {
+  auto c = client();
+  std::string name = topic_for_test();
+  TopicOptions options{.lease = 10s, .max_attempts = 3, .max_payload_bytes = 1000};
+  EXPECT_TRUE(c->create_topic(name, options));
+  EXPECT_FALSE(c->create_topic(name, options));
+  try {
+    c->create_topic(name, TopicOptions{.lease = 11s, .max_attempts = 3, .max_payload_bytes = 1000});
+    FAIL() << "different settings accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kAlreadyExists);
+  }
+  TopicInfo info = c->topic(name);
+  EXPECT_EQ(info.options, options);
+  auto topics = c->list_topics();
+  EXPECT_TRUE(std::any_of(topics.begin(), topics.end(), [&](auto& t) { return t.name == name; }));
+  c->drop_topic(name);
+  EXPECT_THROW(c->topic(name), Error);
+  try {
+    c->drop_topic(name);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kNotFound);
+  }
+}
+
+TEST(Topics, BadNamesAreRefusedBeforeAnyStatement) {
+  auto c = client();
+  std::size_t before = c->list_topics().size();
+  for (const std::string& bad :
+       {std::string("x; DROP TABLE t"), std::string(""), std::string(200, 'a'),
+        std::string("UPPER"), std::string("txmq_topics`; --"), std::string("a\0b", 3)}) {
+    for (auto op : std::vector<std::function<void()>>{
+             [&] { c->create_topic(bad); }, [&] { c->send(bad, "x"); },
+             [&] { c->receive(bad); }, [&] { c->stats(bad); }, [&] { c->drop_topic(bad); }}) {
+      try {
+        op();
+        FAIL() << "accepted " << bad;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::kInvalidArgument) << bad;
+        EXPECT_NE(std::string(e.what()).find("invalid topic name"), std::string::npos);
+      }
+    }
+  }
+  EXPECT_EQ(c->list_topics().size(), before);  // the catalog is intact
+}
+
+TEST(Topics, MissingTopicIsNotFound) {
+  auto c = client();
+  std::string name = topic_for_test();
+  for (auto op : std::vector<std::function<void()>>{[&] { c->send(name, "x"); },
+                                                    [&] { c->receive(name); },
+                                                    [&] { c->stats(name); }}) {
+    try {
+      op();
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kNotFound);
+      EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Send, PayloadAtAndOverTheLimit) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.max_payload_bytes = 1000});
+  EXPECT_GT(c->send(name, std::string(1000, 'x')), 0u);
+  try {
+    c->send(name, std::string(1001, 'x'));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("1001 bytes"), std::string::npos) << e.what();
+  }
+  auto batch = numbered(10);
+  batch[7].payload = std::string(1001, 'y');
+  try {
+    c->send_batch(name, batch);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("message 8 of the batch"), std::string::npos);
+  }
+  EXPECT_EQ(c->stats(name).ready, 1u);  // only the first send
+}
+
+TEST(Send, BinaryPayloadsRoundTripByteForByte) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  std::string all_bytes;
+  for (int i = 0; i < 256; ++i) all_bytes += static_cast<char>(i);
+  std::mt19937 rng(7);
+  std::string random(300000, '\0');
+  for (char& ch : random) ch = static_cast<char>(rng());
+  std::vector<std::string> payloads = {all_bytes, std::string("\0\0\0", 3), "", random,
+                                       "caf\xc3\xa9"};
+  std::string binary_key("k\0\xff", 3);
+  for (const std::string& p : payloads) c->send(name, p, SendOptions{.key = binary_key});
+  auto got = c->receive(name, ReceiveOptions{.max_messages = 10});
+  ASSERT_EQ(got.size(), payloads.size());
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    EXPECT_EQ(got[i].payload, payloads[i]) << i;
+    EXPECT_EQ(got[i].key, binary_key);
+  }
+}
+
+// A batch that fails after several of its INSERT statements have run leaves nothing behind.
+TEST(Send, BatchFailingMidwayLeavesNothing) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  auto a = test::admin();
+  // A real server-side failure in the middle: a trigger that refuses one payload.
+  a->query(fmt::format("CREATE TRIGGER `{}_poison` BEFORE INSERT ON `txmq_q_{}` FOR EACH ROW "
+                       "IF NEW.payload = 'poison' THEN SIGNAL SQLSTATE '45000' SET "
+                       "MESSAGE_TEXT = 'poisoned'; END IF",
+                       name, name));
+  auto batch = numbered(5000);
+  batch[4321].payload = "poison";  // in the fifth multi-row INSERT
+  EXPECT_THROW(c->send_batch(name, batch), Error);
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.ready + s.delayed + s.in_flight, 0u);
+  EXPECT_TRUE(c->receive(name, ReceiveOptions{.max_messages = 100}).empty());
+  batch[4321].payload = "fine";
+  auto ids = c->send_batch(name, batch);
+  EXPECT_EQ(ids.size(), 5000u);
+  EXPECT_EQ(c->stats(name).ready, 5000u);
+}
+
+TEST(Send, LargeBatchesReturnIdsInOrder) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  for (int n : {10000, 100000}) {
+    auto batch = numbered(n, "b");
+    auto ids = c->send_batch(name, batch);
+    ASSERT_EQ(ids.size(), static_cast<std::size_t>(n));
+    EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+    EXPECT_EQ(std::set<std::uint64_t>(ids.begin(), ids.end()).size(), ids.size());
+  }
+  EXPECT_EQ(c->stats(name).ready, 110000u);
+  // The id of a received message maps back to its payload.
+  auto got = c->receive(name, ReceiveOptions{.max_messages = 3});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].payload, "b0");
+  EXPECT_EQ(got[2].payload, "b2");
+}
+
+TEST(Claim, SingleProducerIdOrder) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  std::vector<std::uint64_t> sent;
+  for (int i = 0; i < 200; ++i) sent.push_back(c->send(name, fmt::format("{}", i)));
+  ASSERT_TRUE(std::is_sorted(sent.begin(), sent.end()));
+  std::vector<std::uint64_t> got;
+  for (;;) {
+    auto batch = c->receive(name, ReceiveOptions{.max_messages = 7});
+    if (batch.empty()) break;
+    for (auto& m : batch) {
+      got.push_back(m.id);
+      EXPECT_EQ(m.payload, fmt::format("{}", got.size() - 1));
+      EXPECT_EQ(c->ack(name, m.receipt), Settle::kOk);
+    }
+  }
+  EXPECT_EQ(got, sent);
+}
+
+TEST(Claim, CompetingConsumersGetEveryIdExactlyOnce) {
+  auto producer = client();
+  std::string name = topic_for_test();
+  producer->create_topic(name);
+  auto ids = producer->send_batch(name, numbered(6000));
+  constexpr int kThreads = 8;
+  std::mutex mutex;
+  std::vector<std::uint64_t> received;
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        auto c = client(fmt::format("consumer-{}", t));
+        for (;;) {
+          auto batch = c->receive(name, ReceiveOptions{.max_messages = 1 + t * 5});
+          if (batch.empty()) break;
+          std::vector<std::string> receipts;
+          for (auto& m : batch) receipts.push_back(m.receipt);
+          for (Settle s : c->ack(name, receipts)) {
+            if (s != Settle::kOk) errors++;
+          }
+          std::lock_guard lock(mutex);
+          for (auto& m : batch) received.push_back(m.id);
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        errors++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::sort(received.begin(), received.end());
+  EXPECT_EQ(received, ids);  // every id, once: nothing lost, nothing twice
+  TopicStats s = producer->stats(name);
+  EXPECT_EQ(s.ready + s.in_flight + s.delayed, 0u);
+}
+
+TEST(Lease, ExpiredLeaseRedeliversAndFencesTheOldReceipt) {
+  auto a = client("first");
+  auto b = client("second");
+  std::string name = topic_for_test();
+  a->create_topic(name);
+  std::uint64_t id = a->send(name, "work");
+  auto first = a->receive(name, ReceiveOptions{.lease = 300ms});
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].attempt, 1);
+  EXPECT_TRUE(b->receive(name).empty());  // leased: nobody else gets it
+  auto inflight = a->in_flight(name);
+  ASSERT_EQ(inflight.size(), 1u);
+  EXPECT_EQ(inflight[0].id, id);
+  EXPECT_EQ(inflight[0].owner, "first");
+  EXPECT_EQ(inflight[0].attempt, 1);
+
+  std::this_thread::sleep_for(400ms);
+  auto second = b->receive(name, ReceiveOptions{.lease = 30s});
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].id, id);
+  EXPECT_EQ(second[0].attempt, 2);
+  EXPECT_NE(second[0].receipt, first[0].receipt);
+  EXPECT_EQ(a->in_flight(name).at(0).owner, "second");
+
+  // The late owner is refused, whatever it tries; the new owner's lease is untouched.
+  EXPECT_EQ(a->ack(name, first[0].receipt), Settle::kLeaseLost);
+  EXPECT_EQ(a->nack(name, first[0].receipt), Settle::kLeaseLost);
+  EXPECT_EQ(a->extend(name, first[0].receipt, 60s), Settle::kLeaseLost);
+  EXPECT_EQ(a->stats(name).in_flight, 1u);
+  EXPECT_EQ(b->ack(name, second[0].receipt), Settle::kOk);
+  EXPECT_EQ(b->ack(name, second[0].receipt), Settle::kNotFound);
+  EXPECT_EQ(a->stats(name).in_flight, 0u);
+}
+
+TEST(Lease, ExtendKeepsTheMessage) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send(name, "long job");
+  auto got = c->receive(name, ReceiveOptions{.lease = 300ms});
+  ASSERT_EQ(got.size(), 1u);
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(150ms);
+    EXPECT_EQ(c->extend(name, got[0].receipt, 300ms), Settle::kOk);
+  }
+  EXPECT_TRUE(c->receive(name).empty());  // 600 ms after a 300 ms lease: still ours
+  EXPECT_EQ(c->ack(name, got[0].receipt), Settle::kOk);
+}
+
+TEST(Lease, NackWithDelay) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send(name, "retry me");
+  auto got = c->receive(name);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(c->nack(name, got[0].receipt, 700ms), Settle::kOk);
+  EXPECT_EQ(c->ack(name, got[0].receipt), Settle::kLeaseLost);  // nack released it
+  EXPECT_TRUE(c->receive(name).empty());
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.delayed, 1u);
+  EXPECT_EQ(s.ready, 0u);
+  auto start = std::chrono::steady_clock::now();
+  auto again = c->receive(name, ReceiveOptions{.wait = 5s});
+  auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);
+  EXPECT_GE(waited, 400ms);
+  EXPECT_LT(waited, 3s);
+}
+
+TEST(Lease, DelayedSend) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send(name, "later", SendOptions{.delay = 600ms});
+  c->send(name, "now");
+  auto first = c->receive(name, ReceiveOptions{.max_messages = 10});
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].payload, "now");
+  EXPECT_EQ(c->stats(name).delayed, 1u);
+  auto later = c->receive(name, ReceiveOptions{.wait = 5s});
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].payload, "later");
+}
+
+TEST(DeadLetters, AfterMaxAttemptsThenRequeue) {
+  auto c = client("worker");
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.lease = 30s, .max_attempts = 2});
+  std::uint64_t id = c->send(name, "bad", SendOptions{.key = "k1"});
+  c->send(name, "good");
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    auto got = c->receive(name);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].id, id);
+    EXPECT_EQ(got[0].attempt, attempt);
+    EXPECT_EQ(c->nack(name, got[0].receipt), Settle::kOk);
+  }
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.dead, 1u);
+  EXPECT_EQ(s.ready, 1u);
+  auto dead = c->dead_letters(name);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].id, id);
+  EXPECT_EQ(dead[0].payload, "bad");
+  EXPECT_EQ(dead[0].key, "k1");
+  EXPECT_EQ(dead[0].attempts, 2);
+  EXPECT_EQ(dead[0].last_owner, "worker");
+
+  EXPECT_EQ(c->requeue_dead(name), 1u);
+  EXPECT_EQ(c->stats(name).dead, 0u);
+  auto again = c->receive(name);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].id, id);  // keeps its id, so its place in order
+  EXPECT_EQ(again[0].attempt, 1);
+  EXPECT_EQ(again[0].payload, "bad");
+}
+
+TEST(DeadLetters, ExpiredLeasesCountAsAttempts) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.lease = 30s, .max_attempts = 1});
+  std::uint64_t id = c->send(name, "crashes its consumer");
+  std::uint64_t next = c->send(name, "fine");
+  ASSERT_EQ(c->receive(name, ReceiveOptions{.lease = 100ms}).size(), 1u);
+  std::this_thread::sleep_for(200ms);
+  // The expired message is dead-lettered by the claim, which goes on to the next one.
+  auto got = c->receive(name);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id, next);
+  auto dead = c->dead_letters(name);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].id, id);
+  // Requeue by id; unknown ids are skipped.
+  std::vector<std::uint64_t> ids = {id, 999999999};
+  EXPECT_EQ(c->requeue_dead(name, ids), 1u);
+}
+
+TEST(Receive, WaitReturnsEarlyWhenAMessageArrives) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  std::thread producer([&] {
+    std::this_thread::sleep_for(300ms);
+    client()->send(name, "hello");
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto got = c->receive(name, ReceiveOptions{.wait = 10s});
+  auto waited = std::chrono::steady_clock::now() - start;
+  producer.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LT(waited, 3s);
+  start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(c->receive(name, ReceiveOptions{.wait = 500ms}).empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 450ms);
+}
+
+TEST(Receive, RefusesBadOptions) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  EXPECT_THROW(c->receive(name, ReceiveOptions{.max_messages = 0}), Error);
+  EXPECT_THROW(c->receive(name, ReceiveOptions{.max_messages = 10001}), Error);
+  EXPECT_THROW(c->receive(name, ReceiveOptions{.lease = Micros(-1)}), Error);
+  EXPECT_THROW(c->ack(name, "not-a-receipt"), Error);
+}
+
+TEST(Stats, CountsEachState) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send_batch(name, numbered(5));
+  c->send(name, "delayed", SendOptions{.delay = 60s});
+  std::this_thread::sleep_for(50ms);
+  auto got = c->receive(name, ReceiveOptions{.max_messages = 2});
+  ASSERT_EQ(got.size(), 2u);
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.topic, name);
+  EXPECT_EQ(s.ready, 3u);
+  EXPECT_EQ(s.in_flight, 2u);
+  EXPECT_EQ(s.delayed, 1u);
+  EXPECT_EQ(s.dead, 0u);
+  EXPECT_GT(s.oldest_ready_age_seconds, 0.03);
+  EXPECT_LT(s.oldest_ready_age_seconds, 60);
+}
+
+// DESIGN.md: the claim must walk the primary key in order and stop after LIMIT rows; a plan with
+// a filesort would lock every row it sorts.
+TEST(Plan, ClaimWalksThePrimaryKey) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send_batch(name, numbered(2000));
+  auto a = test::admin();
+  internal::Result r = a->execute(
+      fmt::format("EXPLAIN SELECT id FROM `txmq_q_{}` FORCE INDEX (PRIMARY) WHERE visible_at <= "
+                  "NOW(6) ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED",
+                  name),
+      {});
+  ASSERT_EQ(r.rows.size(), 1u);
+  // EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref, rows, Extra
+  EXPECT_EQ(r.rows[0].bytes(5), "PRIMARY");
+  EXPECT_EQ(r.rows[0].bytes(9).find("filesort"), std::string::npos) << r.rows[0].bytes(9);
+}
+
+}  // namespace
+}  // namespace txmq

@@ -1,0 +1,226 @@
+#include "support.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "db/dsn.h"
+#include "txmq/local.h"
+
+extern char** environ;
+
+namespace txmq::test {
+
+const std::string& dsn() {
+  static const std::string value = [] {
+    if (const char* e = std::getenv("TXMQ_TEST_DSN"); e != nullptr && *e != '\0') {
+      return std::string(e);
+    }
+    return LocalServer::ensure_running({});
+  }();
+  return value;
+}
+
+std::unique_ptr<Client> client(const std::string& consumer_name) {
+  ClientOptions o;
+  o.dsn = dsn();
+  o.consumer_name = consumer_name;
+  return std::make_unique<Client>(o);
+}
+
+std::unique_ptr<internal::Connection> admin() {
+  return std::make_unique<internal::Connection>(internal::parse_dsn(dsn()));
+}
+
+std::string topic_for_test(const std::string& suffix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string full = fmt::format("{}_{}{}", info->test_suite_name(), info->name(), suffix);
+  std::string name = "t_";
+  for (char c : full) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      name += '_';
+    }
+  }
+  if (name.size() > 40) {
+    name = fmt::format("{}_{:x}", name.substr(0, 31), std::hash<std::string>{}(full) & 0xffffffu);
+  }
+  auto c = client();
+  try {
+    c->drop_topic(name);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kNotFound) throw;
+  }
+  return name;
+}
+
+std::string scratch_dir() {
+  std::string pattern = "/tmp/txmq-test-XXXXXX";
+  char* made = mkdtemp(pattern.data());
+  if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+  return made;
+}
+
+namespace {
+
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& env) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  merged["TXMQ_DSN"] = dsn();
+  for (auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> out;
+  for (auto& [k, v] : merged) {
+    if (k == "TXMQ_DSN" && v.empty()) continue;  // an explicit "" removes it
+    out.push_back(k + "=" + v);
+  }
+  return out;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (auto& s : strings) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
+int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+ProcessResult run_txmq(const std::vector<std::string>& args, const std::string& input,
+                       const std::map<std::string, std::string>& env,
+                       std::chrono::seconds timeout) {
+  std::vector<std::string> argv_s = {TXMQ_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<std::string> env_s = child_environment(env);
+  auto argv = pointers(argv_s);
+  auto envp = pointers(env_s);
+
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 ||
+      pipe2(err_pipe, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe failed");
+  }
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in_pipe[0], 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+  ProcessResult result;
+  std::size_t written = 0;
+  int in_fd = in_pipe[1];
+  if (input.empty()) {
+    close(in_fd);
+    in_fd = -1;
+  }
+  bool out_open = true, err_open = true;
+  auto deadline = start + timeout;
+  while (out_open || err_open) {
+    std::vector<pollfd> fds;
+    if (out_open) fds.push_back({out_pipe[0], POLLIN, 0});
+    if (err_open) fds.push_back({err_pipe[0], POLLIN, 0});
+    if (in_fd >= 0) fds.push_back({in_fd, POLLOUT, 0});
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      ADD_FAILURE() << "txmq " << fmt::format("{}", fmt::join(args, " ")) << " timed out";
+      break;
+    }
+    poll(fds.data(), fds.size(), 100);
+    for (const pollfd& p : fds) {
+      if (p.revents == 0) continue;
+      if (p.fd == in_fd) {
+        ssize_t n = write(in_fd, input.data() + written, input.size() - written);
+        if (n > 0) written += static_cast<std::size_t>(n);
+        if (n < 0 && errno != EAGAIN) written = input.size();
+        if (written >= input.size()) {
+          close(in_fd);
+          in_fd = -1;
+        }
+        continue;
+      }
+      char buf[65536];
+      ssize_t n = read(p.fd, buf, sizeof(buf));
+      std::string& sink = p.fd == out_pipe[0] ? result.out : result.err;
+      if (n > 0) {
+        sink.append(buf, static_cast<std::size_t>(n));
+      } else {
+        (p.fd == out_pipe[0] ? out_open : err_open) = false;
+      }
+    }
+  }
+  if (in_fd >= 0) close(in_fd);
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code = decode_status(status);
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+Background start_txmq(const std::vector<std::string>& args) {
+  std::string dir = scratch_dir();
+  Background b;
+  b.out_path = dir + "/out";
+  b.err_path = dir + "/err";
+  std::vector<std::string> argv_s = {TXMQ_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<std::string> env_s = child_environment({});
+  auto argv = pointers(argv_s);
+  auto envp = pointers(env_s);
+  b.pid = fork();
+  if (b.pid == 0) {
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(b.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int err = open(b.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  return b;
+}
+
+int Background::wait() {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return decode_status(status);
+}
+
+std::string Background::err() const {
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace txmq::test

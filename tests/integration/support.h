@@ -1,0 +1,50 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "db/connection.h"
+#include "txmq/client.h"
+
+namespace txmq::test {
+
+// The server under test: TXMQ_TEST_DSN, else the local server in TXMQ_HOME (the CTest fixture
+// starts it; started on demand when the binary is run by hand).
+const std::string& dsn();
+std::unique_ptr<Client> client(const std::string& consumer_name = {});
+// A raw connection for checks and for setting up faults; never used by the code under test.
+std::unique_ptr<internal::Connection> admin();
+// A topic name unique to the running test (and `suffix`), dropped first if a previous run left it.
+std::string topic_for_test(const std::string& suffix = "");
+
+struct ProcessResult {
+  int exit_code = -1;  // 128+N when killed by signal N
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// Runs the txmq command with `args`, `input` on stdin and TXMQ_DSN set (unless env overrides),
+// and kills it after `timeout`.
+ProcessResult run_txmq(const std::vector<std::string>& args, const std::string& input = "",
+                       const std::map<std::string, std::string>& env = {},
+                       std::chrono::seconds timeout = std::chrono::seconds(120));
+
+// Starts txmq in the background with stdout and stderr to files; for signal tests.
+struct Background {
+  pid_t pid = -1;
+  std::string out_path;
+  std::string err_path;
+  int wait();  // exit code as in ProcessResult
+  std::string err() const;
+};
+Background start_txmq(const std::vector<std::string>& args);
+
+std::string scratch_dir();  // a fresh temporary folder for this test
+
+}  // namespace txmq::test

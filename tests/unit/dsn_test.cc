@@ -1,0 +1,84 @@
+#include "db/dsn.h"
+
+#include <gtest/gtest.h>
+
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+TEST(DsnTest, ParsesAllParts) {
+  Dsn d = parse_dsn("mysql://app:s3cret@db.example:3307/orders?connect_timeout=7");
+  EXPECT_EQ(d.user, "app");
+  EXPECT_EQ(d.password, "s3cret");
+  EXPECT_EQ(d.host, "db.example");
+  EXPECT_EQ(d.port, 3307u);
+  EXPECT_EQ(d.database, "orders");
+  EXPECT_EQ(d.connect_timeout_seconds, 7);
+  EXPECT_TRUE(d.socket.empty());
+}
+
+TEST(DsnTest, DefaultsAndSocket) {
+  Dsn d = parse_dsn("mariadb://root@/txmq?socket=/tmp/my%20dir/s.sock");
+  EXPECT_EQ(d.host, "localhost");
+  EXPECT_EQ(d.port, 3306u);
+  EXPECT_EQ(d.password, "");
+  EXPECT_EQ(d.socket, "/tmp/my dir/s.sock");
+}
+
+TEST(DsnTest, PercentDecodesPasswordWithAt) {
+  Dsn d = parse_dsn("mysql://u:p%40ss%3Aword@h/db");
+  EXPECT_EQ(d.password, "p@ss:word");
+  EXPECT_EQ(d.host, "h");
+}
+
+TEST(DsnTest, Ipv6Host) {
+  Dsn d = parse_dsn("mysql://u@[::1]:3310/db");
+  EXPECT_EQ(d.host, "::1");
+  EXPECT_EQ(d.port, 3310u);
+}
+
+TEST(DsnTest, TlsParameters) {
+  Dsn d = parse_dsn("mysql://u@h/db?ssl-mode=verify-ca&ssl-ca=/etc/ca.pem");
+  EXPECT_EQ(d.ssl_mode, "verify-ca");
+  EXPECT_EQ(d.ssl_ca, "/etc/ca.pem");
+}
+
+void expect_refused(const char* text, const char* fragment) {
+  try {
+    parse_dsn(text);
+    FAIL() << "accepted " << text;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument) << text;
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << text << " -> " << e.what();
+  }
+}
+
+TEST(DsnTest, RefusesTyposWithClearErrors) {
+  expect_refused("mysq://u@h/db", "scheme");
+  expect_refused("u@h/db", "expected mysql://");
+  expect_refused("mysql://u@h", "missing /database");
+  expect_refused("mysql://u@h/", "missing database");
+  expect_refused("mysql://@h/db", "missing user");
+  expect_refused("mysql://u@h:99999/db", "port");
+  expect_refused("mysql://u@h:abc/db", "port");
+  expect_refused("mysql://u@h/db?sockte=/x", "unknown parameter 'sockte'");
+  expect_refused("mysql://u@h/db?ssl-mode=maybe", "ssl-mode");
+  expect_refused("mysql://u@h/db?connect_timeout=0", "connect_timeout");
+  expect_refused("mysql://u:%zz@h/db", "percent-escape in password");
+}
+
+TEST(DsnTest, ErrorsNeverEchoThePassword) {
+  try {
+    parse_dsn("mysql://u:hunter2@h:notaport/db");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+  }
+  Dsn d = parse_dsn("mysql://u:hunter2@h/db");
+  EXPECT_EQ(d.describe().find("hunter2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace txmq::internal
