@@ -22,6 +22,7 @@ txmq_install_deps() {
 }
 
 txmq_build() {
+  [ -f "$BUILD_DIR/CMakeCache.txt" ] || echo "txmq: building into $BUILD_DIR (the first build takes a few minutes)" >&2
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${TXMQ_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
   cmake --build "$BUILD_DIR" -j"$(nproc)"
 }
