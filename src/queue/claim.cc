@@ -60,16 +60,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
       }
     }
     result.dead_lettered = dead_ids.size();
-    if (!dead_ids.empty()) {
-      std::size_t n = in_list_size(dead_ids.size());
-      pad_ids(dead_ids, 0, n);
-      c.execute(fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, "
-                            "msg_key, payload) SELECT id, attempts, owner, enqueued_at, NOW(6), "
-                            "msg_key, payload FROM {} WHERE id IN {}",
-                            t.dead, t.queue, placeholders(n)),
-                dead_ids);
-      c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), dead_ids);
-    }
+    if (!dead_ids.empty()) move_to_dead_letters(c, t, std::move(dead_ids));
     if (!live.empty()) {
       const std::uint64_t token = new_lease_token();
       std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token,

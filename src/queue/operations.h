@@ -15,6 +15,10 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
                                       std::span<const OutgoingMessage> messages);
 
+// Moves the given rows from the queue table to the dead-letter table; inside the caller's
+// transaction, which holds their row locks. REQUIRES: ids is not empty.
+void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids);
+
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
                              const ReceiveOptions& options);
 

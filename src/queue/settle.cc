@@ -26,6 +26,17 @@ auto on_topic(QueueContext& q, std::string_view topic, F&& fn) {
 
 }  // namespace
 
+void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids) {
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
+  c.execute(fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
+                        "payload) SELECT id, attempts, owner, enqueued_at, NOW(6), msg_key, "
+                        "payload FROM {} WHERE id IN {}",
+                        t.dead, t.queue, placeholders(n)),
+            ids);
+  c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
+}
+
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts) {
   const TopicTables t = topic_tables(topic);
@@ -95,12 +106,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, M
         return Settle::kLeaseLost;
       }
       if (row.rows[0].i64(0) >= info.options.max_attempts) {
-        c.execute(fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, "
-                              "msg_key, payload) SELECT id, attempts, owner, enqueued_at, NOW(6), "
-                              "msg_key, payload FROM {} WHERE id = ?",
-                              t.dead, t.queue),
-                  {r.id});
-        c.execute(fmt::format("DELETE FROM {} WHERE id = ?", t.queue), {r.id});
+        move_to_dead_letters(c, t, {r.id});
       } else {
         c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
                               "lease_token = NULL, owner = NULL WHERE id = ?",
