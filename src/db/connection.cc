@@ -248,10 +248,9 @@ Result Statement::execute(std::span<const Param> params) {
     throw Error(Errc::kInternal, fmt::format("statement expects {} parameters, got {}",
                                              mysql_stmt_param_count(stmt_), n));
   }
-  std::vector<MYSQL_BIND> binds(n);
+  std::vector<MYSQL_BIND> binds(n);  // value-initialised: zeroed
   std::vector<unsigned long> lengths(n);
   std::vector<long long> integers(n);
-  std::memset(binds.data(), 0, sizeof(MYSQL_BIND) * n);
   for (std::size_t i = 0; i < n; ++i) {
     MYSQL_BIND& b = binds[i];
     if (std::holds_alternative<std::nullptr_t>(params[i])) {
@@ -291,7 +290,6 @@ Result Statement::execute(std::span<const Param> params) {
   const unsigned columns = mysql_num_fields(meta);
   MYSQL_FIELD* fields = mysql_fetch_fields(meta);
   std::vector<MYSQL_BIND> out(columns);
-  std::memset(out.data(), 0, sizeof(MYSQL_BIND) * columns);
   std::vector<long long> ints(columns);
   std::vector<unsigned long> out_lengths(columns);
   std::vector<my_bool> nulls(columns);
