@@ -279,6 +279,11 @@ TEST(Cli, DelayedSendAndNackDelay) {
 TEST(Cli, EmbeddedDefaultStartsReusesAndStops) {
   std::string home = test::scratch_dir() + "/home";
   std::map<std::string, std::string> env = {{"TXMQ_DSN", ""}, {"TXMQ_HOME", home}};
+  // Whatever fails below, the server this test starts is stopped when it ends.
+  struct StopAtEnd {
+    std::map<std::string, std::string> env;
+    ~StopAtEnd() { run_txmq({"local", "stop"}, "", env); }
+  } stop_at_end{env};
   auto r = run_txmq({"topic", "create", "embedded"}, "", env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("started the local MariaDB server"), std::string::npos) << r.err;
