@@ -28,8 +28,9 @@ void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n) {
   while (params.size() - from < n) params.push_back(last);
 }
 
-void rethrow_for_topic(const Error& error, std::string_view topic) {
+void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_view topic) {
   if (error.code() == Errc::kNotFound) {
+    catalog.forget(topic);
     throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic),
                 error.server_errno());
   }

@@ -114,13 +114,8 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
   // Polling with growing pauses while waiting; a claim that finds nothing reads one index page.
   Micros pause = std::chrono::milliseconds(10);
   for (;;) {
-    ClaimResult claimed;
-    try {
-      claimed = claim_once(q, info, tables, options.max_messages, lease);
-    } catch (const Error& e) {
-      if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
-      rethrow_for_topic(e, topic);
-    }
+    ClaimResult claimed = on_topic(
+        q, topic, [&] { return claim_once(q, info, tables, options.max_messages, lease); });
     if (!claimed.messages.empty()) return std::move(claimed.messages);
     if (claimed.dead_lettered > 0) continue;  // only dead letters were in front: look again
     auto now = std::chrono::steady_clock::now();

@@ -61,8 +61,20 @@ struct QueueContext {
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
 };
 
-// Throws kNotFound with the topic's name when `error` says that its table is gone.
-[[noreturn]] void rethrow_for_topic(const Error& error, std::string_view topic);
+// Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
+// naming the topic, after forgetting the topic's cached settings.
+[[noreturn]] void rethrow_for_topic(TopicCatalog& catalog, const Error& error,
+                                    std::string_view topic);
+
+// Runs fn() on the topic's tables, turning "table does not exist" into "topic does not exist".
+template <typename F>
+auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    rethrow_for_topic(q.catalog, e, topic);
+  }
+}
 
 constexpr int kSchemaVersion = 1;
 constexpr std::size_t kMaxKeyBytes = 255;

@@ -6,15 +6,11 @@
 namespace txmq::internal {
 namespace {
 
+// fn(Connection&, const Attempt&) on the topic's tables, retried like any read.
 template <typename F>
-auto on_topic(QueueContext& q, std::string_view topic, F&& fn) {
+auto run_on_topic(QueueContext& q, std::string_view topic, F&& fn) {
   q.catalog.get(topic);  // a clear "does not exist" before any statement
-  try {
-    return q.pool.run(OnLostConnection::kRetry, fn);
-  } catch (const Error& e) {
-    if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
-    rethrow_for_topic(e, topic);
-  }
+  return on_topic(q, topic, [&] { return q.pool.run(OnLostConnection::kRetry, fn); });
 }
 
 constexpr std::size_t kRequeueChunk = 1000;
@@ -23,7 +19,7 @@ constexpr std::size_t kRequeueChunk = 1000;
 
 TopicStats stats(QueueContext& q, std::string_view topic) {
   const TopicTables t = topic_tables(topic);
-  return on_topic(q, topic, [&](Connection& c, const Attempt&) {
+  return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(
         fmt::format("SELECT CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
                     " CAST(COALESCE(SUM(visible_at > n.now AND lease_token IS NOT NULL), 0)"
@@ -51,7 +47,7 @@ TopicStats stats(QueueContext& q, std::string_view topic) {
 std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::size_t limit) {
   const TopicTables t = topic_tables(topic);
-  return on_topic(q, topic, [&](Connection& c, const Attempt&) {
+  return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(fmt::format("SELECT id, owner, attempts, {} FROM {} WHERE lease_token IS "
                                      "NOT NULL AND visible_at > NOW(6) ORDER BY id LIMIT ?",
                                      micros_of("visible_at"), t.queue),
@@ -67,7 +63,7 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
 
 std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic, std::size_t limit) {
   const TopicTables t = topic_tables(topic);
-  return on_topic(q, topic, [&](Connection& c, const Attempt&) {
+  return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(
         fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {} FROM {} ORDER BY id "
                     "LIMIT ?",
@@ -103,7 +99,7 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
       next = to;
     }
     // Bounded transactions: lock a chunk of dead letters, move them, commit.
-    std::size_t moved = on_topic(q, topic, [&](Connection& c, const Attempt&) -> std::size_t {
+    std::size_t moved = run_on_topic(q, topic, [&](Connection& c, const Attempt&) -> std::size_t {
       c.begin();
       Result locked;
       if (wanted.empty()) {

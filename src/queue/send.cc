@@ -53,17 +53,14 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   TopicInfo info = q.catalog.get(topic);
   check_message(info, payload, options.key, options.delay, 0, false);
   const std::string sql = insert_sql(topic_tables(topic).queue, 1, false);
-  try {
+  return on_topic(q, topic, [&] {
     // Autocommit: one round trip. A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
       Param params[] = {static_cast<std::int64_t>(options.delay.count()), key_param(options.key),
                         payload};
       return c.execute(sql, params).insert_id;
     });
-  } catch (const Error& e) {
-    if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
-    rethrow_for_topic(e, topic);
-  }
+  });
 }
 
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
@@ -91,7 +88,7 @@ std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
   }
   chunks.emplace_back(begin, messages.size());
 
-  try {
+  return on_topic(q, topic, [&] {
     return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       std::vector<std::uint64_t> ids;
       ids.reserve(messages.size());
@@ -113,10 +110,7 @@ std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
       c.commit();
       return ids;
     });
-  } catch (const Error& e) {
-    if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
-    rethrow_for_topic(e, topic);
-  }
+  });
 }
 
 }  // namespace txmq::internal

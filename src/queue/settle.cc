@@ -14,16 +14,6 @@ Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
   return r.rows.empty() ? Settle::kNotFound : Settle::kLeaseLost;
 }
 
-template <typename F>
-auto on_topic(QueueContext& q, std::string_view topic, F&& fn) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    if (e.code() == Errc::kNotFound) q.catalog.forget(topic);
-    rethrow_for_topic(e, topic);
-  }
-}
-
 }  // namespace
 
 void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids) {
