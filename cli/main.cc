@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   add_consume_command(app, globals);
   add_local_commands(app, globals);
   add_demo_command(app, globals);
+  add_bench_command(app, globals);
   allow_global_options_anywhere(app);
 
   try {

@@ -1,0 +1,342 @@
+#include "bench.h"
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "db/connection.h"
+#include "db/dsn.h"
+#include "reference.h"
+#include "report.h"
+#include "txmq/client.h"
+#include "workloads.h"
+
+namespace txmq::bench {
+namespace {
+
+// Sizes of a run. Default: a few minutes on 2 cores; quick: about a minute.
+struct Sizes {
+  double timed_seconds;      // each timed rate run (raw INSERT, send)
+  int multirow_rows;         // raw multi-row INSERT, and each send_batch size
+  int drain_backlog;         // leased and seed drains
+  double drain_cap_seconds;  // no drain runs longer
+  int seed_deep_backlog;     // the seed at a deep backlog
+  double seed_deep_seconds;
+  double e2e_seconds;
+  std::vector<int> depths;   // drain rate at these backlogs
+  int depth_rounds;          // each drains depth_round messages then tops the backlog up
+  int depth_round;
+  int claim_samples;
+};
+
+Sizes sizes_for(const BenchOptions& o) {
+  Sizes s = o.quick ? Sizes{1.5, 20000, 5000, 5, 100000, 3, 3, {10000, 100000}, 2, 5000, 300}
+                    : Sizes{5, 100000, 20000, 20, 100000, 10, 10, {10000, 100000, 1000000}, 4,
+                            5000, 2000};
+  if (o.huge) s.depths.push_back(10000000);
+  return s;
+}
+
+constexpr std::size_t kSmall = 100;
+constexpr std::size_t kLarge = 4096;
+
+const std::vector<std::string> kSections = {"raw",   "seed",  "send", "batch",
+                                            "drain", "e2e",   "depth", "claim"};
+
+std::string read_first_line_with(const char* path, const char* prefix) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) {
+      std::size_t colon = line.find(':');
+      std::string v = colon == std::string::npos ? line : line.substr(colon + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  }
+  return "unknown";
+}
+
+// The machine and the server's durability, printed first: figures mean nothing without them.
+nlohmann::json describe(const internal::Dsn& dsn, bool json) {
+  internal::Connection c(dsn);
+  internal::Result r = c.execute(
+      "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
+      "@@binlog_format, @@global.tx_isolation, @@session.tx_isolation, @@innodb_buffer_pool_size, "
+      "@@innodb_log_file_size, @@innodb_flush_method, @@innodb_doublewrite, @@max_allowed_packet");
+  const internal::Row& row = r.rows.at(0);
+  utsname u{};
+  uname(&u);
+  nlohmann::json machine = {
+      {"cpus", std::thread::hardware_concurrency()},
+      {"cpu_model", read_first_line_with("/proc/cpuinfo", "model name")},
+      {"memory", read_first_line_with("/proc/meminfo", "MemTotal")},
+      {"kernel", fmt::format("{} {}", u.sysname, u.release)}};
+  nlohmann::json server = {
+      {"dsn", dsn.describe()},
+      {"version", row.bytes(0)},
+      {"innodb_flush_log_at_trx_commit", row.i64(1)},
+      {"sync_binlog", row.i64(2)},
+      {"log_bin", row.i64(3) != 0},
+      {"binlog_format", row.bytes(4)},
+      {"global_isolation", row.bytes(5)},
+      {"txmq_session_isolation", row.bytes(6)},
+      {"innodb_buffer_pool_size", row.i64(7)},
+      {"innodb_log_file_size", row.i64(8)},
+      {"innodb_flush_method", row.bytes(9)},
+      {"innodb_doublewrite", row.i64(10) != 0},
+      {"max_allowed_packet", row.i64(11)}};
+  const bool durable = row.i64(1) == 1 && (row.i64(3) == 0 || row.i64(2) == 1);
+  server["durable"] = durable;
+  if (!json) {
+    std::printf("txmq bench: txmq against the raw speed of the same server, in one run\n\n");
+    std::printf("Machine  %u CPUs (%s), %s, %s\n", std::thread::hardware_concurrency(),
+                machine["cpu_model"].get<std::string>().c_str(),
+                machine["memory"].get<std::string>().c_str(),
+                machine["kernel"].get<std::string>().c_str());
+    std::printf("Server   MariaDB %s at %s\n", row.bytes(0).c_str(), dsn.describe().c_str());
+    std::printf("         innodb_flush_log_at_trx_commit=%lld sync_binlog=%lld binlog=%s%s "
+                "isolation: global %s, sessions %s\n",
+                static_cast<long long>(row.i64(1)), static_cast<long long>(row.i64(2)),
+                row.i64(3) != 0 ? "ON format " : "OFF", row.i64(3) != 0 ? row.bytes(4).c_str() : "",
+                row.bytes(5).c_str(), row.bytes(6).c_str());
+    std::printf("         buffer pool %lld MiB, redo log %lld MiB, flush method %s, doublewrite %s\n",
+                static_cast<long long>(row.i64(7) >> 20), static_cast<long long>(row.i64(8) >> 20),
+                row.bytes(9).c_str(), row.i64(10) != 0 ? "ON" : "OFF");
+    std::printf("         %s\n", durable ? "full durability: every commit is on disk when acknowledged"
+                                          : "NOT DURABLE: a crash can lose acknowledged commits; "
+                                            "figures are not comparable with a durable server");
+    std::printf("\n  %-46s %10s %8s %8s %8s  %s\n", "workload", "msgs/s", "p50 ms", "p99 ms",
+                "ratio", "against");
+  }
+  return {{"machine", machine}, {"server", server}};
+}
+
+Row row(std::string id, std::string name, std::string basis = {}) {
+  Row r;
+  r.id = std::move(id);
+  r.name = std::move(name);
+  r.basis = std::move(basis);
+  return r;
+}
+
+class Bench {
+ public:
+  Bench(const BenchOptions& options, const internal::Dsn& dsn)
+      : options_(options), dsn_(dsn), sizes_(sizes_for(options)), report_(options.json) {}
+
+  void run() {
+    report_.set_context(describe(dsn_, options_.json));
+    ClientOptions co;
+    co.dsn = options_.dsn;
+    co.pool_size = 32;
+    co.consumer_name = "txmq-bench";
+    Client client(co);
+    co.consumer_name = "txmq-bench-consumer";
+    Client consumers(co);
+    prepare_reference_tables(dsn_);
+    if (wanted("raw")) raw();
+    if (wanted("seed")) seed();
+    if (wanted("send")) send(client);
+    if (wanted("batch")) batch(client);
+    if (wanted("drain")) drains(client);
+    if (wanted("e2e")) e2e(client, consumers);
+    if (wanted("depth")) depth(client);
+    if (wanted("claim")) claim(client);
+    for (const char* t : kTopics) drop_if_exists(client, t);
+    drop_reference_tables(dsn_);
+    report_.finish(targets());
+  }
+
+ private:
+  static constexpr const char* kTopics[] = {"txmq_bench_send", "txmq_bench_batch",
+                                            "txmq_bench_drain", "txmq_bench_e2e",
+                                            "txmq_bench_depth", "txmq_bench_claim"};
+
+  bool wanted(const std::string& section) const {
+    return options_.sections.empty() ||
+           std::find(options_.sections.begin(), options_.sections.end(), section) !=
+               options_.sections.end();
+  }
+
+  static void drop_if_exists(Client& client, const std::string& topic) {
+    try {
+      client.drop_topic(topic);
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;
+    }
+  }
+
+  void raw() {
+    report_.section("Raw limit of this server (bench's own SQL, autocommit unless stated)");
+    for (int threads : {1, 4, 16}) {
+      report_.add(row(fmt::format("raw.insert.{}", threads),
+                   fmt::format("raw INSERT, {} thread{}", threads, threads == 1 ? "" : "s")),
+                  raw_insert(dsn_, threads, sizes_.timed_seconds, kSmall));
+    }
+    report_.add(row("raw.insert.4.4k", "raw INSERT, 4 threads, 4 KiB"),
+                raw_insert(dsn_, 4, sizes_.timed_seconds, kLarge));
+    report_.add(row("raw.multirow", "raw multi-row INSERT, 1,000 rows/txn"),
+                raw_multirow(dsn_, sizes_.multirow_rows, 1000, kSmall));
+    report_.add(row("raw.multirow.4k", "raw multi-row INSERT, 1,000 rows/txn, 4 KiB"),
+                raw_multirow(dsn_, sizes_.multirow_rows / 4, 1000, kLarge));
+  }
+
+  void seed() {
+    report_.section("The seed's claim (UPDATE ... SET owner LIMIT 10; SELECT; DELETE)");
+    for (int consumers : {1, 4, 8}) {
+      seed_fill(dsn_, sizes_.drain_backlog, kSmall);
+      report_.add(row(fmt::format("seed.drain.{}", consumers),
+                   fmt::format("seed drain {}k, {} consumer{}", sizes_.drain_backlog / 1000,
+                               consumers, consumers == 1 ? "" : "s"), "raw.insert.4"),
+                  seed_drain(dsn_, consumers, sizes_.drain_cap_seconds));
+    }
+    seed_fill(dsn_, sizes_.seed_deep_backlog, kSmall);
+    report_.add(row("seed.drain.4.deep",
+                 fmt::format("seed drain at {}k backlog, 4 consumers",
+                             sizes_.seed_deep_backlog / 1000), "seed.drain.4"),
+                seed_drain(dsn_, 4, sizes_.seed_deep_seconds));
+  }
+
+  void send(Client& client) {
+    report_.section("send: one message per transaction");
+    const std::string topic = "txmq_bench_send";
+    for (int producers : {1, 4, 16}) {
+      fresh_topic(client, topic);
+      report_.add(row(fmt::format("send.{}", producers),
+                   fmt::format("send, {} producer{}", producers, producers == 1 ? "" : "s"), fmt::format("raw.insert.{}", producers)),
+                  send_rate(client, topic, producers, sizes_.timed_seconds, kSmall));
+    }
+    fresh_topic(client, topic);
+    report_.add(row("send.4.4k", "send, 4 producers, 4 KiB", "raw.insert.4.4k"),
+                send_rate(client, topic, 4, sizes_.timed_seconds, kLarge));
+    drop_if_exists(client, topic);
+  }
+
+  void batch(Client& client) {
+    report_.section("send_batch: all or nothing, one transaction per batch");
+    const std::string topic = "txmq_bench_batch";
+    for (int size : {100, 1000, 10000}) {
+      fresh_topic(client, topic);
+      report_.add(row(fmt::format("batch.{}", size), fmt::format("send_batch of {}", with_commas(size)), "raw.multirow"),
+                  send_batch_rate(client, topic, size, sizes_.multirow_rows, kSmall));
+    }
+    fresh_topic(client, topic);
+    report_.add(row("batch.1000.4k", "send_batch of 1,000, 4 KiB", "raw.multirow.4k"),
+                send_batch_rate(client, topic, 1000, sizes_.multirow_rows / 4, kLarge));
+    drop_if_exists(client, topic);
+  }
+
+  void drains(Client& client) {
+    report_.section(fmt::format("Drain of a {}k backlog: leased receive + ack",
+                                sizes_.drain_backlog / 1000));
+    const std::string topic = "txmq_bench_drain";
+    for (int batch : {1, 10, 100}) {
+      for (int consumers : {1, 4, 8}) {
+        fresh_topic(client, topic);
+        fill(client, topic, sizes_.drain_backlog, kSmall);
+        report_.add(row(fmt::format("drain.leased.{}x{}", consumers, batch),
+                     fmt::format("receive {} + ack, {} consumer{}", batch, consumers,
+                                 consumers == 1 ? "" : "s"), "raw.insert.4"),
+                    drain(client, topic, consumers, batch,
+                          static_cast<std::uint64_t>(sizes_.drain_backlog),
+                          sizes_.drain_cap_seconds));
+      }
+    }
+    fresh_topic(client, topic);
+    fill(client, topic, sizes_.drain_backlog, kLarge);
+    report_.add(row("drain.leased.4x100.4k", "receive 100 + ack, 4 consumers, 4 KiB", "raw.insert.4"),
+                drain(client, topic, 4, 100, static_cast<std::uint64_t>(sizes_.drain_backlog),
+                      sizes_.drain_cap_seconds));
+    drop_if_exists(client, topic);
+  }
+
+  void e2e(Client& producers, Client& consumers) {
+    report_.section("4 producers + 4 consumers at once, 1,000 msgs/s offered (latency: send to receipt)");
+    const std::string topic = "txmq_bench_e2e";
+    fresh_topic(producers, topic);
+    report_.add(row("e2e.4+4", "4 producers + 4 consumers, 1,000/s"),
+                end_to_end(producers, consumers, topic, 4, 4, 1000, sizes_.e2e_seconds));
+    drop_if_exists(producers, topic);
+  }
+
+  void depth(Client& client) {
+    report_.section("Drain rate against backlog depth (receive 100 + ack, 4 consumers)");
+    const std::string topic = "txmq_bench_depth";
+    for (int depth : sizes_.depths) {
+      fresh_topic(client, topic);
+      fill(client, topic, depth, kSmall);
+      Measured total;
+      for (int round = 0; round < sizes_.depth_rounds; ++round) {
+        Measured m = drain(client, topic, 4, 100, static_cast<std::uint64_t>(sizes_.depth_round),
+                           sizes_.drain_cap_seconds);
+        total.messages += m.messages;
+        total.seconds += m.seconds;
+        total.latencies.merge(m.latencies);
+        fill(client, topic, static_cast<int>(m.messages), kSmall);  // back to depth
+      }
+      const std::string label = depth >= 1000000 ? fmt::format("{}M", depth / 1000000)
+                                                 : fmt::format("{}k", depth / 1000);
+      report_.add(row(fmt::format("depth.{}", depth), fmt::format("drain at a {} backlog", label),
+                      "depth.10000"),
+                  std::move(total));
+    }
+    drop_if_exists(client, topic);
+  }
+
+  void claim(Client& client) {
+    report_.section("Claim latency: receive of 1 message (then ack, not timed)");
+    const std::string topic = "txmq_bench_claim";
+    constexpr int kInFlight = 10000;
+    fresh_topic(client, topic);
+    fill(client, topic, kInFlight + 2 * sizes_.claim_samples, kSmall);
+    report_.add(row("claim.idle", "claim, nothing in flight"),
+                claim_latency(client, topic, sizes_.claim_samples, 0));
+    report_.add(row("claim.inflight", "claim, 10,000 in flight", "claim.idle"),
+                claim_latency(client, topic, sizes_.claim_samples, kInFlight));
+    drop_if_exists(client, topic);
+  }
+
+  static std::vector<Target> targets() {
+    using K = Target::Kind;
+    return {
+        {"send.4", "raw.insert.4", K::kRateAtLeast, 0.9},
+        {"send.16", "raw.insert.16", K::kRateAtLeast, 0.9},
+        {"batch.10000", "raw.multirow", K::kRateAtLeast, 0.8},
+        {"drain.leased.4x10", "raw.insert.4", K::kRateAtLeast, 2.2},
+        {"drain.leased.4x100", "raw.insert.4", K::kRateAtLeast, 7.5},
+        {"drain.leased.4x100", "seed.drain.4", K::kRateAtLeast, 10},
+        {"drain.exactly_once.4x100", "raw.insert.4", K::kRateAtLeast, 7.5},
+        {"depth.1000000", "depth.10000", K::kRateAtLeast, 0.8},
+        {"claim.inflight", "claim.idle", K::kP50RatioAtMost, 1.5},
+        {"e2e.4+4", "", K::kP99AtMostMs, 20},
+    };
+  }
+
+  BenchOptions options_;
+  internal::Dsn dsn_;
+  Sizes sizes_;
+  Report report_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& bench_sections() { return kSections; }
+
+int run_bench(const BenchOptions& options) {
+  for (const std::string& s : options.sections) {
+    if (std::find(kSections.begin(), kSections.end(), s) == kSections.end()) {
+      throw Error(Errc::kInvalidArgument, fmt::format("unknown bench section '{}'", s));
+    }
+  }
+  Bench bench(options, internal::parse_dsn(options.dsn));
+  bench.run();
+  return 0;
+}
+
+}  // namespace txmq::bench

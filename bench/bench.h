@@ -1,0 +1,24 @@
+#pragma once
+// txmq bench: txmq against the raw speed of the same server and the seed's algorithm, in one run.
+
+#include <string>
+#include <vector>
+
+namespace txmq::bench {
+
+struct BenchOptions {
+  std::string dsn;                    // where to run (resolved by the caller)
+  bool quick = false;                 // about a minute: shorter runs, smaller backlogs
+  bool json = false;                  // one JSON document on stdout instead of tables
+  bool huge = false;                  // also the 10M backlog
+  std::vector<std::string> sections;  // run only these sections (empty: all)
+};
+
+// Runs the workloads, printing each row as it completes, then the table of targets.
+// Returns 0 when the run completed; figures are reported, never asserted.
+int run_bench(const BenchOptions& options);
+
+// The section names, in run order, for --only.
+const std::vector<std::string>& bench_sections();
+
+}  // namespace txmq::bench

@@ -1,0 +1,145 @@
+#include "report.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace txmq::bench {
+
+std::string with_commas(double value) {
+  std::string digits = fmt::format("{:.0f}", value);
+  std::string out;
+  int n = 0;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    if (n > 0 && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+void Report::section(const std::string& title) {
+  if (json_) {
+    std::fprintf(stderr, "bench: %s\n", title.c_str());
+    return;
+  }
+  std::printf("\n%s\n", title.c_str());
+  std::fflush(stdout);
+}
+
+Row& Report::add(Row row, Measured measured) {
+  row.messages = measured.messages;
+  row.seconds = measured.seconds;
+  row.rate = measured.rate();
+  row.p50_ms = measured.latencies.percentile(50);
+  row.p99_ms = measured.latencies.percentile(99);
+  add_row(std::move(row));
+  return rows_.back();
+}
+
+void Report::add_row(Row row) {
+  rows_.push_back(std::move(row));
+  print_row(rows_.back());
+}
+
+const Row* Report::find(const std::string& id) const {
+  for (const Row& r : rows_) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
+}
+
+std::optional<double> Report::ratio_of(const Row& row) const {
+  const Row* basis = row.basis.empty() ? nullptr : find(row.basis);
+  if (basis == nullptr || basis->rate <= 0) return std::nullopt;
+  return row.rate / basis->rate;
+}
+
+void Report::print_row(const Row& row) const {
+  if (json_) {
+    std::fprintf(stderr, "bench:   %-46s %12s msgs/s\n", row.name.c_str(),
+                 with_commas(row.rate).c_str());
+    return;
+  }
+  std::optional<double> ratio = ratio_of(row);
+  const Row* basis = row.basis.empty() ? nullptr : find(row.basis);
+  std::printf("  %-46s %10s %8.2f %8.2f %8s  %s%s\n", row.name.c_str(),
+              with_commas(row.rate).c_str(), row.p50_ms, row.p99_ms,
+              ratio ? fmt::format("{:.2f}x", *ratio).c_str() : "",
+              basis != nullptr ? basis->name.c_str() : "",
+              row.note.empty() ? "" : fmt::format("{}{}", basis ? "; " : "", row.note).c_str());
+  std::fflush(stdout);
+}
+
+void Report::finish(const std::vector<Target>& targets) {
+  nlohmann::json checks = nlohmann::json::array();
+  for (const Target& t : targets) {
+    const Row* row = find(t.row);
+    const Row* basis = t.basis.empty() ? nullptr : find(t.basis);
+    if (row == nullptr || (!t.basis.empty() && basis == nullptr)) continue;
+    double measured = 0;
+    bool met = false;
+    std::string shown;
+    std::string wanted;
+    std::string against;
+    switch (t.kind) {
+      case Target::Kind::kRateAtLeast:
+        measured = basis->rate > 0 ? row->rate / basis->rate : 0;
+        met = measured >= t.bound;
+        shown = fmt::format("{:.2f}x", measured);
+        wanted = fmt::format(">= {:.2f}x", t.bound);
+        against = basis->name;
+        break;
+      case Target::Kind::kP50RatioAtMost:
+        measured = basis->p50_ms > 0 ? row->p50_ms / basis->p50_ms : 0;
+        met = measured <= t.bound;
+        shown = fmt::format("{:.2f}x", measured);
+        wanted = fmt::format("<= {:.2f}x", t.bound);
+        against = basis->name + " (p50)";
+        break;
+      case Target::Kind::kP99AtMostMs:
+        measured = row->p99_ms;
+        met = measured <= t.bound;
+        shown = fmt::format("{:.1f} ms", measured);
+        wanted = fmt::format("<= {:.0f} ms", t.bound);
+        against = "p99";
+        break;
+    }
+    checks.push_back({{"row", t.row},
+                      {"basis", t.basis},
+                      {"measured", measured},
+                      {"bound", t.bound},
+                      {"kind", t.kind == Target::Kind::kRateAtLeast      ? "rate_ratio_at_least"
+                               : t.kind == Target::Kind::kP50RatioAtMost ? "p50_ratio_at_most"
+                                                                          : "p99_ms_at_most"},
+                      {"met", met}});
+    if (!json_) {
+      if (checks.size() == 1) {
+        std::printf("\nTargets (ratios within this run)\n");
+        std::printf("  %-46s %-40s %10s %10s\n", "workload", "against", "measured", "target");
+      }
+      std::printf("  %-46s %-40s %10s %10s  %s\n", row->name.c_str(), against.c_str(),
+                  shown.c_str(), wanted.c_str(), met ? "met" : "MISSED");
+    }
+  }
+  if (json_) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Row& r : rows_) {
+      nlohmann::json j = {{"id", r.id},         {"name", r.name},     {"messages", r.messages},
+                          {"seconds", r.seconds}, {"msgs_per_s", r.rate}, {"p50_ms", r.p50_ms},
+                          {"p99_ms", r.p99_ms}};
+      if (!r.basis.empty()) j["basis"] = r.basis;
+      if (auto ratio = ratio_of(r)) j["ratio"] = *ratio;
+      if (!r.note.empty()) j["note"] = r.note;
+      rows.push_back(std::move(j));
+    }
+    nlohmann::json doc = context_;
+    doc["results"] = std::move(rows);
+    doc["targets"] = std::move(checks);
+    std::printf("%s\n", doc.dump(2).c_str());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace txmq::bench

@@ -1,0 +1,158 @@
+#include "workloads.h"
+
+#include <cstring>
+
+#include "txmq/error.h"
+
+namespace txmq::bench {
+
+void fresh_topic(Client& client, const std::string& topic) {
+  try {
+    client.drop_topic(topic);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kNotFound) throw;
+  }
+  client.create_topic(topic);
+}
+
+void fill(Client& client, const std::string& topic, int count, std::size_t payload) {
+  constexpr int kChunk = 10000;
+  std::vector<OutgoingMessage> batch;
+  for (int done = 0; done < count; done += kChunk) {
+    const int n = std::min(kChunk, count - done);
+    batch.clear();
+    for (int i = 0; i < n; ++i) batch.push_back({make_payload(payload, done + i), {}, {}});
+    client.send_batch(topic, batch);
+  }
+}
+
+Measured send_rate(Client& client, const std::string& topic, int producers, double seconds,
+                   std::size_t payload) {
+  const auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
+  return run_threads(producers, [&](int t, Latencies& lat) {
+    std::uint64_t n = 0;
+    while (SteadyClock::now() < deadline) {
+      const std::string p = make_payload(payload, (static_cast<std::uint64_t>(t) << 32) + n);
+      const auto start = SteadyClock::now();
+      client.send(topic, p);
+      lat.add_since(start);
+      ++n;
+    }
+    return n;
+  });
+}
+
+Measured send_batch_rate(Client& client, const std::string& topic, int batch, int rows,
+                         std::size_t payload) {
+  std::vector<OutgoingMessage> messages;
+  for (int i = 0; i < batch; ++i) messages.push_back({make_payload(payload, i), {}, {}});
+  return run_threads(1, [&](int, Latencies& lat) {
+    std::uint64_t n = 0;
+    while (n < static_cast<std::uint64_t>(rows)) {
+      const auto start = SteadyClock::now();
+      n += client.send_batch(topic, messages).size();
+      lat.add_since(start);
+    }
+    return n;
+  });
+}
+
+Measured drain(Client& client, const std::string& topic, int consumers, int batch,
+               std::uint64_t limit, double cap_seconds) {
+  std::atomic<std::uint64_t> consumed{0};
+  const auto deadline = SteadyClock::now() + std::chrono::duration<double>(cap_seconds);
+  return run_threads(consumers, [&](int, Latencies& lat) {
+    std::uint64_t n = 0;
+    ReceiveOptions options;
+    options.max_messages = batch;
+    std::vector<std::string> receipts;
+    while (consumed.load() < limit && SteadyClock::now() < deadline) {
+      const auto start = SteadyClock::now();
+      std::vector<Message> messages = client.receive(topic, options);
+      if (messages.empty()) break;
+      receipts.clear();
+      for (Message& m : messages) receipts.push_back(std::move(m.receipt));
+      for (Settle s : client.ack(topic, receipts)) {
+        if (s != Settle::kOk) throw Error(Errc::kInternal, "bench: an ack was refused");
+      }
+      lat.add_since(start);
+      n += messages.size();
+      consumed += messages.size();
+    }
+    return n;
+  });
+}
+
+Measured end_to_end(Client& producer_client, Client& consumer_client, const std::string& topic,
+                    int producers, int consumers, double rate_per_s, double seconds) {
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> received{0};
+  std::atomic<int> producers_done{0};
+  const auto epoch = SteadyClock::now();
+  const double interval = producers / rate_per_s;  // seconds between one producer's sends
+  const auto per_producer = static_cast<std::uint64_t>(seconds * rate_per_s / producers);
+  return run_threads(producers + consumers, [&](int t, Latencies& lat) -> std::uint64_t {
+    if (t < producers) {
+      // Open loop: each send has its slot on a schedule; a late send does not delay the next.
+      const auto start = SteadyClock::now();
+      for (std::uint64_t j = 0; j < per_producer; ++j) {
+        const auto slot = start + std::chrono::duration_cast<SteadyClock::duration>(
+                                      std::chrono::duration<double>(
+                                          interval * (static_cast<double>(j) + 1.0 * t / producers)));
+        std::this_thread::sleep_until(slot);
+        std::string payload = make_payload(100, j);
+        const std::int64_t sent_ns = (SteadyClock::now() - epoch).count();
+        std::memcpy(payload.data(), &sent_ns, sizeof(sent_ns));
+        producer_client.send(topic, payload);
+        sent++;
+      }
+      producers_done++;
+      return 0;
+    }
+    ReceiveOptions options;
+    options.max_messages = 10;
+    options.wait = std::chrono::milliseconds(200);
+    std::uint64_t n = 0;
+    for (;;) {
+      if (producers_done.load() == producers && received.load() >= sent.load()) break;
+      std::vector<Message> messages = consumer_client.receive(topic, options);
+      const std::int64_t now_ns = (SteadyClock::now() - epoch).count();
+      std::vector<std::string> receipts;
+      for (Message& m : messages) {
+        std::int64_t sent_ns = 0;
+        std::memcpy(&sent_ns, m.payload.data(), sizeof(sent_ns));
+        lat.add(static_cast<double>(now_ns - sent_ns) / 1e6);
+        receipts.push_back(std::move(m.receipt));
+      }
+      if (!receipts.empty()) consumer_client.ack(topic, receipts);
+      n += messages.size();
+      received += messages.size();
+    }
+    return n;
+  });
+}
+
+Measured claim_latency(Client& client, const std::string& topic, int samples, int hold_in_flight) {
+  if (hold_in_flight > 0) {
+    ReceiveOptions hold;
+    hold.max_messages = hold_in_flight;
+    hold.lease = std::chrono::hours(1);
+    if (client.receive(topic, hold).size() != static_cast<std::size_t>(hold_in_flight)) {
+      throw Error(Errc::kInternal, "bench: could not lease the in-flight messages");
+    }
+  }
+  return run_threads(1, [&](int, Latencies& lat) {
+    std::uint64_t n = 0;
+    for (int i = 0; i < samples; ++i) {
+      const auto start = SteadyClock::now();
+      std::vector<Message> m = client.receive(topic, ReceiveOptions{});
+      lat.add_since(start);
+      if (m.empty()) throw Error(Errc::kInternal, "bench: the claim backlog ran out");
+      client.ack(topic, m[0].receipt);
+      ++n;
+    }
+    return n;
+  });
+}
+
+}  // namespace txmq::bench

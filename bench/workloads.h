@@ -1,0 +1,40 @@
+#pragma once
+// txmq's side of the bench: the same workloads through the public API only.
+
+#include <string>
+
+#include "harness.h"
+#include "txmq/client.h"
+
+namespace txmq::bench {
+
+// Drops and creates the topic with default settings.
+void fresh_topic(Client& client, const std::string& topic);
+
+// Puts `count` messages in the topic with send_batch (not timed).
+void fill(Client& client, const std::string& topic, int count, std::size_t payload);
+
+// send() from `producers` threads sharing one client, for `seconds`.
+Measured send_rate(Client& client, const std::string& topic, int producers, double seconds,
+                   std::size_t payload);
+
+// send_batch() of `batch` messages from one thread until `rows` were sent.
+Measured send_batch_rate(Client& client, const std::string& topic, int batch, int rows,
+                         std::size_t payload);
+
+// receive (up to `batch`) + ack of what came, from `consumers` threads sharing one client, until
+// `limit` messages were consumed, a receive finds nothing, or `cap_seconds` pass.
+// Latency is one receive+ack cycle.
+Measured drain(Client& client, const std::string& topic, int consumers, int batch,
+               std::uint64_t limit, double cap_seconds);
+
+// `producers` send at a steady `rate_per_s` in all for `seconds` while `consumers` receive (with
+// waiting) and ack. Latency is from the start of a send to the message's receipt.
+Measured end_to_end(Client& producer_client, Client& consumer_client, const std::string& topic,
+                    int producers, int consumers, double rate_per_s, double seconds);
+
+// Latency of receive() of one message followed by its (untimed) ack, `samples` times, from one
+// thread. With `hold_in_flight` > 0, first leases that many messages for an hour and keeps them.
+Measured claim_latency(Client& client, const std::string& topic, int samples, int hold_in_flight);
+
+}  // namespace txmq::bench
