@@ -23,9 +23,10 @@ struct Claimed {
   std::string payload;
 };
 
-// One claim: a short READ COMMITTED transaction that locks the lowest claimable ids (skipping
-// rows other claimers hold), moves those past max_attempts to the dead-letter table and stamps
-// the rest with a fresh lease token, owner, attempts+1 and the new expiry.
+// One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
+// scan hint on (skipping rows other claimers hold), moves those past max_attempts to the
+// dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the new
+// expiry. When nothing is claimable past the hint, the same transaction sweeps from the lowest id.
 struct ClaimResult {
   std::vector<Message> messages;
   std::size_t dead_lettered = 0;
@@ -37,13 +38,21 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
   // are taken; a plan that sorted a range first would lock every row it sorted.
   const std::string select_sql = fmt::format(
       "SELECT id, attempts, {}, {}, msg_key, payload FROM {} FORCE INDEX (PRIMARY) "
-      "WHERE visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+      "WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
       micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
+  const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
 
   return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     ClaimResult result;
+    ScanHints::Start start = q.hints.start(topic.name);
     c.begin();
-    Result r = c.execute(select_sql, {static_cast<std::int64_t>(max_messages)});
+    Result r = c.execute(select_sql, {start.sweep ? std::uint64_t{0} : start.from_id,
+                                      static_cast<std::int64_t>(max_messages)});
+    if (r.rows.empty() && !start.sweep) {
+      start.sweep = true;
+      r = c.execute(select_sql, {std::uint64_t{0}, static_cast<std::int64_t>(max_messages)});
+    }
+    q.hints.claimed(topic.name, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
     if (r.rows.empty()) {
       c.commit();
       return result;
@@ -63,13 +72,12 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
     if (!dead_ids.empty()) move_to_dead_letters(c, t, std::move(dead_ids));
     if (!live.empty()) {
       const std::uint64_t token = new_lease_token();
-      std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token,
-                                   std::string_view(q.owner)};
+      std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token, owner_id};
       for (const Claimed& m : live) params.push_back(m.id);
       std::size_t n = in_list_size(live.size());
       pad_ids(params, 3, n);
       c.execute(fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
-                            "INTERVAL ? MICROSECOND, lease_token = ?, owner = ? WHERE id IN {}",
+                            "INTERVAL ? MICROSECOND, lease_token = ?, owner_id = ? WHERE id IN {}",
                             t.queue, placeholders(n)),
                 params);
       c.commit();
@@ -94,6 +102,56 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
 }
 
 }  // namespace
+
+std::uint64_t ConsumerRegistration::id(Pool& pool, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (id_ != 0 && now - registered_ < std::chrono::hours(24)) return id_;
+  id_ = pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // One row per consumer name; the same name gets its id back (LAST_INSERT_ID(id)).
+    Result r = c.execute(
+        "INSERT INTO txmq_consumers (name, seen_at) VALUES (?, NOW(6)) "
+        "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), seen_at = NOW(6)",
+        {std::string_view(name)});
+    // Names unseen for 30 days (old pids) go, a bounded number at a time.
+    c.execute("DELETE FROM txmq_consumers WHERE seen_at < NOW(6) - INTERVAL 30 DAY LIMIT 100", {});
+    return r.insert_id;
+  });
+  registered_ = now;
+  return id_;
+}
+
+ScanHints::Start ScanHints::start(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  auto it = hints_.find(std::string(topic));
+  if (it == hints_.end()) return {};
+  if (std::chrono::steady_clock::now() - it->second.swept_at >= kSweepEvery) return {};
+  return {it->second.next_id, false};
+}
+
+void ScanHints::claimed(std::string_view topic, bool swept, std::uint64_t max_id) {
+  std::lock_guard lock(mutex_);
+  Hint& h = hints_[std::string(topic)];
+  if (swept) {
+    // A sweep saw the whole topic: its last id is where the next claim may start (the topic may
+    // even have been dropped and created again, with ids from 1).
+    h.swept_at = std::chrono::steady_clock::now();
+    if (max_id != 0) h.next_id = max_id + 1;
+  } else {
+    h.next_id = std::max(h.next_id, max_id + 1);
+  }
+}
+
+void ScanHints::lower(std::string_view topic, std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = hints_.find(std::string(topic));
+  if (it != hints_.end()) it->second.next_id = std::min(it->second.next_id, id);
+}
+
+void ScanHints::forget(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  hints_.erase(std::string(topic));
+}
 
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
                              const ReceiveOptions& options) {

@@ -152,7 +152,10 @@ Client::~Client() = default;
 bool Client::create_topic(std::string_view name, const TopicOptions& options) {
   return impl_->queue.catalog.create(name, options);
 }
-void Client::drop_topic(std::string_view name) { impl_->queue.catalog.drop(name); }
+void Client::drop_topic(std::string_view name) {
+  impl_->queue.catalog.drop(name);
+  impl_->queue.hints.forget(name);
+}
 std::vector<TopicInfo> Client::list_topics() { return impl_->queue.catalog.list(); }
 TopicInfo Client::topic(std::string_view name) { return impl_->queue.catalog.get(name); }
 

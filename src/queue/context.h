@@ -50,6 +50,44 @@ class TopicCatalog {
   std::unordered_map<std::string, Cached> cache_;
 };
 
+// This client's row in txmq_consumers. In-flight rows name their holder by this id: a fixed-width
+// column keeps claims in place (catalog.cc). Registered at the first claim, refreshed daily.
+class ConsumerRegistration {
+ public:
+  std::uint64_t id(Pool& pool, const std::string& name);
+
+ private:
+  std::mutex mutex_;
+  std::uint64_t id_ = 0;
+  std::chrono::steady_clock::time_point registered_;
+};
+
+// Where this client's claims of each topic start walking the primary key (claim.cc): past the
+// ids it already claimed, so that thousands of messages in flight at the head of a topic are not
+// walked by every claim. Lower ids (expired leases, nacks, due delays) are swept regularly.
+class ScanHints {
+ public:
+  struct Start {
+    std::uint64_t from_id = 0;
+    bool sweep = true;  // from the lowest id
+  };
+  Start start(std::string_view topic);
+  // After a claim that started at `from_id` (0: a sweep) and took ids up to max_id (0: none).
+  void claimed(std::string_view topic, bool swept, std::uint64_t max_id);
+  // An id of the topic may be claimable below the hint again (this client nacked it).
+  void lower(std::string_view topic, std::uint64_t id);
+  void forget(std::string_view topic);
+
+ private:
+  static constexpr auto kSweepEvery = std::chrono::seconds(1);
+  struct Hint {
+    std::uint64_t next_id = 0;
+    std::chrono::steady_clock::time_point swept_at;
+  };
+  std::mutex mutex_;
+  std::unordered_map<std::string, Hint> hints_;
+};
+
 // What every queue operation needs.
 struct QueueContext {
   QueueContext(Dsn dsn, int pool_size, std::string owner_name)
@@ -58,6 +96,8 @@ struct QueueContext {
   Pool pool;
   TopicCatalog catalog;
   std::string owner;
+  ConsumerRegistration registration;
+  ScanHints hints;
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
 };
 
@@ -76,7 +116,7 @@ auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn())
   }
 }
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;
 

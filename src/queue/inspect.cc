@@ -22,9 +22,9 @@ TopicStats stats(QueueContext& q, std::string_view topic) {
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(
         fmt::format("SELECT CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
-                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token IS NOT NULL), 0)"
+                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token <> 0), 0)"
                     " AS UNSIGNED),"
-                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token IS NULL), 0)"
+                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token = 0), 0)"
                     " AS UNSIGNED),"
                     " TIMESTAMPDIFF(MICROSECOND, MIN(IF(visible_at <= n.now, enqueued_at, NULL)),"
                     " n.now)"
@@ -48,9 +48,11 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::size_t limit) {
   const TopicTables t = topic_tables(topic);
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
-    Result r = c.execute(fmt::format("SELECT id, owner, attempts, {} FROM {} WHERE lease_token IS "
-                                     "NOT NULL AND visible_at > NOW(6) ORDER BY id LIMIT ?",
-                                     micros_of("visible_at"), t.queue),
+    Result r = c.execute(fmt::format("SELECT q.id, COALESCE(c.name, CONCAT('consumer #', q.owner_id)),"
+                                     " q.attempts, {} FROM {} AS q LEFT JOIN txmq_consumers AS c ON"
+                                     " c.id = q.owner_id WHERE q.lease_token <> 0 AND q.visible_at >"
+                                     " NOW(6) ORDER BY q.id LIMIT ?",
+                                     micros_of("q.visible_at"), t.queue),
                          {static_cast<std::uint64_t>(limit)});
     std::vector<InFlightMessage> out;
     for (const Row& row : r.rows) {
@@ -123,8 +125,8 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
       std::size_t n = in_list_size(found.size());
       pad_ids(found, 0, n);
       // The message keeps its id (and so its place in id order) and starts again at attempt 1.
-      c.execute(fmt::format("INSERT INTO {} (id, visible_at, attempts, lease_token, owner, "
-                            "enqueued_at, msg_key, payload) SELECT id, NOW(6), 0, NULL, NULL, "
+      c.execute(fmt::format("INSERT INTO {} (id, visible_at, attempts, lease_token, owner_id, "
+                            "enqueued_at, msg_key, payload) SELECT id, NOW(6), 0, 0, 0, "
                             "enqueued_at, msg_key, payload FROM {} WHERE id IN {}",
                             t.queue, t.dead, placeholders(n)),
                 found);
@@ -135,6 +137,8 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
     total += moved;
     if (ids.empty() && moved == 0) break;
   }
+  // Requeued rows keep their old ids, below where this client's claims start: sweep next time.
+  if (total > 0) q.hints.forget(topic);
   return total;
 }
 

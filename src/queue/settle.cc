@@ -20,8 +20,9 @@ void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param
   const std::size_t n = in_list_size(ids.size());
   pad_ids(ids, 0, n);
   c.execute(fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
-                        "payload) SELECT id, attempts, owner, enqueued_at, NOW(6), msg_key, "
-                        "payload FROM {} WHERE id IN {}",
+                        "payload) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), q.msg_key, "
+                        "q.payload FROM {} AS q LEFT JOIN txmq_consumers AS c ON c.id = q.owner_id "
+                        "WHERE q.id IN {}",
                         t.dead, t.queue, placeholders(n)),
             ids);
   c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
@@ -91,7 +92,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, M
         c.commit();
         return Settle::kNotFound;
       }
-      if (row.rows[0].null(1) || row.rows[0].u64(1) != r.token) {
+      if (row.rows[0].u64(1) != r.token) {
         c.commit();
         return Settle::kLeaseLost;
       }
@@ -99,11 +100,12 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, M
         move_to_dead_letters(c, t, {r.id});
       } else {
         c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
-                              "lease_token = NULL, owner = NULL WHERE id = ?",
+                              "lease_token = 0, owner_id = 0 WHERE id = ?",
                               t.queue),
                   {static_cast<std::int64_t>(delay.count()), r.id});
       }
       c.commit();
+      q.hints.lower(topic, r.id);
       return Settle::kOk;
     });
   });

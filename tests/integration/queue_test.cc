@@ -361,10 +361,12 @@ TEST(DeadLetters, ExpiredLeasesCountAsAttempts) {
   std::uint64_t next = c->send(name, "fine");
   ASSERT_EQ(c->receive(name, ReceiveOptions{.lease = 100ms}).size(), 1u);
   std::this_thread::sleep_for(200ms);
-  // The expired message is dead-lettered by the claim, which goes on to the next one.
+  // Claims start past the ids this client took: the next message comes first.
   auto got = c->receive(name);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].id, next);
+  // Then the sweep finds the expired message and dead-letters it instead of delivering it.
+  EXPECT_TRUE(c->receive(name).empty());
   auto dead = c->dead_letters(name);
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].id, id);
@@ -421,8 +423,8 @@ TEST(Stats, CountsEachState) {
   EXPECT_LT(s.oldest_ready_age_seconds, 60);
 }
 
-// DESIGN.md: the claim must walk the primary key in order and stop after LIMIT rows; a plan with
-// a filesort would lock every row it sorts.
+// DESIGN.md: the claim must walk the primary key in order, from the scan hint, and stop after
+// LIMIT rows; a plan with a filesort would lock every row it sorts.
 TEST(Plan, ClaimWalksThePrimaryKey) {
   auto c = client();
   std::string name = topic_for_test();
@@ -430,14 +432,72 @@ TEST(Plan, ClaimWalksThePrimaryKey) {
   c->send_batch(name, numbered(2000));
   auto a = test::admin();
   internal::Result r = a->execute(
-      fmt::format("EXPLAIN SELECT id FROM `txmq_q_{}` FORCE INDEX (PRIMARY) WHERE visible_at <= "
-                  "NOW(6) ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED",
+      fmt::format("EXPLAIN SELECT id FROM `txmq_q_{}` FORCE INDEX (PRIMARY) WHERE id >= 1000 AND "
+                  "visible_at <= NOW(6) ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED",
                   name),
       {});
   ASSERT_EQ(r.rows.size(), 1u);
   // EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref, rows, Extra
+  EXPECT_EQ(r.rows[0].bytes(3), "range");
   EXPECT_EQ(r.rows[0].bytes(5), "PRIMARY");
   EXPECT_EQ(r.rows[0].bytes(9).find("filesort"), std::string::npos) << r.rows[0].bytes(9);
+}
+
+// Claims start past the ids this client already claimed; what becomes claimable below (an expired
+// lease) is swept up within about a second while newer messages keep flowing.
+TEST(Claim, ExpiredLeasesBelowTheScanHintAreSweptUp) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send_batch(name, numbered(400));
+  ReceiveOptions short_lease;
+  short_lease.max_messages = 10;
+  short_lease.lease = std::chrono::milliseconds(100);
+  std::vector<Message> first = c->receive(name, short_lease);  // ids 1..10, left to expire
+  ASSERT_EQ(first.size(), 10u);
+  std::set<std::uint64_t> expired;
+  for (const Message& m : first) expired.insert(m.id);
+  ReceiveOptions one;
+  one.max_messages = 1;
+  std::set<std::uint64_t> redelivered;
+  int newer = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (redelivered.size() < expired.size() &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::vector<Message> got = c->receive(name, one);
+    ASSERT_EQ(got.size(), 1u);
+    if (expired.count(got[0].id) > 0) {
+      redelivered.insert(got[0].id);
+      EXPECT_EQ(got[0].attempt, 2);
+    } else {
+      ++newer;
+    }
+    ASSERT_EQ(c->ack(name, got[0].receipt), Settle::kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(redelivered, expired);
+  EXPECT_GT(newer, 0);  // newer messages were served while the expired ones waited for a sweep
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+}
+
+// A message given back by another client lands below this client's scan hint; it is found at
+// once when nothing else is claimable.
+TEST(Claim, AMessageNackedByAnotherClientIsFoundWhenNothingElseIs) {
+  auto a = client();
+  auto b = client();
+  std::string name = topic_for_test();
+  a->create_topic(name);
+  a->send_batch(name, numbered(3));
+  ReceiveOptions all;
+  all.max_messages = 3;
+  std::vector<Message> got = a->receive(name, all);  // a's claims now start past id 3
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(a->ack(name, got[2].receipt), Settle::kOk);
+  ASSERT_EQ(b->nack(name, got[0].receipt), Settle::kOk);  // receipts travel between clients
+  std::vector<Message> again = a->receive(name, ReceiveOptions{});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].id, got[0].id);
+  EXPECT_EQ(again[0].attempt, 2);
 }
 
 }  // namespace
