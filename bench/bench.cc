@@ -297,7 +297,9 @@ class Bench {
     fill(client, topic, kInFlight + 2 * sizes_.claim_samples, kSmall);
     report_.add(row("claim.idle", "claim, nothing in flight"),
                 claim_latency(client, topic, sizes_.claim_samples, 0));
-    report_.add(row("claim.inflight", "claim, 10,000 in flight", "claim.idle"),
+    Row inflight = row("claim.inflight", "claim, 10,000 in flight", "claim.idle");
+    inflight.latency_ratio = true;
+    report_.add(std::move(inflight),
                 claim_latency(client, topic, sizes_.claim_samples, kInFlight));
     drop_if_exists(client, topic);
   }

@@ -52,7 +52,12 @@ const Row* Report::find(const std::string& id) const {
 
 std::optional<double> Report::ratio_of(const Row& row) const {
   const Row* basis = row.basis.empty() ? nullptr : find(row.basis);
-  if (basis == nullptr || basis->rate <= 0) return std::nullopt;
+  if (basis == nullptr) return std::nullopt;
+  if (row.latency_ratio) {
+    if (basis->p50_ms <= 0) return std::nullopt;
+    return row.p50_ms / basis->p50_ms;
+  }
+  if (basis->rate <= 0) return std::nullopt;
   return row.rate / basis->rate;
 }
 
@@ -67,7 +72,9 @@ void Report::print_row(const Row& row) const {
   std::printf("  %-46s %10s %8.2f %8.2f %8s  %s%s\n", row.name.c_str(),
               with_commas(row.rate).c_str(), row.p50_ms, row.p99_ms,
               ratio ? fmt::format("{:.2f}x", *ratio).c_str() : "",
-              basis != nullptr ? basis->name.c_str() : "",
+              basis == nullptr ? ""
+              : row.latency_ratio ? fmt::format("p50 of {}", basis->name).c_str()
+                                  : basis->name.c_str(),
               row.note.empty() ? "" : fmt::format("{}{}", basis ? "; " : "", row.note).c_str());
   std::fflush(stdout);
 }

@@ -21,6 +21,7 @@ struct Row {
   double p50_ms = 0;  // of one operation (a statement, a call, a receive+ack cycle, a delivery)
   double p99_ms = 0;
   std::string basis;  // id of the row the ratio column divides by ("": none)
+  bool latency_ratio = false;  // the ratio is of p50 latencies (lower is better), not of rates
   std::string note;
 };
 

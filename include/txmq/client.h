@@ -143,7 +143,9 @@ class Client {
   std::vector<std::uint64_t> send_batch(std::string_view topic,
                                         std::span<const OutgoingMessage> messages);
 
-  // Leases up to max_messages claimable messages, lowest ids first. Empty when none arrived
+  // Leases up to max_messages claimable messages in id order, from past the ids this client
+  // claimed before (lower ones that became claimable again are swept up within a second, or at
+  // once when nothing else is claimable; doc/schema.md). Empty when none arrived
   // within options.wait. Messages past the topic's max_attempts go to the dead-letter table.
   std::vector<Message> receive(std::string_view topic, const ReceiveOptions& options = {});
 

@@ -306,5 +306,32 @@ TEST(Cli, EmbeddedDefaultStartsReusesAndStops) {
   EXPECT_EQ(run_txmq({"local", "stop"}, "", env).out, "not running\n");
 }
 
+// The bench's JSON document: machine, durability, rows with figures and ratios, targets.
+// Figures are not asserted (a benchmark is not a timed test); the shape and the bookkeeping are.
+TEST(Cli, BenchReportsRowsAndTargetsAsJson) {
+  auto r = run_txmq({"--json", "bench", "--quick", "--only", "claim"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json doc = json::parse(r.out);
+  EXPECT_EQ(doc["server"]["txmq_session_isolation"], "READ-COMMITTED");
+  EXPECT_TRUE(doc["server"].contains("innodb_flush_log_at_trx_commit"));
+  EXPECT_TRUE(doc["server"].contains("sync_binlog"));
+  ASSERT_EQ(doc["results"].size(), 2u);
+  EXPECT_EQ(doc["results"][0]["id"], "claim.idle");
+  EXPECT_EQ(doc["results"][1]["id"], "claim.inflight");
+  for (const json& row : doc["results"]) {
+    EXPECT_EQ(row["messages"], 300);
+    EXPECT_GT(row["p50_ms"].get<double>(), 0);
+    EXPECT_GE(row["p99_ms"].get<double>(), row["p50_ms"].get<double>());
+  }
+  EXPECT_DOUBLE_EQ(doc["results"][1]["ratio"].get<double>(),
+                   doc["results"][1]["p50_ms"].get<double>() /
+                       doc["results"][0]["p50_ms"].get<double>());
+  ASSERT_EQ(doc["targets"].size(), 1u);
+  EXPECT_EQ(doc["targets"][0]["row"], "claim.inflight");
+  // The bench leaves no topic behind.
+  EXPECT_EQ(run_txmq({"topic", "list"}).out.find("txmq_bench"), std::string::npos);
+  EXPECT_EQ(run_txmq({"bench", "--only", "nope"}).exit_code, 5);
+}
+
 }  // namespace
 }  // namespace txmq

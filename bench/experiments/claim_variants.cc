@@ -1,0 +1,136 @@
+// The experiment behind the table layout and claim shape (docs/benchmarks.md, "What was tried"):
+// drains a backlog with the claim statements of txmq on a scratch table, in variants.
+//
+//   txmq_claim_variants DSN CONSUMERS BATCH VARIANTS [BACKLOG]
+//
+// VARIANTS is any of: f  fixed-width lease columns (token and owner id NOT NULL), else a
+//                        nullable token and a string owner (txmq's first layout)
+//                     i  a secondary index on visible_at, claims in (visible_at, id) order
+//                     n  consumer connections with autocommit off (no START TRANSACTION)
+//                     -  none of these
+// Each consumer loops: claim (SELECT ... FOR UPDATE SKIP LOCKED; UPDATE; COMMIT), then ack
+// (DELETE ... RETURNING), until the backlog is empty. Prints messages per second.
+#include <mysql.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "db/connection.h"
+#include "db/dsn.h"
+#include "txmq/error.h"
+
+using namespace txmq::internal;
+using SteadyClock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s DSN CONSUMERS BATCH VARIANTS [BACKLOG]\n", argv[0]);
+    return 1;
+  }
+  const Dsn dsn = parse_dsn(argv[1]);
+  const int consumers = std::atoi(argv[2]);
+  const int batch = std::atoi(argv[3]);
+  const std::string variants = argv[4];
+  const int backlog = argc > 5 ? std::atoi(argv[5]) : 20000;
+  const bool fixed = variants.find('f') != std::string::npos;
+  const bool index = variants.find('i') != std::string::npos;
+  const bool no_autocommit = variants.find('n') != std::string::npos;
+  {
+    Connection c(dsn);
+    c.query("DROP TABLE IF EXISTS txmq_experiment_claim");
+    c.query(fmt::format(
+        "CREATE TABLE txmq_experiment_claim (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, "
+        "visible_at DATETIME(6) NOT NULL, attempts INT UNSIGNED NOT NULL DEFAULT 0, "
+        "lease_token BIGINT UNSIGNED {}, owner {}, enqueued_at DATETIME(6) NOT NULL, "
+        "msg_key VARBINARY(255) NULL, payload LONGBLOB NOT NULL {}) ENGINE=InnoDB",
+        fixed ? "NOT NULL DEFAULT 0" : "NULL",
+        fixed ? "BIGINT UNSIGNED NOT NULL DEFAULT 0" : "VARCHAR(255) NULL",
+        index ? ", KEY (visible_at)" : ""));
+    const std::string payload(100, 'x');
+    std::string sql = "INSERT INTO txmq_experiment_claim (visible_at, enqueued_at, payload) VALUES ";
+    for (int i = 0; i < 1000; ++i) sql += i == 0 ? "(NOW(6),NOW(6),?)" : ",(NOW(6),NOW(6),?)";
+    const std::vector<Param> rows(1000, std::string_view(payload));
+    for (int k = 0; k < backlog / 1000; ++k) {
+      c.begin();
+      c.execute(sql, rows);
+      c.commit();
+    }
+  }
+  std::string in = "(";
+  std::string pairs = "(";
+  for (int i = 0; i < batch; ++i) {
+    in += i == 0 ? "?" : ",?";
+    pairs += i == 0 ? "(?,?)" : ",(?,?)";
+  }
+  in += ")";
+  pairs += ")";
+  const std::string select = fmt::format(
+      "SELECT id, attempts, enqueued_at, msg_key, payload FROM txmq_experiment_claim "
+      "FORCE INDEX ({}) WHERE visible_at <= NOW(6) ORDER BY {} LIMIT ? FOR UPDATE SKIP LOCKED",
+      index ? "visible_at" : "PRIMARY", index ? "visible_at, id" : "id");
+  const std::string update =
+      "UPDATE txmq_experiment_claim SET attempts = attempts + 1, visible_at = NOW(6) + "
+      "INTERVAL ? MICROSECOND, lease_token = ?, owner = ? WHERE id IN " + in;
+  const std::string ack = "DELETE FROM txmq_experiment_claim WHERE id IN " + in +
+                          " AND (id, lease_token) IN " + pairs + " RETURNING id";
+  std::atomic<long> done{0};
+  std::atomic<long> deadlocks{0};
+  const auto start = SteadyClock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < consumers; ++t) {
+    threads.emplace_back([&, t] {
+      Connection c(dsn);
+      if (no_autocommit) mysql_autocommit(c.handle(), 0);
+      std::uint64_t token = 1000000ULL * static_cast<std::uint64_t>(t + 1);
+      for (;;) {
+        Result r;
+        try {
+          if (!no_autocommit) c.begin();
+          r = c.execute(select, {std::int64_t{batch}});
+          if (r.rows.empty()) {
+            c.commit();
+            break;
+          }
+          ++token;
+          auto id_at = [&](int i) {
+            return r.rows[std::min<std::size_t>(static_cast<std::size_t>(i), r.rows.size() - 1)].u64(0);
+          };
+          std::vector<Param> up = {std::int64_t{30000000}, token,
+                                   fixed ? Param(std::uint64_t{7}) : Param(std::string_view("host:12345"))};
+          for (int i = 0; i < batch; ++i) up.push_back(id_at(i));
+          c.execute(update, up);
+          c.commit();
+          std::vector<Param> fence;
+          for (int i = 0; i < batch; ++i) fence.push_back(id_at(i));
+          for (int i = 0; i < batch; ++i) {
+            fence.push_back(id_at(i));
+            fence.push_back(token);
+          }
+          c.execute(ack, fence);
+          if (no_autocommit) c.commit();
+        } catch (const txmq::Error& e) {
+          // As txmq does: a deadlock rolled the transaction back; try again.
+          if (e.code() != txmq::Errc::kAborted) throw;
+          c.rollback();
+          deadlocks++;
+          continue;
+        }
+        done += static_cast<long>(r.rows.size());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  fmt::print("{} consumers x {} per claim, variants '{}': {:.0f} msgs/s ({} deadlocks retried)\n",
+             consumers, batch, variants, static_cast<double>(done.load()) / seconds,
+             deadlocks.load());
+  Connection(dsn).query("DROP TABLE txmq_experiment_claim");
+  return 0;
+}
