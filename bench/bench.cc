@@ -21,7 +21,8 @@ namespace {
 
 // Sizes of a run. Default: a few minutes on 2 cores; quick: about a minute.
 struct Sizes {
-  double timed_seconds;      // each timed rate run (raw INSERT, send)
+  double timed_seconds;      // each timed rate run (raw INSERT, send), split in rounds
+  int rounds;                // alternating rounds of txmq and its raw reference
   int multirow_rows;         // raw multi-row INSERT, and each send_batch size
   int drain_backlog;         // leased and seed drains
   double drain_cap_seconds;  // no drain runs longer
@@ -35,8 +36,8 @@ struct Sizes {
 };
 
 Sizes sizes_for(const BenchOptions& o) {
-  Sizes s = o.quick ? Sizes{1.5, 20000, 5000, 5, 100000, 3, 3, {10000, 100000}, 2, 5000, 300}
-                    : Sizes{5, 100000, 20000, 20, 100000, 10, 10, {10000, 100000, 1000000}, 4,
+  Sizes s = o.quick ? Sizes{2, 2, 20000, 5000, 5, 100000, 3, 3, {10000, 100000}, 2, 5000, 300}
+                    : Sizes{9, 3, 150000, 20000, 20, 100000, 10, 10, {10000, 100000, 1000000}, 4,
                             5000, 2000};
   if (o.huge) s.depths.push_back(10000000);
   return s;
@@ -45,8 +46,8 @@ Sizes sizes_for(const BenchOptions& o) {
 constexpr std::size_t kSmall = 100;
 constexpr std::size_t kLarge = 4096;
 
-const std::vector<std::string> kSections = {"raw",   "seed",  "send", "batch",
-                                            "drain", "e2e",   "depth", "claim"};
+const std::vector<std::string> kSections = {"send", "batch", "seed",  "drain",
+                                            "e2e",  "depth", "claim"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -125,6 +126,12 @@ Row row(std::string id, std::string name, std::string basis = {}) {
   return r;
 }
 
+void accumulate(Measured& total, Measured part) {
+  total.messages += part.messages;
+  total.seconds += part.seconds;
+  total.latencies.merge(part.latencies);
+}
+
 class Bench {
  public:
   Bench(const BenchOptions& options, const internal::Dsn& dsn)
@@ -140,10 +147,9 @@ class Bench {
     co.consumer_name = "txmq-bench-consumer";
     Client consumers(co);
     prepare_reference_tables(dsn_);
-    if (wanted("raw")) raw();
+    if (wanted("send")) sends(client);
+    if (wanted("batch")) batches(client);
     if (wanted("seed")) seed();
-    if (wanted("send")) send(client);
-    if (wanted("batch")) batch(client);
     if (wanted("drain")) drains(client);
     if (wanted("e2e")) e2e(client, consumers);
     if (wanted("depth")) depth(client);
@@ -172,19 +178,73 @@ class Bench {
     }
   }
 
-  void raw() {
-    report_.section("Raw limit of this server (bench's own SQL, autocommit unless stated)");
-    for (int threads : {1, 4, 16}) {
-      report_.add(row(fmt::format("raw.insert.{}", threads),
-                   fmt::format("raw INSERT, {} thread{}", threads, threads == 1 ? "" : "s")),
-                  raw_insert(dsn_, threads, sizes_.timed_seconds, kSmall));
+  // Sends and their raw references, measured in alternating rounds so that a drift of the
+  // machine's disk or CPU during the run weighs on both sides alike.
+  void sends(Client& client) {
+    report_.section("Sends against the raw INSERT limit (alternating rounds, autocommit)");
+    const std::string topic = "txmq_bench_send";
+    struct Pair {
+      int threads;
+      std::size_t payload;
+      std::string suffix;
+      std::string label;
+    };
+    const std::vector<Pair> pairs = {{1, kSmall, "1", "1 thread"},
+                                     {4, kSmall, "4", "4 threads"},
+                                     {16, kSmall, "16", "16 threads"},
+                                     {4, kLarge, "4.4k", "4 threads, 4 KiB"}};
+    const double round_seconds = sizes_.timed_seconds / sizes_.rounds;
+    for (const Pair& p : pairs) {
+      fresh_topic(client, topic);
+      Measured raw;
+      Measured ours;
+      for (int r = 0; r < sizes_.rounds; ++r) {
+        accumulate(raw, raw_insert(dsn_, p.threads, round_seconds, p.payload));
+        accumulate(ours, send_rate(client, topic, p.threads, round_seconds, p.payload));
+      }
+      report_.add(row("raw.insert." + p.suffix, "raw INSERT, " + p.label), std::move(raw));
+      report_.add(row("send." + p.suffix, "send, " + p.label, "raw.insert." + p.suffix),
+                  std::move(ours));
     }
-    report_.add(row("raw.insert.4.4k", "raw INSERT, 4 threads, 4 KiB"),
-                raw_insert(dsn_, 4, sizes_.timed_seconds, kLarge));
-    report_.add(row("raw.multirow", "raw multi-row INSERT, 1,000 rows/txn"),
-                raw_multirow(dsn_, sizes_.multirow_rows, 1000, kSmall));
+    drop_if_exists(client, topic);
+  }
+
+  void batches(Client& client) {
+    report_.section("send_batch against raw multi-row INSERTs of 1,000 rows per transaction "
+                    "(alternating rounds)");
+    const std::string topic = "txmq_bench_batch";
+    struct Case {
+      int size;
+      std::size_t payload;
+      std::string id;
+      std::string name;
+      std::string basis;
+    };
+    const std::vector<Case> cases = {
+        {100, kSmall, "batch.100", "send_batch of 100", "raw.multirow"},
+        {1000, kSmall, "batch.1000", "send_batch of 1,000", "raw.multirow"},
+        {10000, kSmall, "batch.10000", "send_batch of 10,000", "raw.multirow"},
+        {1000, kLarge, "batch.1000.4k", "send_batch of 1,000, 4 KiB", "raw.multirow.4k"}};
+    Measured raw_small;
+    Measured raw_large;
+    std::vector<Measured> ours(cases.size());
+    const int rows = sizes_.multirow_rows / sizes_.rounds;
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      accumulate(raw_small, raw_multirow(dsn_, rows, 1000, kSmall));
+      accumulate(raw_large, raw_multirow(dsn_, rows / 4, 1000, kLarge));
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        fresh_topic(client, topic);
+        const int n = cases[i].payload == kLarge ? rows / 4 : rows;
+        accumulate(ours[i], send_batch_rate(client, topic, cases[i].size, n, cases[i].payload));
+      }
+    }
+    report_.add(row("raw.multirow", "raw multi-row INSERT, 1,000 rows/txn"), std::move(raw_small));
     report_.add(row("raw.multirow.4k", "raw multi-row INSERT, 1,000 rows/txn, 4 KiB"),
-                raw_multirow(dsn_, sizes_.multirow_rows / 4, 1000, kLarge));
+                std::move(raw_large));
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      report_.add(row(cases[i].id, cases[i].name, cases[i].basis), std::move(ours[i]));
+    }
+    drop_if_exists(client, topic);
   }
 
   void seed() {
@@ -201,35 +261,6 @@ class Bench {
                  fmt::format("seed drain at {}k backlog, 4 consumers",
                              sizes_.seed_deep_backlog / 1000), "seed.drain.4"),
                 seed_drain(dsn_, 4, sizes_.seed_deep_seconds));
-  }
-
-  void send(Client& client) {
-    report_.section("send: one message per transaction");
-    const std::string topic = "txmq_bench_send";
-    for (int producers : {1, 4, 16}) {
-      fresh_topic(client, topic);
-      report_.add(row(fmt::format("send.{}", producers),
-                   fmt::format("send, {} producer{}", producers, producers == 1 ? "" : "s"), fmt::format("raw.insert.{}", producers)),
-                  send_rate(client, topic, producers, sizes_.timed_seconds, kSmall));
-    }
-    fresh_topic(client, topic);
-    report_.add(row("send.4.4k", "send, 4 producers, 4 KiB", "raw.insert.4.4k"),
-                send_rate(client, topic, 4, sizes_.timed_seconds, kLarge));
-    drop_if_exists(client, topic);
-  }
-
-  void batch(Client& client) {
-    report_.section("send_batch: all or nothing, one transaction per batch");
-    const std::string topic = "txmq_bench_batch";
-    for (int size : {100, 1000, 10000}) {
-      fresh_topic(client, topic);
-      report_.add(row(fmt::format("batch.{}", size), fmt::format("send_batch of {}", with_commas(size)), "raw.multirow"),
-                  send_batch_rate(client, topic, size, sizes_.multirow_rows, kSmall));
-    }
-    fresh_topic(client, topic);
-    report_.add(row("batch.1000.4k", "send_batch of 1,000, 4 KiB", "raw.multirow.4k"),
-                send_batch_rate(client, topic, 1000, sizes_.multirow_rows / 4, kLarge));
-    drop_if_exists(client, topic);
   }
 
   void drains(Client& client) {
@@ -275,10 +306,9 @@ class Bench {
       for (int round = 0; round < sizes_.depth_rounds; ++round) {
         Measured m = drain(client, topic, 4, 100, static_cast<std::uint64_t>(sizes_.depth_round),
                            sizes_.drain_cap_seconds);
-        total.messages += m.messages;
-        total.seconds += m.seconds;
-        total.latencies.merge(m.latencies);
-        fill(client, topic, static_cast<int>(m.messages), kSmall);  // back to depth
+        const auto drained = static_cast<int>(m.messages);
+        accumulate(total, std::move(m));
+        fill(client, topic, drained, kSmall);  // back to depth
       }
       const std::string label = depth >= 1000000 ? fmt::format("{}M", depth / 1000000)
                                                  : fmt::format("{}k", depth / 1000);

@@ -104,4 +104,13 @@ inline std::string make_payload(std::size_t size, std::uint64_t seed) {
   return p;
 }
 
+// A few distinct payloads made before the clock starts, used in turn by a timed loop.
+inline std::vector<std::string> make_payloads(std::size_t size, std::uint64_t seed,
+                                              std::size_t count = 64) {
+  std::vector<std::string> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(make_payload(size, seed * count + i));
+  return out;
+}
+
 }  // namespace txmq::bench

@@ -30,9 +30,10 @@ Measured send_rate(Client& client, const std::string& topic, int producers, doub
                    std::size_t payload) {
   const auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
   return run_threads(producers, [&](int t, Latencies& lat) {
+    const std::vector<std::string> payloads = make_payloads(payload, static_cast<std::uint64_t>(t));
     std::uint64_t n = 0;
     while (SteadyClock::now() < deadline) {
-      const std::string p = make_payload(payload, (static_cast<std::uint64_t>(t) << 32) + n);
+      const std::string& p = payloads[n % payloads.size()];
       const auto start = SteadyClock::now();
       client.send(topic, p);
       lat.add_since(start);
