@@ -1,13 +1,12 @@
 #include "db/connection.h"
 
 #include <errmsg.h>
+#include <fmt/format.h>
 #include <mysql.h>
 #include <mysqld_error.h>
 
 #include <cstring>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "txmq/error.h"
 
@@ -94,7 +93,7 @@ Connection::Connection(const Dsn& dsn) {
   mysql_optionsv(mysql_, MYSQL_INIT_COMMAND,
                  "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
   mysql_optionsv(mysql_, MYSQL_INIT_COMMAND,
-                 "SET SESSION time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
+                 "SET SESSION autocommit = 1, time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
                  "NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION',"
                  " lock_wait_timeout = 60");
   if (!dsn.ssl_mode.empty() && dsn.ssl_mode != "disabled") {
@@ -106,8 +105,8 @@ Connection::Connection(const Dsn& dsn) {
   }
   const char* socket = dsn.socket.empty() ? nullptr : dsn.socket.c_str();
   const char* host = socket != nullptr ? "localhost" : dsn.host.c_str();
-  if (mysql_real_connect(mysql_, host, dsn.user.c_str(), dsn.password.c_str(),
-                         dsn.database.c_str(), dsn.port, socket, CLIENT_FOUND_ROWS) == nullptr) {
+  if (mysql_real_connect(mysql_, host, dsn.user.c_str(), dsn.password.c_str(), dsn.database.c_str(),
+                         dsn.port, socket, CLIENT_FOUND_ROWS) == nullptr) {
     unsigned e = mysql_errno(mysql_);
     std::string message = mysql_error(mysql_);
     std::string state = mysql_sqlstate(mysql_);
@@ -131,9 +130,9 @@ void Connection::raise(MYSQL_STMT* stmt, std::string_view doing) {
   std::string message = stmt != nullptr ? mysql_stmt_error(stmt) : mysql_error(mysql_);
   std::string state = stmt != nullptr ? mysql_stmt_sqlstate(stmt) : mysql_sqlstate(mysql_);
   if (is_connection_error(e)) broken_ = true;
-  std::string what =
-      echoes_data(e) ? fmt::format("{} failed: MariaDB error {} ({})", doing, e, state)
-                     : fmt::format("{} failed: {} (MariaDB error {})", doing, message, e);
+  std::string what = echoes_data(e)
+                         ? fmt::format("{} failed: MariaDB error {} ({})", doing, e, state)
+                         : fmt::format("{} failed: {} (MariaDB error {})", doing, message, e);
   throw Error(classify(e), what, e, state, message);
 }
 
@@ -152,18 +151,30 @@ Result Connection::execute(std::string_view sql, std::span<const Param> params) 
     lru_.splice(lru_.begin(), lru_, it->second.second);
   }
   touch();
+  autocommit_outside_transactions();
   return it->second.first->execute(params);
+}
+
+void Connection::autocommit_outside_transactions() {
+  if (autocommit_ || in_transaction_) return;
+  if (mysql_autocommit(mysql_, 1) != 0) raise(nullptr, "turning autocommit on");
+  autocommit_ = true;
 }
 
 void Connection::query(std::string_view sql) {
   touch();
+  autocommit_outside_transactions();
   if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) raise(nullptr, "query");
   // Drain any result so the connection stays usable.
   if (MYSQL_RES* res = mysql_store_result(mysql_)) mysql_free_result(res);
 }
 
 void Connection::begin() {
-  query("START TRANSACTION");
+  touch();
+  if (autocommit_) {
+    if (mysql_autocommit(mysql_, 0) != 0) raise(nullptr, "starting a transaction");
+    autocommit_ = false;
+  }
   in_transaction_ = true;
 }
 

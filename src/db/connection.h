@@ -34,7 +34,9 @@ class Row {
 
   bool null(std::size_t i) const { return cells_.at(i).null; }
   std::int64_t i64(std::size_t i) const { return cells_.at(i).integer; }
-  std::uint64_t u64(std::size_t i) const { return static_cast<std::uint64_t>(cells_.at(i).integer); }
+  std::uint64_t u64(std::size_t i) const {
+    return static_cast<std::uint64_t>(cells_.at(i).integer);
+  }
   const std::string& bytes(std::size_t i) const { return cells_.at(i).bytes; }
   std::string take_bytes(std::size_t i) { return std::move(cells_.at(i).bytes); }
   std::optional<std::string> opt_bytes(std::size_t i) const {
@@ -87,7 +89,12 @@ class Connection {
   // Runs a statement through the text protocol: for DDL and statements without input.
   void query(std::string_view sql);
 
+  // Opens a transaction by turning autocommit off, and leaves it off after commit or rollback:
+  // the next transaction on this connection then costs no round trip to open (the pool hands
+  // transactions to such connections). A statement outside a transaction turns autocommit back
+  // on first, so nothing ever runs in a transaction nobody commits.
   void begin();
+  bool autocommit() const noexcept { return autocommit_; }
   // Throws kCommitUnknown when the connection breaks during COMMIT.
   void commit();
   void rollback() noexcept;
@@ -107,13 +114,16 @@ class Connection {
   static constexpr std::size_t kStatementCacheSize = 256;
 
   MYSQL* mysql_ = nullptr;
+  void autocommit_outside_transactions();
+
   bool broken_ = false;
   bool in_transaction_ = false;
+  bool autocommit_ = true;
   std::chrono::steady_clock::time_point last_used_;
   // LRU of prepared statements: the server caps their number (max_prepared_stmt_count).
   std::list<std::string> lru_;
-  std::unordered_map<std::string, std::pair<std::unique_ptr<Statement>,
-                                            std::list<std::string>::iterator>>
+  std::unordered_map<std::string,
+                     std::pair<std::unique_ptr<Statement>, std::list<std::string>::iterator>>
       statements_;
 };
 

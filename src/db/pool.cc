@@ -1,5 +1,7 @@
 #include "db/pool.h"
 
+#include <algorithm>
+
 namespace txmq::internal {
 
 namespace {
@@ -12,10 +14,15 @@ Pool::Pool(Dsn dsn, int max_size) : dsn_(std::move(dsn)), max_size_(max_size < 1
 
 Pool::~Pool() = default;
 
-Pool::Handle Pool::acquire() {
+Pool::Handle Pool::acquire(Work work) {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (!idle_.empty()) {
+      // The most recently used connection in the wanted mode, else the most recently used.
+      const bool want_autocommit = work == Work::kStatements;
+      auto match = std::find_if(idle_.rbegin(), idle_.rend(),
+                                [&](const auto& c) { return c->autocommit() == want_autocommit; });
+      if (match != idle_.rend()) std::iter_swap(match, idle_.rbegin());
       std::unique_ptr<Connection> connection = std::move(idle_.back());
       idle_.pop_back();
       lock.unlock();

@@ -21,6 +21,13 @@ enum class OnLostConnection {
   kCommitUnknown,  // fn writes in autocommit: a lost reply means the outcome is unknown
 };
 
+// What a function run on a pooled connection does: the pool prefers a connection left in the
+// matching autocommit mode (Connection::begin), which saves a round trip per transaction.
+enum class Work {
+  kStatements,   // autocommit statements
+  kTransaction,  // begin() ... commit()
+};
+
 // Tells a retried function what happened before it.
 struct Attempt {
   int number = 1;
@@ -51,14 +58,20 @@ class Pool {
 
   // A healthy connection; blocks while all max_size are in use. Throws kUnavailable when a new
   // connection cannot be made.
-  Handle acquire();
+  Handle acquire(Work work = Work::kStatements);
 
   // Runs fn(Connection&, const Attempt&) and retries it, with jittered backoff and a bound, on a
   // deadlock or lock-wait timeout (its transaction was rolled back) and on a lost connection
   // (with a new connection) where `policy` says that is safe. A transaction fn left open is
   // rolled back. kCommitUnknown is never retried.
   template <typename F>
-  auto run(OnLostConnection policy, F&& fn) -> std::invoke_result_t<F&, Connection&, const Attempt&>;
+  auto run(OnLostConnection policy, Work work, F&& fn)
+      -> std::invoke_result_t<F&, Connection&, const Attempt&>;
+  template <typename F>
+  auto run(OnLostConnection policy, F&& fn)
+      -> std::invoke_result_t<F&, Connection&, const Attempt&> {
+    return run(policy, Work::kStatements, std::forward<F>(fn));
+  }
 
   const Dsn& dsn() const { return dsn_; }
 
@@ -81,14 +94,14 @@ class Pool {
 };
 
 template <typename F>
-auto Pool::run(OnLostConnection policy, F&& fn)
+auto Pool::run(OnLostConnection policy, Work work, F&& fn)
     -> std::invoke_result_t<F&, Connection&, const Attempt&> {
   Attempt attempt;
   int conflicts = 0;
   int reconnects = 0;
   const Backoff backoff;
   for (;; ++attempt.number) {
-    Handle connection = acquire();
+    Handle connection = acquire(work);
     try {
       return fn(*connection, static_cast<const Attempt&>(attempt));
     } catch (const Error& error) {

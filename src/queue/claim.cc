@@ -1,7 +1,7 @@
+#include <fmt/format.h>
+
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "queue/operations.h"
 
@@ -42,63 +42,66 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
       micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
 
-  return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    ClaimResult result;
-    ScanHints::Start start = q.hints.start(topic.name);
-    c.begin();
-    Result r = c.execute(select_sql, {start.sweep ? std::uint64_t{0} : start.from_id,
-                                      static_cast<std::int64_t>(max_messages)});
-    if (r.rows.empty() && !start.sweep) {
-      start.sweep = true;
-      r = c.execute(select_sql, {std::uint64_t{0}, static_cast<std::int64_t>(max_messages)});
-    }
-    q.hints.claimed(topic.name, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
-    if (r.rows.empty()) {
-      c.commit();
-      return result;
-    }
-    const std::int64_t now_us = r.rows[0].i64(3);
-    std::vector<Claimed> live;
-    std::vector<Param> dead_ids;
-    for (Row& row : r.rows) {
-      int attempts = static_cast<int>(row.i64(1));
-      if (attempts >= topic.options.max_attempts) {
-        dead_ids.push_back(row.u64(0));
-      } else {
-        live.push_back({row.u64(0), attempts, row.i64(2), row.opt_bytes(4), row.take_bytes(5)});
-      }
-    }
-    result.dead_lettered = dead_ids.size();
-    if (!dead_ids.empty()) move_to_dead_letters(c, t, std::move(dead_ids));
-    if (!live.empty()) {
-      const std::uint64_t token = new_lease_token();
-      std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token, owner_id};
-      for (const Claimed& m : live) params.push_back(m.id);
-      std::size_t n = in_list_size(live.size());
-      pad_ids(params, 3, n);
-      c.execute(fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
-                            "INTERVAL ? MICROSECOND, lease_token = ?, owner_id = ? WHERE id IN {}",
-                            t.queue, placeholders(n)),
-                params);
-      c.commit();
-      result.messages.reserve(live.size());
-      for (Claimed& m : live) {
-        Message msg;
-        msg.id = m.id;
-        msg.receipt = Receipt{m.id, token}.str();
-        msg.attempt = m.attempts + 1;
-        msg.key = std::move(m.key);
-        msg.payload = std::move(m.payload);
-        msg.enqueued_at = time_from_micros(m.enqueued_us);
-        // The expiry is counted from the claim's first statement: never later than the server's.
-        msg.lease_expires_at = time_from_micros(now_us + lease.count());
-        result.messages.push_back(std::move(msg));
-      }
-      return result;
-    }
-    c.commit();
-    return result;
-  });
+  return q.pool.run(
+      OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+        ClaimResult result;
+        ScanHints::Start start = q.hints.start(topic.name);
+        c.begin();
+        Result r = c.execute(select_sql, {start.sweep ? std::uint64_t{0} : start.from_id,
+                                          static_cast<std::int64_t>(max_messages)});
+        if (r.rows.empty() && !start.sweep) {
+          start.sweep = true;
+          r = c.execute(select_sql, {std::uint64_t{0}, static_cast<std::int64_t>(max_messages)});
+        }
+        q.hints.claimed(topic.name, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
+        if (r.rows.empty()) {
+          c.commit();
+          return result;
+        }
+        const std::int64_t now_us = r.rows[0].i64(3);
+        std::vector<Claimed> live;
+        std::vector<Param> dead_ids;
+        for (Row& row : r.rows) {
+          int attempts = static_cast<int>(row.i64(1));
+          if (attempts >= topic.options.max_attempts) {
+            dead_ids.push_back(row.u64(0));
+          } else {
+            live.push_back({row.u64(0), attempts, row.i64(2), row.opt_bytes(4), row.take_bytes(5)});
+          }
+        }
+        result.dead_lettered = dead_ids.size();
+        if (!dead_ids.empty()) move_to_dead_letters(c, t, std::move(dead_ids));
+        if (!live.empty()) {
+          const std::uint64_t token = new_lease_token();
+          std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token, owner_id};
+          for (const Claimed& m : live) params.push_back(m.id);
+          std::size_t n = in_list_size(live.size());
+          pad_ids(params, 3, n);
+          c.execute(
+              fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
+                          "INTERVAL ? MICROSECOND, lease_token = ?, owner_id = ? WHERE id IN {}",
+                          t.queue, placeholders(n)),
+              params);
+          c.commit();
+          result.messages.reserve(live.size());
+          for (Claimed& m : live) {
+            Message msg;
+            msg.id = m.id;
+            msg.receipt = Receipt{m.id, token}.str();
+            msg.attempt = m.attempts + 1;
+            msg.key = std::move(m.key);
+            msg.payload = std::move(m.payload);
+            msg.enqueued_at = time_from_micros(m.enqueued_us);
+            // The expiry is counted from the claim's first statement: never later than the
+            // server's.
+            msg.lease_expires_at = time_from_micros(now_us + lease.count());
+            result.messages.push_back(std::move(msg));
+          }
+          return result;
+        }
+        c.commit();
+        return result;
+      });
 }
 
 }  // namespace

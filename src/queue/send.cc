@@ -52,13 +52,12 @@ RowShape shape_of(std::span<const OutgoingMessage> messages) {
   return shape;
 }
 
-std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape,
-                       bool returning) {
-  std::string sql = fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ",
-                                table);
-  const std::string row = fmt::format("({}, NOW(6), {}, ?)",
-                                      shape.delay ? "NOW(6) + INTERVAL ? MICROSECOND" : "NOW(6)",
-                                      shape.key ? "?" : "NULL");
+std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning) {
+  std::string sql =
+      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ", table);
+  const std::string row =
+      fmt::format("({}, NOW(6), {}, ?)", shape.delay ? "NOW(6) + INTERVAL ? MICROSECOND" : "NOW(6)",
+                  shape.key ? "?" : "NULL");
   sql.reserve(sql.size() + rows * (row.size() + 1) + 16);
   for (std::size_t i = 0; i < rows; ++i) {
     if (i > 0) sql += ',';
@@ -121,25 +120,26 @@ std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
   const RowShape shape = shape_of(messages);
 
   return on_topic(q, topic, [&] {
-    return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      std::vector<std::uint64_t> ids;
-      ids.reserve(messages.size());
-      std::vector<Param> params;
-      c.begin();
-      for (auto [from, to] : chunks) {
-        params.clear();
-        for (std::size_t i = from; i < to; ++i) bind_row(params, shape, messages[i]);
-        // RETURNING rather than first id + i: no reliance on innodb_autoinc_lock_mode, and
-        // reading ids from the first one measured no faster (bench/, send_batch of 10,000).
-        Result r = c.execute(insert_sql(table, to - from, shape, true), params);
-        if (r.rows.size() != to - from) {
-          throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
-        }
-        for (const Row& row : r.rows) ids.push_back(row.u64(0));
-      }
-      c.commit();
-      return ids;
-    });
+    return q.pool.run(
+        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          std::vector<std::uint64_t> ids;
+          ids.reserve(messages.size());
+          std::vector<Param> params;
+          c.begin();
+          for (auto [from, to] : chunks) {
+            params.clear();
+            for (std::size_t i = from; i < to; ++i) bind_row(params, shape, messages[i]);
+            // RETURNING rather than first id + i: no reliance on innodb_autoinc_lock_mode, and
+            // reading ids from the first one measured no faster (bench/, send_batch of 10,000).
+            Result r = c.execute(insert_sql(table, to - from, shape, true), params);
+            if (r.rows.size() != to - from) {
+              throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
+            }
+            for (const Row& row : r.rows) ids.push_back(row.u64(0));
+          }
+          c.commit();
+          return ids;
+        });
   });
 }
 

@@ -1,7 +1,7 @@
 // ack, nack and extend: each applies only while the receipt's lease token is still the row's.
-#include <unordered_set>
-
 #include <fmt/format.h>
+
+#include <unordered_set>
 
 #include "queue/operations.h"
 
@@ -19,12 +19,13 @@ Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
 void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids) {
   const std::size_t n = in_list_size(ids.size());
   pad_ids(ids, 0, n);
-  c.execute(fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
-                        "payload) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), q.msg_key, "
-                        "q.payload FROM {} AS q LEFT JOIN txmq_consumers AS c ON c.id = q.owner_id "
-                        "WHERE q.id IN {}",
-                        t.dead, t.queue, placeholders(n)),
-            ids);
+  c.execute(
+      fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
+                  "payload) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), q.msg_key, "
+                  "q.payload FROM {} AS q LEFT JOIN txmq_consumers AS c ON c.id = q.owner_id "
+                  "WHERE q.id IN {}",
+                  t.dead, t.queue, placeholders(n)),
+      ids);
   c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
 }
 
@@ -83,31 +84,32 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, M
   const TopicInfo info = q.catalog.get(topic);
   const TopicTables t = topic_tables(topic);
   return on_topic(q, topic, [&] {
-    return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      c.begin();
-      Result row = c.execute(
-          fmt::format("SELECT attempts, lease_token FROM {} WHERE id = ? FOR UPDATE", t.queue),
-          {r.id});
-      if (row.rows.empty()) {
-        c.commit();
-        return Settle::kNotFound;
-      }
-      if (row.rows[0].u64(1) != r.token) {
-        c.commit();
-        return Settle::kLeaseLost;
-      }
-      if (row.rows[0].i64(0) >= info.options.max_attempts) {
-        move_to_dead_letters(c, t, {r.id});
-      } else {
-        c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
-                              "lease_token = 0, owner_id = 0 WHERE id = ?",
-                              t.queue),
-                  {static_cast<std::int64_t>(delay.count()), r.id});
-      }
-      c.commit();
-      q.hints.lower(topic, r.id);
-      return Settle::kOk;
-    });
+    return q.pool.run(
+        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          c.begin();
+          Result row = c.execute(
+              fmt::format("SELECT attempts, lease_token FROM {} WHERE id = ? FOR UPDATE", t.queue),
+              {r.id});
+          if (row.rows.empty()) {
+            c.commit();
+            return Settle::kNotFound;
+          }
+          if (row.rows[0].u64(1) != r.token) {
+            c.commit();
+            return Settle::kLeaseLost;
+          }
+          if (row.rows[0].i64(0) >= info.options.max_attempts) {
+            move_to_dead_letters(c, t, {r.id});
+          } else {
+            c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
+                                  "lease_token = 0, owner_id = 0 WHERE id = ?",
+                                  t.queue),
+                      {static_cast<std::int64_t>(delay.count()), r.id});
+          }
+          c.commit();
+          q.hints.lower(topic, r.id);
+          return Settle::kOk;
+        });
   });
 }
 
