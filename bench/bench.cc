@@ -52,7 +52,7 @@ Sizes sizes_for(const BenchOptions& o) {
                             .claim_samples = 300}
                     : Sizes{.timed_seconds = 9,
                             .rounds = 3,
-                            .multirow_rows = 150000,
+                            .multirow_rows = 600000,
                             .drain_backlog = 20000,
                             .drain_cap_seconds = 20,
                             .drain_basis_seconds = 1,
