@@ -194,14 +194,6 @@ class Bench {
                options_.sections.end();
   }
 
-  static void drop_if_exists(Client& client, const std::string& topic) {
-    try {
-      client.drop_topic(topic);
-    } catch (const Error& e) {
-      if (e.code() != Errc::kNotFound) throw;
-    }
-  }
-
   // Sends and their raw references, measured in alternating rounds so that a drift of the
   // machine's disk or CPU during the run weighs on both sides alike.
   void sends(Client& client) {

@@ -6,12 +6,16 @@
 
 namespace txmq::bench {
 
-void fresh_topic(Client& client, const std::string& topic) {
+void drop_if_exists(Client& client, const std::string& topic) {
   try {
     client.drop_topic(topic);
   } catch (const Error& e) {
     if (e.code() != Errc::kNotFound) throw;
   }
+}
+
+void fresh_topic(Client& client, const std::string& topic) {
+  drop_if_exists(client, topic);
   client.create_topic(topic);
 }
 

@@ -8,6 +8,9 @@
 
 namespace txmq::bench {
 
+// Drops the topic when it exists.
+void drop_if_exists(Client& client, const std::string& topic);
+
 // Drops and creates the topic with default settings.
 void fresh_topic(Client& client, const std::string& topic);
 

@@ -113,9 +113,9 @@ class Connection {
  private:
   static constexpr std::size_t kStatementCacheSize = 256;
 
-  MYSQL* mysql_ = nullptr;
   void autocommit_outside_transactions();
 
+  MYSQL* mysql_ = nullptr;
   bool broken_ = false;
   bool in_transaction_ = false;
   bool autocommit_ = true;

@@ -72,7 +72,8 @@ class ScanHints {
     bool sweep = true;  // from the lowest id
   };
   Start start(std::string_view topic);
-  // After a claim that started at `from_id` (0: a sweep) and took ids up to max_id (0: none).
+  // After a claim that swept from the lowest id or started at the hint, and took ids up to
+  // max_id (0: none).
   void claimed(std::string_view topic, bool swept, std::uint64_t max_id);
   // An id of the topic may be claimable below the hint again (this client nacked it).
   void lower(std::string_view topic, std::uint64_t id);
