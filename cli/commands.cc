@@ -183,7 +183,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
     while (start < data.size()) {
       std::size_t nl = data.find('\n', start);
       if (nl == std::string::npos) nl = data.size();
-      messages.push_back({data.substr(start, nl - start), std::nullopt, Micros{0}});
+      messages.push_back({data.substr(start, nl - start), std::nullopt, Micros{0}, std::nullopt});
       start = nl + 1;
     }
     auto ids = connect(g)->send_batch(ba->topic, messages);

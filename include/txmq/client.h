@@ -11,108 +11,10 @@
 #include <vector>
 
 #include "txmq/error.h"
+#include "txmq/transaction.h"
+#include "txmq/types.h"
 
 namespace txmq {
-
-using Clock = std::chrono::system_clock;
-using Micros = std::chrono::microseconds;
-
-struct ClientOptions {
-  // mysql://user:password@host:port/database[?socket=PATH&connect_timeout=S]. Empty: the
-  // environment variable TXMQ_DSN. The embedded default is chosen by the command line, not here.
-  std::string dsn;
-  // Most connections the client keeps open at once; each serves one thread at a time.
-  int pool_size = 16;
-  // Written to in-flight rows as their owner. Default: "hostname:pid".
-  std::string consumer_name;
-  // Receives warnings (such as a server that would lose acknowledged sends in a crash).
-  // Default: one line on stderr. Each distinct warning is given once per process.
-  std::function<void(std::string_view)> on_warning;
-};
-
-// A topic's settings. Stored in the catalog; a second create must match them.
-struct TopicOptions {
-  // How long a received message stays leased to its consumer before peers may take it.
-  Micros lease = std::chrono::seconds(30);
-  // Deliveries before a message is moved to the dead-letter table instead of delivered again.
-  int max_attempts = 5;
-  // Largest payload accepted, in bytes. Sends over it are refused with kInvalidArgument.
-  std::size_t max_payload_bytes = 1 << 20;
-
-  bool operator==(const TopicOptions&) const = default;
-};
-
-struct TopicInfo {
-  std::string name;
-  TopicOptions options;
-  Clock::time_point created_at;
-};
-
-struct SendOptions {
-  // Optional message key, up to 255 bytes; stored and handed back on receipt.
-  std::optional<std::string> key;
-  // The message becomes claimable this long after the send commits (server time).
-  Micros delay{0};
-};
-
-struct OutgoingMessage {
-  std::string payload;
-  std::optional<std::string> key;
-  Micros delay{0};
-};
-
-struct ReceiveOptions {
-  // Lease up to this many messages in one claim (1..10000).
-  int max_messages = 1;
-  // Lease length; default: the topic's.
-  std::optional<Micros> lease;
-  // When nothing is claimable, keep trying this long before returning empty.
-  Micros wait{0};
-};
-
-// A leased message. The receipt (id and lease token) is what ack, nack and extend take.
-struct Message {
-  std::uint64_t id = 0;
-  std::string receipt;
-  int attempt = 0;  // 1 on first delivery
-  std::optional<std::string> key;
-  std::string payload;
-  Clock::time_point enqueued_at;
-  Clock::time_point lease_expires_at;
-};
-
-// The outcome of ack, nack and extend. Expected outcomes are values, not exceptions.
-enum class Settle {
-  kOk,
-  kLeaseLost,  // the message was leased again to another consumer: this receipt is stale
-  kNotFound,   // no such message any more (acknowledged, dead-lettered, or never existed)
-};
-
-struct TopicStats {
-  std::string topic;
-  std::uint64_t ready = 0;      // claimable now (new, retried, or with an expired lease)
-  std::uint64_t in_flight = 0;  // leased to a consumer whose lease has not expired
-  std::uint64_t delayed = 0;    // not yet claimable: a delayed send or a nack with delay
-  std::uint64_t dead = 0;       // in the dead-letter table
-  double oldest_ready_age_seconds = 0;  // age of the oldest ready message; 0 when none
-};
-
-struct InFlightMessage {
-  std::uint64_t id = 0;
-  std::string owner;  // the consumer_name of the client holding the lease
-  int attempt = 0;
-  Clock::time_point lease_expires_at;
-};
-
-struct DeadLetter {
-  std::uint64_t id = 0;
-  std::optional<std::string> key;
-  std::string payload;
-  int attempts = 0;
-  std::string last_owner;
-  Clock::time_point enqueued_at;
-  Clock::time_point died_at;
-};
 
 // A connection to one txmq database: topics, sends, claims and their settlement.
 // Thread safety: a Client may be used from many threads at once; it keeps a pool of connections.
@@ -142,6 +44,35 @@ class Client {
   // Every message is checked before anything is written; one refused message refuses the batch.
   std::vector<std::uint64_t> send_batch(std::string_view topic,
                                         std::span<const OutgoingMessage> messages);
+
+  // --- Transactional messaging (txmq/transaction.h) -------------------------------------------
+
+  // Opens a transaction on one of the client's connections, held until it commits or rolls back.
+  Transaction begin();
+  // Runs fn in a new transaction and commits it. After a deadlock, a lock-wait timeout or a lost
+  // connection before COMMIT, runs fn again in a fresh transaction (up to 8 times, with backoff),
+  // so fn must not have effects outside the transaction that cannot be repeated. Throws
+  // kCommitUnknown when the COMMIT's outcome is unknown; never runs fn again after that.
+  void transact(const std::function<void(Transaction&)>& fn);
+  // Enlists the application's own connection, which has a transaction open: see Outbox.
+  Outbox enlist(MYSQL* connection);
+
+  // Exactly-once processing. In one transaction: claims up to max_messages claimable messages
+  // (FOR UPDATE SKIP LOCKED, in id order as receive), runs handler(transaction, messages),
+  // deletes the messages and commits, so that the handler's statements and the acknowledgement
+  // commit together or not at all. Returns how many messages were processed; 0 when none
+  // arrived within options.wait.
+  //  - The handler throws: everything rolls back, the messages are claimable again at once,
+  //    their attempt count goes up by one (past max_attempts they are dead-lettered), and the
+  //    exception is rethrown.
+  //  - The process dies or the connection drops: the server rolls everything back; the messages
+  //    are claimable again at once (no lease to wait out). No attempt is counted.
+  //  - A deadlock or lost connection during the handler's statements rolls back and claims
+  //    again: the handler may be called again, with other messages.
+  //  - kCommitUnknown: the COMMIT broke off. Either the work and the acknowledgement committed,
+  //    or neither did and the messages will be processed again: exactly once either way.
+  std::size_t process(std::string_view topic, const ProcessOptions& options,
+                      const TransactionalHandler& handler);
 
   // Leases up to max_messages claimable messages in id order, from past the ids this client
   // claimed before (lower ones that became claimable again are swept up within a second, or at

@@ -120,9 +120,22 @@ Connection::Connection(const Dsn& dsn) {
   touch();
 }
 
+Connection::Connection(MYSQL* borrowed, Borrowed) : mysql_(borrowed), owned_(false) {
+  if (mysql_ == nullptr) {
+    throw Error(Errc::kInvalidArgument, "the enlisted MYSQL* connection is null");
+  }
+  touch();
+}
+
 Connection::~Connection() {
   statements_.clear();  // statements close before their connection
-  if (mysql_ != nullptr) mysql_close(mysql_);
+  if (mysql_ != nullptr && owned_) mysql_close(mysql_);
+}
+
+bool Connection::session_in_transaction() const noexcept {
+  unsigned status = 0;
+  if (mariadb_get_infov(mysql_, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
+  return (status & SERVER_STATUS_IN_TRANS) != 0 || (status & SERVER_STATUS_AUTOCOMMIT) == 0;
 }
 
 void Connection::raise(MYSQL_STMT* stmt, std::string_view doing) {
@@ -156,7 +169,7 @@ Result Connection::execute(std::string_view sql, std::span<const Param> params) 
 }
 
 void Connection::autocommit_outside_transactions() {
-  if (autocommit_ || in_transaction_) return;
+  if (autocommit_ || in_transaction_ || !owned_) return;
   if (mysql_autocommit(mysql_, 1) != 0) raise(nullptr, "turning autocommit on");
   autocommit_ = true;
 }
@@ -262,6 +275,7 @@ Result Statement::execute(std::span<const Param> params) {
   std::vector<MYSQL_BIND> binds(n);  // value-initialised: zeroed
   std::vector<unsigned long> lengths(n);
   std::vector<long long> integers(n);
+  std::vector<double> doubles(n);
   for (std::size_t i = 0; i < n; ++i) {
     MYSQL_BIND& b = binds[i];
     if (std::holds_alternative<std::nullptr_t>(params[i])) {
@@ -275,6 +289,10 @@ Result Statement::execute(std::span<const Param> params) {
       b.buffer_type = MYSQL_TYPE_LONGLONG;
       b.buffer = &integers[i];
       b.is_unsigned = 1;
+    } else if (auto* d = std::get_if<double>(&params[i])) {
+      doubles[i] = *d;
+      b.buffer_type = MYSQL_TYPE_DOUBLE;
+      b.buffer = &doubles[i];
     } else {
       std::string_view s = std::get<std::string_view>(params[i]);
       lengths[i] = s.size();
@@ -335,6 +353,7 @@ Result Statement::execute(std::span<const Param> params) {
       cell.null = nulls[c] != 0;
       if (cell.null) continue;
       if (out[c].buffer_type == MYSQL_TYPE_LONGLONG) {
+        cell.is_integer = true;
         cell.integer = ints[c];
       } else if (out_lengths[c] <= buffers[c].size()) {
         cell.bytes.assign(buffers[c].data(), out_lengths[c]);

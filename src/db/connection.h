@@ -19,14 +19,15 @@ typedef struct st_mysql_stmt MYSQL_STMT;
 
 namespace txmq::internal {
 
-// A bound parameter: NULL, an integer, or bytes (any bytes; bound as a BLOB).
-using Param = std::variant<std::nullptr_t, std::int64_t, std::uint64_t, std::string_view>;
+// A bound parameter: NULL, an integer, a double, or bytes (any bytes; bound as a BLOB).
+using Param = std::variant<std::nullptr_t, std::int64_t, std::uint64_t, double, std::string_view>;
 
 // One fetched row. Integer columns arrive as integers, everything else as bytes.
 class Row {
  public:
   struct Cell {
     bool null = true;
+    bool is_integer = false;
     std::int64_t integer = 0;
     std::string bytes;
   };
@@ -39,6 +40,8 @@ class Row {
   }
   const std::string& bytes(std::size_t i) const { return cells_.at(i).bytes; }
   std::string take_bytes(std::size_t i) { return std::move(cells_.at(i).bytes); }
+  std::size_t size() const { return cells_.size(); }
+  const Cell& cell(std::size_t i) const { return cells_.at(i); }
   std::optional<std::string> opt_bytes(std::size_t i) const {
     return null(i) ? std::nullopt : std::optional<std::string>(bytes(i));
   }
@@ -77,6 +80,11 @@ class Statement {
 class Connection {
  public:
   explicit Connection(const Dsn& dsn);
+  // Wraps an application's connection (an enlisted MYSQL*): never closed here, its session
+  // settings and autocommit mode are left as the application set them. The statements prepared
+  // on it are closed with this object, which must go before the handle does.
+  struct Borrowed {};
+  Connection(MYSQL* borrowed, Borrowed);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -95,6 +103,9 @@ class Connection {
   // on first, so nothing ever runs in a transaction nobody commits.
   void begin();
   bool autocommit() const noexcept { return autocommit_; }
+  // True while the session has a transaction open or autocommit off, so that the next statement
+  // joins a transaction rather than committing on its own (from the server's status flags).
+  bool session_in_transaction() const noexcept;
   // Throws kCommitUnknown when the connection breaks during COMMIT.
   void commit();
   void rollback() noexcept;
@@ -116,6 +127,7 @@ class Connection {
   void autocommit_outside_transactions();
 
   MYSQL* mysql_ = nullptr;
+  bool owned_ = true;
   bool broken_ = false;
   bool in_transaction_ = false;
   bool autocommit_ = true;

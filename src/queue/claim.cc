@@ -15,18 +15,24 @@ std::uint64_t new_lease_token() {
   return token;
 }
 
-struct Claimed {
-  std::uint64_t id;
-  int attempts;  // deliveries before this claim
-  std::int64_t enqueued_us;
-  std::optional<std::string> key;
-  std::string payload;
-};
+}  // namespace
+
+Message message_from_row(Row& row) {
+  Message m;
+  m.id = row.u64(0);
+  m.attempt = static_cast<int>(row.i64(1)) + 1;
+  m.enqueued_at = time_from_micros(row.i64(2));
+  m.key = row.opt_bytes(4);
+  m.payload = row.take_bytes(5);
+  return m;
+}
+
+namespace {
 
 // One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
 // scan hint on (skipping rows other claimers hold), moves those past max_attempts to the
 // dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the new
-// expiry. When nothing is claimable past the hint, the same transaction sweeps from the lowest id.
+// expiry.
 struct ClaimResult {
   std::vector<Message> messages;
   std::size_t dead_lettered = 0;
@@ -34,77 +40,75 @@ struct ClaimResult {
 
 ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
                        int max_messages, Micros lease) {
-  // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
-  // are taken; a plan that sorted a range first would lock every row it sorted.
-  const std::string select_sql = fmt::format(
-      "SELECT id, attempts, {}, {}, msg_key, payload FROM {} FORCE INDEX (PRIMARY) "
-      "WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-      micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
-
   return q.pool.run(
       OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
         ClaimResult result;
-        ScanHints::Start start = q.hints.start(topic.name);
         c.begin();
-        Result r = c.execute(select_sql, {start.sweep ? std::uint64_t{0} : start.from_id,
-                                          static_cast<std::int64_t>(max_messages)});
-        if (r.rows.empty() && !start.sweep) {
-          start.sweep = true;
-          r = c.execute(select_sql, {std::uint64_t{0}, static_cast<std::int64_t>(max_messages)});
-        }
-        q.hints.claimed(topic.name, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
+        Result r = select_claimable(q, c, topic.name, t, max_messages);
         if (r.rows.empty()) {
           c.commit();
           return result;
         }
         const std::int64_t now_us = r.rows[0].i64(3);
-        std::vector<Claimed> live;
         std::vector<Param> dead_ids;
+        std::vector<Row*> live;
         for (Row& row : r.rows) {
-          int attempts = static_cast<int>(row.i64(1));
-          if (attempts >= topic.options.max_attempts) {
+          if (row.i64(1) >= topic.options.max_attempts) {
             dead_ids.push_back(row.u64(0));
           } else {
-            live.push_back({row.u64(0), attempts, row.i64(2), row.opt_bytes(4), row.take_bytes(5)});
+            live.push_back(&row);
           }
         }
         result.dead_lettered = dead_ids.size();
         if (!dead_ids.empty()) move_to_dead_letters(c, t, std::move(dead_ids));
-        if (!live.empty()) {
-          const std::uint64_t token = new_lease_token();
-          std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token, owner_id};
-          for (const Claimed& m : live) params.push_back(m.id);
-          std::size_t n = in_list_size(live.size());
-          pad_ids(params, 3, n);
-          c.execute(
-              fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
-                          "INTERVAL ? MICROSECOND, lease_token = ?, owner_id = ? WHERE id IN {}",
-                          t.queue, placeholders(n)),
-              params);
+        if (live.empty()) {
           c.commit();
-          result.messages.reserve(live.size());
-          for (Claimed& m : live) {
-            Message msg;
-            msg.id = m.id;
-            msg.receipt = Receipt{m.id, token}.str();
-            msg.attempt = m.attempts + 1;
-            msg.key = std::move(m.key);
-            msg.payload = std::move(m.payload);
-            msg.enqueued_at = time_from_micros(m.enqueued_us);
-            // The expiry is counted from the claim's first statement: never later than the
-            // server's.
-            msg.lease_expires_at = time_from_micros(now_us + lease.count());
-            result.messages.push_back(std::move(msg));
-          }
           return result;
         }
+        const std::uint64_t token = new_lease_token();
+        std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token, owner_id};
+        for (const Row* row : live) params.push_back(row->u64(0));
+        std::size_t n = in_list_size(live.size());
+        pad_ids(params, 3, n);
+        c.execute(
+            fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
+                        "INTERVAL ? MICROSECOND, lease_token = ?, owner_id = ? WHERE id IN {}",
+                        t.queue, placeholders(n)),
+            params);
         c.commit();
+        result.messages.reserve(live.size());
+        for (Row* row : live) {
+          Message m = message_from_row(*row);
+          m.receipt = Receipt{m.id, token}.str();
+          // The expiry is counted from the claim's first statement: never later than the server's.
+          m.lease_expires_at = time_from_micros(now_us + lease.count());
+          result.messages.push_back(std::move(m));
+        }
         return result;
       });
 }
 
 }  // namespace
+
+Result select_claimable(QueueContext& q, Connection& c, std::string_view topic,
+                        const TopicTables& t, int max_messages) {
+  // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
+  // are taken; a plan that sorted a range first would lock every row it sorted.
+  const std::string sql = fmt::format(
+      "SELECT id, attempts, {}, {}, msg_key, payload FROM {} FORCE INDEX (PRIMARY) "
+      "WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+      micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
+  ScanHints::Start start = q.hints.start(topic);
+  const auto limit = static_cast<std::int64_t>(max_messages);
+  Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
+  if (r.rows.empty() && !start.sweep) {
+    start.sweep = true;
+    r = c.execute(sql, {std::uint64_t{0}, limit});
+  }
+  q.hints.claimed(topic, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
+  return r;
+}
 
 std::uint64_t ConsumerRegistration::id(Pool& pool, const std::string& name) {
   std::lock_guard lock(mutex_);

@@ -7,11 +7,14 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "db/backoff.h"
 #include "db/dsn.h"
 #include "queue/operations.h"
+#include "queue/transaction_impl.h"
 
 namespace txmq {
 
@@ -167,6 +170,38 @@ std::uint64_t Client::send(std::string_view topic, std::string_view payload,
 std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
                                               std::span<const OutgoingMessage> messages) {
   return internal::send_batch(impl_->queue, topic, messages);
+}
+
+Transaction Client::begin() {
+  internal::Pool::Handle handle = impl_->queue.pool.acquire(internal::Work::kTransaction);
+  handle->begin();
+  return Transaction(std::make_unique<Transaction::Impl>(impl_->queue, std::move(handle)));
+}
+
+void Client::transact(const std::function<void(Transaction&)>& fn) {
+  constexpr int kMaxTries = 8;
+  const internal::Backoff backoff;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      Transaction tx = begin();
+      fn(tx);
+      tx.commit();
+      return;
+    } catch (const Error& e) {
+      if (!e.retryable() || attempt >= kMaxTries) throw;
+      if (e.code() == Errc::kUnavailable) impl_->queue.pool.discard_idle();
+      std::this_thread::sleep_for(backoff.delay(attempt));
+    }
+  }
+}
+
+Outbox Client::enlist(MYSQL* connection) {
+  return Outbox(std::make_unique<Outbox::Impl>(impl_->queue, connection));
+}
+
+std::size_t Client::process(std::string_view topic, const ProcessOptions& options,
+                            const TransactionalHandler& handler) {
+  return internal::process(impl_->queue, topic, options, handler);
 }
 
 std::vector<Message> Client::receive(std::string_view topic, const ReceiveOptions& options) {

@@ -89,6 +89,19 @@ class ScanHints {
   std::unordered_map<std::string, Hint> hints_;
 };
 
+// When this client last purged each topic's expired deduplication keys (send.cc).
+class DedupPurges {
+ public:
+  bool due(std::string_view topic);
+  // more_left: the purge took as many rows as it may; the next send purges again.
+  void done(std::string_view topic, bool more_left);
+
+ private:
+  static constexpr auto kEvery = std::chrono::seconds(10);
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> next_;
+};
+
 // What every queue operation needs.
 struct QueueContext {
   QueueContext(Dsn dsn, int pool_size, std::string owner_name)
@@ -99,6 +112,7 @@ struct QueueContext {
   std::string owner;
   ConsumerRegistration registration;
   ScanHints hints;
+  DedupPurges dedup_purges;
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
 };
 
@@ -117,7 +131,7 @@ auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn())
   }
 }
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;
 

@@ -49,7 +49,8 @@ std::string quote_identifier(std::string_view identifier) {
 TopicTables topic_tables(std::string_view name) {
   check_topic_name(name);
   return {quote_identifier(fmt::format("txmq_q_{}", name)),
-          quote_identifier(fmt::format("txmq_dlq_{}", name))};
+          quote_identifier(fmt::format("txmq_dlq_{}", name)),
+          quote_identifier(fmt::format("txmq_dd_{}", name))};
 }
 
 }  // namespace txmq::internal

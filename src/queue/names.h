@@ -15,6 +15,7 @@ void check_topic_name(std::string_view name);
 struct TopicTables {
   std::string queue;  // `txmq_q_NAME`: messages waiting or in flight
   std::string dead;   // `txmq_dlq_NAME`: dead letters
+  std::string dedup;  // `txmq_dd_NAME`: deduplication keys of recent sends
 };
 TopicTables topic_tables(std::string_view name);
 

@@ -10,6 +10,14 @@
 // The queue's algorithms, one file each: send.cc, claim.cc, settle.cc, inspect.cc.
 namespace txmq::internal {
 
+// Reads the topic's settings and checks every message against them (nothing is written).
+TopicInfo check_send(QueueContext& q, std::string_view topic,
+                     std::span<const OutgoingMessage> messages);
+// Writes checked messages (with their dedup keys) inside the transaction open on c, whoever
+// opened it; returns their ids in input order.
+std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const TopicInfo& topic,
+                                           std::span<const OutgoingMessage> messages);
+
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options);
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
@@ -19,8 +27,20 @@ std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
 // transaction, which holds their row locks. REQUIRES: ids is not empty.
 void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids);
 
+// Locks up to max_messages claimable rows (FOR UPDATE SKIP LOCKED, in the transaction open on
+// c) from the client's scan hint, sweeping from the lowest id when nothing is past it. Columns:
+// id, attempts, enqueued_at and NOW(6) as microseconds, msg_key, payload.
+Result select_claimable(QueueContext& q, Connection& c, std::string_view topic,
+                        const TopicTables& t, int max_messages);
+// The fields of a message from a select_claimable row (not the receipt or lease expiry).
+Message message_from_row(Row& row);
+
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
                              const ReceiveOptions& options);
+
+// Exactly-once processing (exactly_once.cc); see Client::process.
+std::size_t process(QueueContext& q, std::string_view topic, const ProcessOptions& options,
+                    const TransactionalHandler& handler);
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts);

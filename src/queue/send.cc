@@ -1,4 +1,12 @@
+// Sends: one INSERT in autocommit, or multi-row INSERTs inside a transaction (txmq's own, the
+// application's Transaction, or an enlisted connection), with deduplication keys.
+//
+// Times are written as UTC_TIMESTAMP(6), not NOW(6): an enlisted connection keeps the
+// application's session time zone, and the tables hold UTC.
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
 
 #include "queue/operations.h"
 
@@ -10,29 +18,36 @@ constexpr Micros kMaxDelay = std::chrono::hours(24 * 366);
 // the statement stays well inside max_allowed_packet and the 65,535 placeholder limit.
 constexpr std::size_t kMaxRowsPerInsert = 1000;
 constexpr std::size_t kRowOverheadBytes = 64;
+// Keys whose window ended this long ago are purged by sends that use keys (see purge_dedup).
+constexpr auto kPurgeAfterExpiry = std::chrono::minutes(1);
+constexpr int kPurgeRows = 500;
 
-void check_message(const TopicInfo& topic, std::string_view payload,
-                   const std::optional<std::string>& key, Micros delay, std::size_t index,
-                   bool batch) {
+// A message's fields; the payload apart, so that a single send need not copy it.
+void check_message(const TopicInfo& topic, std::string_view payload, const OutgoingMessage& m,
+                   std::size_t index, bool batch) {
   std::string where = batch ? fmt::format("message {} of the batch: ", index + 1) : "";
   if (payload.size() > topic.options.max_payload_bytes) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("{}payload of {} bytes is over topic '{}''s limit of {} bytes", where,
                             payload.size(), topic.name, topic.options.max_payload_bytes));
   }
-  if (key && key->size() > kMaxKeyBytes) {
+  if (m.key && m.key->size() > kMaxKeyBytes) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("{}key of {} bytes is over the limit of {} bytes", where, key->size(),
+                fmt::format("{}key of {} bytes is over the limit of {} bytes", where, m.key->size(),
                             kMaxKeyBytes));
   }
-  if (delay < Micros{0} || delay > kMaxDelay) {
+  if (m.dedup_key && (m.dedup_key->empty() || m.dedup_key->size() > kMaxKeyBytes)) {
+    throw Error(Errc::kInvalidArgument, fmt::format("{}dedup key must be 1 to {} bytes (got {})",
+                                                    where, kMaxKeyBytes, m.dedup_key->size()));
+  }
+  if (m.delay < Micros{0} || m.delay > kMaxDelay) {
     throw Error(Errc::kInvalidArgument, fmt::format("{}delay must be from 0 to 366 days", where));
   }
 }
 
-Param key_param(const std::optional<std::string>& key) {
-  if (!key) return nullptr;
-  return std::string_view(*key);
+Param optional_param(const std::optional<std::string>& value) {
+  if (!value) return nullptr;
+  return std::string_view(*value);
 }
 
 // Which columns of a send take parameters: a batch without delays or keys binds only payloads
@@ -43,11 +58,12 @@ struct RowShape {
   bool key = false;
 };
 
-RowShape shape_of(std::span<const OutgoingMessage> messages) {
+template <typename Messages>
+RowShape shape_of(const Messages& messages) {
   RowShape shape;
-  for (const OutgoingMessage& m : messages) {
-    shape.delay = shape.delay || m.delay != Micros{0};
-    shape.key = shape.key || m.key.has_value();
+  for (const OutgoingMessage* m : messages) {
+    shape.delay = shape.delay || m->delay != Micros{0};
+    shape.key = shape.key || m->key.has_value();
   }
   return shape;
 }
@@ -56,7 +72,8 @@ std::string insert_sql(const std::string& table, std::size_t rows, RowShape shap
   std::string sql =
       fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ", table);
   const std::string row =
-      fmt::format("({}, NOW(6), {}, ?)", shape.delay ? "NOW(6) + INTERVAL ? MICROSECOND" : "NOW(6)",
+      fmt::format("({}, UTC_TIMESTAMP(6), {}, ?)",
+                  shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
                   shape.key ? "?" : "NULL");
   sql.reserve(sql.size() + rows * (row.size() + 1) + 16);
   for (std::size_t i = 0; i < rows; ++i) {
@@ -69,24 +86,225 @@ std::string insert_sql(const std::string& table, std::size_t rows, RowShape shap
 
 void bind_row(std::vector<Param>& params, RowShape shape, const OutgoingMessage& m) {
   if (shape.delay) params.push_back(static_cast<std::int64_t>(m.delay.count()));
-  if (shape.key) params.push_back(key_param(m.key));
+  if (shape.key) params.push_back(optional_param(m.key));
   params.push_back(std::string_view(m.payload));
+}
+
+// Inserts the messages with multi-row INSERT ... RETURNING, cut by rows and bytes; returns their
+// ids in order. RETURNING rather than first id + i: no reliance on innodb_autoinc_lock_mode, and
+// reading ids from the first one measured no faster (bench/, send_batch of 10,000).
+std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
+                                       const std::vector<const OutgoingMessage*>& messages,
+                                       std::size_t max_statement_bytes) {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(messages.size());
+  const RowShape shape = shape_of(messages);
+  std::vector<Param> params;
+  std::size_t begin = 0;
+  while (begin < messages.size()) {
+    std::size_t end = begin;
+    std::size_t bytes = 0;
+    while (end < messages.size() && end - begin < kMaxRowsPerInsert) {
+      const OutgoingMessage& m = *messages[end];
+      std::size_t row = m.payload.size() + (m.key ? m.key->size() : 0) + kRowOverheadBytes;
+      if (end > begin && bytes + row > max_statement_bytes) break;
+      bytes += row;
+      ++end;
+    }
+    params.clear();
+    for (std::size_t i = begin; i < end; ++i) bind_row(params, shape, *messages[i]);
+    Result r = c.execute(insert_sql(table, end - begin, shape, true), params);
+    if (r.rows.size() != end - begin) {
+      throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
+    }
+    for (const Row& row : r.rows) ids.push_back(row.u64(0));
+    begin = end;
+  }
+  return ids;
+}
+
+// Runs `sql_head` followed by `rows` copies of `row` (and `sql_tail`) in statements of at most
+// kMaxRowsPerInsert rows; bind(i, params) binds row i.
+template <typename Bind>
+void in_chunks(Connection& c, std::size_t rows, std::string_view sql_head, std::string_view row,
+               std::string_view sql_tail, Bind&& bind) {
+  std::vector<Param> params;
+  for (std::size_t from = 0; from < rows; from += kMaxRowsPerInsert) {
+    const std::size_t to = std::min(rows, from + kMaxRowsPerInsert);
+    std::string sql(sql_head);
+    for (std::size_t i = from; i < to; ++i) {
+      if (i > from) sql += ',';
+      sql += row;
+    }
+    sql += sql_tail;
+    params.clear();
+    for (std::size_t i = from; i < to; ++i) bind(i, params);
+    c.execute(sql, params);
+  }
+}
+
+// Deletes a bounded number of keys whose window ended over a minute ago, inside the sending
+// transaction (keys that recent are left alone, so that the purge and a producer reusing a key
+// rarely want the same row). An expired key still present is treated as absent, so the purge
+// only reclaims space; it runs when the client's last one for the topic was over 10 s ago, or
+// found more than it could take.
+void purge_dedup(QueueContext& q, Connection& c, const TopicInfo& topic, const TopicTables& t) {
+  if (!q.dedup_purges.due(topic.name)) return;
+  Result r = c.execute(
+      fmt::format("DELETE FROM {} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
+                  "ORDER BY expires_at LIMIT {}",
+                  t.dedup, kPurgeRows),
+      {static_cast<std::int64_t>(Micros(kPurgeAfterExpiry).count())});
+  q.dedup_purges.done(topic.name, r.affected_rows == static_cast<std::uint64_t>(kPurgeRows));
+}
+
+// Sends with deduplication keys, inside the caller's transaction:
+//  1. upsert every distinct key in key order (a fixed lock order between racing producers):
+//     a new key gets message_id 0, a key past its window is renewed with message_id 0, a key in
+//     its window is left as it is. The upsert locks the key's row, so a racing producer with the
+//     same key waits here until this transaction ends, then sees the key taken;
+//  2. read the keys back (a locking read: the latest committed row, also under REPEATABLE READ);
+//  3. insert the messages whose key has message_id 0 (and those without a key), the first of
+//     each key in a batch only: later ones with the same key get its id;
+//  4. write the new messages' ids into their keys.
+std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
+                                               const TopicInfo& topic, const TopicTables& t,
+                                               std::span<const OutgoingMessage> messages) {
+  std::map<std::string_view, std::uint64_t> keys;  // dedup key -> message id (0: new)
+  for (const OutgoingMessage& m : messages) {
+    if (m.dedup_key) keys.emplace(*m.dedup_key, 0);
+  }
+  purge_dedup(q, c, topic, t);
+  const std::int64_t window = topic.options.dedup_window.count();
+  std::vector<std::string_view> sorted;
+  sorted.reserve(keys.size());
+  for (const auto& [key, id] : keys) sorted.push_back(key);
+
+  in_chunks(c, sorted.size(),
+            fmt::format("INSERT INTO {} (dedup_key, message_id, expires_at) VALUES ", t.dedup),
+            "(?, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
+            " ON DUPLICATE KEY UPDATE"
+            " message_id = IF(expires_at <= UTC_TIMESTAMP(6), 0, message_id),"
+            " expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)",
+            [&](std::size_t i, std::vector<Param>& params) {
+              params.push_back(sorted[i]);
+              params.push_back(window);
+            });
+
+  for (std::size_t from = 0; from < sorted.size(); from += kMaxRowsPerInsert) {
+    const std::size_t to = std::min(sorted.size(), from + kMaxRowsPerInsert);
+    const std::size_t n = in_list_size(to - from);
+    std::vector<Param> params(sorted.begin() + from, sorted.begin() + to);
+    pad_ids(params, 0, n);
+    Result r = c.execute(fmt::format("SELECT dedup_key, message_id FROM {} WHERE dedup_key IN {} "
+                                     "FOR UPDATE",
+                                     t.dedup, placeholders(n)),
+                         params);
+    for (const Row& row : r.rows) keys.at(row.bytes(0)) = row.u64(1);
+  }
+
+  // Which messages are new: no dedup key, or the first of a key that has no message yet.
+  std::vector<const OutgoingMessage*> fresh;
+  std::vector<std::size_t> fresh_index;
+  std::map<std::string_view, std::size_t> first_of_key;  // new key -> index into fresh
+  std::vector<std::uint64_t> ids(messages.size(), 0);
+  std::vector<std::pair<std::size_t, std::size_t>> same_as_fresh;  // (message, fresh index)
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const OutgoingMessage& m = messages[i];
+    if (m.dedup_key) {
+      const std::uint64_t existing = keys.at(*m.dedup_key);
+      if (existing != 0) {
+        ids[i] = existing;
+        continue;
+      }
+      auto [it, inserted] = first_of_key.emplace(*m.dedup_key, fresh.size());
+      if (!inserted) {
+        same_as_fresh.emplace_back(i, it->second);
+        continue;
+      }
+    }
+    fresh_index.push_back(i);
+    fresh.push_back(&m);
+  }
+  const std::vector<std::uint64_t> fresh_ids =
+      insert_rows(c, t.queue, fresh, q.max_statement_bytes);
+  for (std::size_t f = 0; f < fresh.size(); ++f) ids[fresh_index[f]] = fresh_ids[f];
+  for (auto [i, f] : same_as_fresh) ids[i] = fresh_ids[f];
+
+  std::vector<std::pair<std::string_view, std::uint64_t>> claimed;
+  for (const auto& [key, f] : first_of_key) claimed.emplace_back(key, fresh_ids[f]);
+  in_chunks(c, claimed.size(),
+            fmt::format("INSERT INTO {} (dedup_key, message_id, expires_at) VALUES ", t.dedup),
+            "(?, ?, UTC_TIMESTAMP(6))", " ON DUPLICATE KEY UPDATE message_id = VALUES(message_id)",
+            [&](std::size_t i, std::vector<Param>& params) {
+              params.push_back(claimed[i].first);
+              params.push_back(claimed[i].second);
+            });
+  return ids;
+}
+
+bool any_dedup_key(std::span<const OutgoingMessage> messages) {
+  return std::any_of(messages.begin(), messages.end(),
+                     [](const OutgoingMessage& m) { return m.dedup_key.has_value(); });
+}
+
+bool all_dedup_keys(std::span<const OutgoingMessage> messages) {
+  return std::all_of(messages.begin(), messages.end(),
+                     [](const OutgoingMessage& m) { return m.dedup_key.has_value(); });
 }
 
 }  // namespace
 
+void DedupPurges::done(std::string_view topic, bool more_left) {
+  std::lock_guard lock(mutex_);
+  next_[std::string(topic)] = more_left ? std::chrono::steady_clock::time_point{}
+                                        : std::chrono::steady_clock::now() + kEvery;
+}
+
+bool DedupPurges::due(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  auto it = next_.find(std::string(topic));
+  return it == next_.end() || std::chrono::steady_clock::now() >= it->second;
+}
+
+TopicInfo check_send(QueueContext& q, std::string_view topic,
+                     std::span<const OutgoingMessage> messages) {
+  TopicInfo info = q.catalog.get(topic);
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    check_message(info, messages[i].payload, messages[i], i, messages.size() > 1);
+  }
+  return info;
+}
+
+std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const TopicInfo& topic,
+                                           std::span<const OutgoingMessage> messages) {
+  if (messages.empty()) return {};
+  const TopicTables t = topic_tables(topic.name);
+  if (any_dedup_key(messages)) return insert_deduplicated(q, c, topic, t, messages);
+  std::vector<const OutgoingMessage*> all;
+  all.reserve(messages.size());
+  for (const OutgoingMessage& m : messages) all.push_back(&m);
+  return insert_rows(c, t.queue, all, q.max_statement_bytes);
+}
+
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options) {
-  TopicInfo info = q.catalog.get(topic);
-  check_message(info, payload, options.key, options.delay, 0, false);
+  if (options.dedup_key) {
+    OutgoingMessage m{std::string(payload), options.key, options.delay, options.dedup_key};
+    return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
+  }
+  // Without a dedup key, one INSERT in autocommit: one round trip, and the payload is not copied.
+  const TopicInfo info = q.catalog.get(topic);
+  check_message(info, payload, OutgoingMessage{{}, options.key, options.delay, std::nullopt}, 0,
+                false);
   const RowShape shape{options.delay != Micros{0}, options.key.has_value()};
   const std::string sql = insert_sql(topic_tables(topic).queue, 1, shape, false);
   std::vector<Param> params;
   if (shape.delay) params.push_back(static_cast<std::int64_t>(options.delay.count()));
-  if (shape.key) params.push_back(key_param(options.key));
+  if (shape.key) params.push_back(optional_param(options.key));
   params.push_back(payload);
   return on_topic(q, topic, [&] {
-    // Autocommit: one round trip. A reply lost on the way back is reported as kCommitUnknown.
+    // A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
       return c.execute(sql, params).insert_id;
     });
@@ -95,52 +313,29 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
 
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
                                       std::span<const OutgoingMessage> messages) {
-  TopicInfo info = q.catalog.get(topic);
-  for (std::size_t i = 0; i < messages.size(); ++i) {
-    check_message(info, messages[i].payload, messages[i].key, messages[i].delay, i, true);
-  }
+  const TopicInfo info = check_send(q, topic, messages);
   if (messages.empty()) return {};
-  const std::string table = topic_tables(topic).queue;
-
-  // Cut the batch into statements by rows and bytes.
-  std::vector<std::pair<std::size_t, std::size_t>> chunks;  // [begin, end)
-  std::size_t begin = 0;
-  std::size_t bytes = 0;
-  for (std::size_t i = 0; i < messages.size(); ++i) {
-    std::size_t row = messages[i].payload.size() + (messages[i].key ? messages[i].key->size() : 0) +
-                      kRowOverheadBytes;
-    if (i > begin && (i - begin == kMaxRowsPerInsert || bytes + row > q.max_statement_bytes)) {
-      chunks.emplace_back(begin, i);
-      begin = i;
-      bytes = 0;
+  auto attempt = [&] {
+    return on_topic(q, topic, [&] {
+      return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
+                        [&](Connection& c, const Attempt&) {
+                          c.begin();
+                          std::vector<std::uint64_t> ids = insert_messages(q, c, info, messages);
+                          c.commit();
+                          return ids;
+                        });
+    });
+  };
+  // When every message has a dedup key, a commit whose outcome is unknown is resolved by sending
+  // again: the keys make the second send return the first one's ids if it did commit.
+  const int tries = all_dedup_keys(messages) ? 3 : 1;
+  for (int i = 1;; ++i) {
+    try {
+      return attempt();
+    } catch (const Error& e) {
+      if (e.code() != Errc::kCommitUnknown || i >= tries) throw;
     }
-    bytes += row;
   }
-  chunks.emplace_back(begin, messages.size());
-  const RowShape shape = shape_of(messages);
-
-  return on_topic(q, topic, [&] {
-    return q.pool.run(
-        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
-          std::vector<std::uint64_t> ids;
-          ids.reserve(messages.size());
-          std::vector<Param> params;
-          c.begin();
-          for (auto [from, to] : chunks) {
-            params.clear();
-            for (std::size_t i = from; i < to; ++i) bind_row(params, shape, messages[i]);
-            // RETURNING rather than first id + i: no reliance on innodb_autoinc_lock_mode, and
-            // reading ids from the first one measured no faster (bench/, send_batch of 10,000).
-            Result r = c.execute(insert_sql(table, to - from, shape, true), params);
-            if (r.rows.size() != to - from) {
-              throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
-            }
-            for (const Row& row : r.rows) ids.push_back(row.u64(0));
-          }
-          c.commit();
-          return ids;
-        });
-  });
 }
 
 }  // namespace txmq::internal

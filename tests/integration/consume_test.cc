@@ -36,7 +36,7 @@ TEST(Consume, RunsTheCommandPerMessageAndAcks) {
   std::string name = topic_for_test();
   c->create_topic(name);
   std::vector<OutgoingMessage> batch;
-  for (int i = 0; i < 40; ++i) batch.push_back({fmt::format("payload-{}", i), {}, {}});
+  for (int i = 0; i < 40; ++i) batch.push_back({fmt::format("payload-{}", i), {}, {}, {}});
   auto ids = c->send_batch(name, batch);
   std::string dir = test::scratch_dir();
   // Each handler writes its own file: payload, then the environment it was given.

@@ -50,7 +50,7 @@ TEST(Faults, KilledConnectionsAreReestablished) {
   auto c = client_as(*admin, "txmq_fault_kill");
   std::string name = topic_for_test();
   c->create_topic(name);
-  c->send_batch(name, std::vector<OutgoingMessage>(50, OutgoingMessage{"x", {}, {}}));
+  c->send_batch(name, std::vector<OutgoingMessage>(50, OutgoingMessage{"x", {}, {}, {}}));
   ASSERT_GT(kill_connections_of(*admin, "txmq_fault_kill"), 0);
   std::vector<std::string> receipts;
   for (int i = 0; i < 10; ++i) {

@@ -21,7 +21,7 @@ using test::topic_for_test;
 
 std::vector<OutgoingMessage> numbered(int n, const std::string& prefix = "m") {
   std::vector<OutgoingMessage> out;
-  for (int i = 0; i < n; ++i) out.push_back({fmt::format("{}{}", prefix, i), std::nullopt, {}});
+  for (int i = 0; i < n; ++i) out.push_back({fmt::format("{}{}", prefix, i), std::nullopt, {}, {}});
   return out;
 }
 

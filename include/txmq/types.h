@@ -1,0 +1,121 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace txmq {
+
+using Clock = std::chrono::system_clock;
+using Micros = std::chrono::microseconds;
+
+struct ClientOptions {
+  // mysql://user:password@host:port/database[?socket=PATH&connect_timeout=S]. Empty: the
+  // environment variable TXMQ_DSN. The embedded default is chosen by the command line, not here.
+  std::string dsn;
+  // Most connections the client keeps open at once; each serves one thread at a time.
+  int pool_size = 16;
+  // Written to in-flight rows as their owner. Default: "hostname:pid".
+  std::string consumer_name;
+  // Receives warnings (such as a server that would lose acknowledged sends in a crash).
+  // Default: one line on stderr. Each distinct warning is given once per process.
+  std::function<void(std::string_view)> on_warning;
+};
+
+// A topic's settings. Stored in the catalog; a second create must match them.
+struct TopicOptions {
+  // How long a received message stays leased to its consumer before peers may take it.
+  Micros lease = std::chrono::seconds(30);
+  // Deliveries before a message is moved to the dead-letter table instead of delivered again.
+  int max_attempts = 5;
+  // Largest payload accepted, in bytes. Sends over it are refused with kInvalidArgument.
+  std::size_t max_payload_bytes = 1 << 20;
+  // How long a deduplication key is remembered after the send that first used it (1 s to 30
+  // days), whether or not that message was acknowledged since: as SQS FIFO queues, 5 minutes.
+  Micros dedup_window = std::chrono::minutes(5);
+
+  bool operator==(const TopicOptions&) const = default;
+};
+
+struct TopicInfo {
+  std::string name;
+  TopicOptions options;
+  Clock::time_point created_at;
+};
+
+struct SendOptions {
+  // Optional message key, up to 255 bytes; stored and handed back on receipt.
+  std::optional<std::string> key;
+  // The message becomes claimable this long after the send commits (server time).
+  Micros delay{0};
+  // Optional deduplication key, 1 to 255 bytes, unique per topic for the topic's dedup window
+  // (default 5 minutes) from the send that first used it, acknowledged or not: a send with a key
+  // already in its window inserts nothing and returns the first message's id. Two producers
+  // racing with the same key get the same id (the second waits for the first to commit).
+  std::optional<std::string> dedup_key;
+};
+
+struct OutgoingMessage {
+  std::string payload;
+  std::optional<std::string> key;
+  Micros delay{0};
+  std::optional<std::string> dedup_key;  // as SendOptions::dedup_key; also within one batch
+};
+
+struct ReceiveOptions {
+  // Lease up to this many messages in one claim (1..10000).
+  int max_messages = 1;
+  // Lease length; default: the topic's.
+  std::optional<Micros> lease;
+  // When nothing is claimable, keep trying this long before returning empty.
+  Micros wait{0};
+};
+
+// A leased message. The receipt (id and lease token) is what ack, nack and extend take.
+struct Message {
+  std::uint64_t id = 0;
+  std::string receipt;
+  int attempt = 0;  // 1 on first delivery
+  std::optional<std::string> key;
+  std::string payload;
+  Clock::time_point enqueued_at;
+  Clock::time_point lease_expires_at;
+};
+
+// The outcome of ack, nack and extend. Expected outcomes are values, not exceptions.
+enum class Settle {
+  kOk,
+  kLeaseLost,  // the message was leased again to another consumer: this receipt is stale
+  kNotFound,   // no such message any more (acknowledged, dead-lettered, or never existed)
+};
+
+struct TopicStats {
+  std::string topic;
+  std::uint64_t ready = 0;              // claimable now (new, retried, or with an expired lease)
+  std::uint64_t in_flight = 0;          // leased to a consumer whose lease has not expired
+  std::uint64_t delayed = 0;            // not yet claimable: a delayed send or a nack with delay
+  std::uint64_t dead = 0;               // in the dead-letter table
+  double oldest_ready_age_seconds = 0;  // age of the oldest ready message; 0 when none
+};
+
+struct InFlightMessage {
+  std::uint64_t id = 0;
+  std::string owner;  // the consumer_name of the client holding the lease
+  int attempt = 0;
+  Clock::time_point lease_expires_at;
+};
+
+struct DeadLetter {
+  std::uint64_t id = 0;
+  std::optional<std::string> key;
+  std::string payload;
+  int attempts = 0;
+  std::string last_owner;
+  Clock::time_point enqueued_at;
+  Clock::time_point died_at;
+};
+
+}  // namespace txmq

@@ -1,0 +1,143 @@
+// Exactly-once processing: the claim, the handler's statements and the acknowledgement are one
+// transaction. The claimed rows are held by the transaction's row locks (FOR UPDATE SKIP LOCKED:
+// peers skip them), not by a lease: if the handler throws, the process dies or the connection
+// drops, the server rolls everything back and the rows are claimable again at once.
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "queue/operations.h"
+#include "queue/transaction_impl.h"
+
+namespace txmq::internal {
+namespace {
+
+struct Outcome {
+  std::size_t processed = 0;
+  bool dead_lettered = false;  // only dead letters were at the front: look again at once
+};
+
+// A handler that failed had its messages rolled back; count the delivery as an attempt (in its
+// own statement, as the transaction that claimed them is gone), so that a message that always
+// fails reaches the dead-letter table. Best effort: the database may be what failed.
+void count_failed_attempt(QueueContext& q, std::string_view topic, const TopicTables& t,
+                          std::vector<Param> ids) {
+  if (ids.empty()) return;
+  q.hints.lower(topic, std::get<std::uint64_t>(ids.front()));
+  try {
+    const std::size_t n = in_list_size(ids.size());
+    pad_ids(ids, 0, n);
+    q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      c.execute(fmt::format("UPDATE {} SET attempts = attempts + 1 WHERE id IN {}", t.queue,
+                            placeholders(n)),
+                ids);
+    });
+  } catch (const Error&) {
+  }
+}
+
+Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
+                     int max_messages, const TransactionalHandler& handler) {
+  std::vector<Param> handed;  // ids the handler was given last
+  bool handler_failed = false;
+  try {
+    return q.pool.run(
+        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          handed.clear();
+          handler_failed = false;
+          c.begin();
+          Result r = select_claimable(q, c, topic.name, t, max_messages);
+          std::vector<Param> dead_ids;
+          for (const Row& row : r.rows) {
+            if (row.i64(1) >= topic.options.max_attempts) dead_ids.push_back(row.u64(0));
+          }
+          if (!dead_ids.empty()) {
+            // Dead letters commit on their own, whatever a handler later does.
+            move_to_dead_letters(c, t, std::move(dead_ids));
+            c.commit();
+            return Outcome{0, true};
+          }
+          if (r.rows.empty()) {
+            c.commit();
+            return Outcome{};
+          }
+          std::vector<Message> messages;
+          messages.reserve(r.rows.size());
+          for (Row& row : r.rows) {
+            messages.push_back(message_from_row(row));
+            messages.back().lease_expires_at = Clock::time_point::max();
+            handed.push_back(messages.back().id);
+          }
+          auto impl = std::make_unique<Transaction::Impl>(q, c);
+          const Transaction::Impl* state = impl.get();
+          Transaction tx(std::move(impl));
+          try {
+            handler(tx, std::span<const Message>(messages));
+          } catch (...) {
+            handler_failed = true;
+            throw;
+          }
+          // A statement error the handler caught may have ended the transaction on the server:
+          // then nothing may commit (a deadlock is retried by the pool with a fresh claim).
+          if (!tx.open()) {
+            throw Error(Errc::kFailedPrecondition,
+                        "the handler moved its transaction away: Client::process commits it");
+          }
+          state->check_usable();
+          std::vector<Param> ids = handed;
+          const std::size_t n = in_list_size(ids.size());
+          pad_ids(ids, 0, n);
+          Result deleted = c.execute(
+              fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
+          if (deleted.affected_rows != messages.size()) {
+            throw Error(Errc::kInternal,
+                        fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
+                                    deleted.affected_rows, messages.size()));
+          }
+          c.commit();
+          return Outcome{messages.size(), false};
+        });
+  } catch (const Error& e) {
+    // Deadlocks and lost connections were retried by the pool until it gave up: not the
+    // handler's doing. A commit with an unknown outcome either deleted the messages with the
+    // handler's work or left both undone: nothing to count.
+    if (handler_failed && !e.retryable() && e.code() != Errc::kCommitUnknown) {
+      count_failed_attempt(q, topic.name, t, std::move(handed));
+    }
+    throw;
+  } catch (...) {
+    if (handler_failed) count_failed_attempt(q, topic.name, t, std::move(handed));
+    throw;
+  }
+}
+
+}  // namespace
+
+std::size_t process(QueueContext& q, std::string_view topic, const ProcessOptions& options,
+                    const TransactionalHandler& handler) {
+  if (options.max_messages < 1 || options.max_messages > kMaxReceive) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("max messages must be from 1 to {}", kMaxReceive));
+  }
+  if (options.wait < Micros{0} || options.wait > std::chrono::hours(1)) {
+    throw Error(Errc::kInvalidArgument, "wait must be from 0 to 1 hour");
+  }
+  if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
+  const TopicInfo info = q.catalog.get(topic);
+  const TopicTables tables = topic_tables(topic);
+  const auto deadline = std::chrono::steady_clock::now() + options.wait;
+  Micros pause = std::chrono::milliseconds(10);
+  for (;;) {
+    Outcome outcome = on_topic(
+        q, topic, [&] { return process_once(q, info, tables, options.max_messages, handler); });
+    if (outcome.processed > 0) return outcome.processed;
+    if (outcome.dead_lettered) continue;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return 0;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min<Micros>(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
+}  // namespace txmq::internal

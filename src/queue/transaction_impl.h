@@ -1,0 +1,52 @@
+#pragma once
+
+#include <optional>
+
+#include "queue/context.h"
+#include "txmq/transaction.h"
+
+namespace txmq {
+
+// A Transaction's state. Owned: Client::begin's own pooled connection. Managed: the transaction
+// Client::process opened, lent to its handler (process commits it, on the pool's connection).
+struct Transaction::Impl {
+  Impl(internal::QueueContext& queue, internal::Pool::Handle handle)
+      : q(queue), owned(std::move(handle)), c(&**owned) {}
+  Impl(internal::QueueContext& queue, internal::Connection& connection)
+      : q(queue), c(&connection), managed(true) {}
+
+  // Runs fn() on the open transaction. An error that ended the server's side of the transaction
+  // (deadlock, lock-wait timeout, lost connection) is remembered: the transaction can then only
+  // be rolled back, so that the statements after it cannot commit without the ones before.
+  template <typename F>
+  auto guarded(F&& fn) -> decltype(fn());
+  void check_usable() const;
+
+  internal::QueueContext& q;
+  std::optional<internal::Pool::Handle> owned;
+  internal::Connection* c;
+  bool managed = false;
+  bool open = true;
+  std::optional<Error> failed;  // what ended the transaction on the server's side
+};
+
+// An Outbox's state: the application's connection, borrowed.
+struct Outbox::Impl {
+  Impl(internal::QueueContext& queue, MYSQL* mysql)
+      : q(queue), c(mysql, internal::Connection::Borrowed{}) {}
+  internal::QueueContext& q;
+  internal::Connection c;
+};
+
+template <typename F>
+auto Transaction::Impl::guarded(F&& fn) -> decltype(fn()) {
+  check_usable();
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (e.retryable() || e.code() == Errc::kCommitUnknown || c->broken()) failed = e;
+    throw;
+  }
+}
+
+}  // namespace txmq
