@@ -1,6 +1,9 @@
 #include "support.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <mysql.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,9 +13,6 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "db/dsn.h"
 #include "txmq/local.h"
@@ -54,7 +54,7 @@ std::string topic_for_test(const std::string& suffix) {
     }
   }
   if (name.size() > 40) {
-    name = fmt::format("{}_{:x}", name.substr(0, 31), std::hash<std::string>{}(full) & 0xffffffu);
+    name = fmt::format("{}_{:x}", name.substr(0, 31), std::hash<std::string>{}(full)&0xffffffu);
   }
   auto c = client();
   try {
@@ -181,17 +181,20 @@ ProcessResult run_txmq(const std::vector<std::string>& args, const std::string& 
   int status = 0;
   waitpid(pid, &status, 0);
   result.exit_code = decode_status(status);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
 Background start_txmq(const std::vector<std::string>& args) {
+  return start_process(TXMQ_BINARY, args);
+}
+
+Background start_process(const std::string& binary, const std::vector<std::string>& args) {
   std::string dir = scratch_dir();
   Background b;
   b.out_path = dir + "/out";
   b.err_path = dir + "/err";
-  std::vector<std::string> argv_s = {TXMQ_BINARY};
+  std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s = child_environment({});
   auto argv = pointers(argv_s);
@@ -216,11 +219,44 @@ int Background::wait() {
   return decode_status(status);
 }
 
+std::optional<int> Background::poll() {
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) != pid) return std::nullopt;
+  return decode_status(status);
+}
+
 std::string Background::err() const {
   std::ifstream in(err_path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string Background::out() const {
+  std::ifstream in(out_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+MysqlHandle open_mysql() {
+  const internal::Dsn d = internal::parse_dsn(dsn());
+  MYSQL* m = mysql_init(nullptr);
+  const char* socket = d.socket.empty() ? nullptr : d.socket.c_str();
+  if (mysql_real_connect(m, socket != nullptr ? "localhost" : d.host.c_str(), d.user.c_str(),
+                         d.password.c_str(), d.database.c_str(), d.port, socket, 0) == nullptr) {
+    std::string error = mysql_error(m);
+    mysql_close(m);
+    throw std::runtime_error("cannot connect: " + error);
+  }
+  return MysqlHandle(m, &mysql_close);
+}
+
+void mysql_run(MYSQL* m, const std::string& sql) {
+  if (mysql_real_query(m, sql.data(), sql.size()) != 0) {
+    throw std::runtime_error(fmt::format("{}: {}", sql, mysql_error(m)));
+  }
+  if (MYSQL_RES* res = mysql_store_result(m)) mysql_free_result(res);
 }
 
 }  // namespace txmq::test

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,10 +41,20 @@ struct Background {
   pid_t pid = -1;
   std::string out_path;
   std::string err_path;
-  int wait();  // exit code as in ProcessResult
+  int wait();                 // exit code as in ProcessResult
+  std::optional<int> poll();  // the exit code once it has exited
   std::string err() const;
+  std::string out() const;
 };
 Background start_txmq(const std::vector<std::string>& args);
+// Starts any program so (the test helper, TXMQ_TEST_HELPER).
+Background start_process(const std::string& binary, const std::vector<std::string>& args);
+
+// An application's own Connector/C connection to the server under test (for Outbox tests).
+using MysqlHandle = std::unique_ptr<MYSQL, void (*)(MYSQL*)>;
+MysqlHandle open_mysql();
+// Runs a statement without input on it; throws std::runtime_error with the server's message.
+void mysql_run(MYSQL* m, const std::string& sql);
 
 std::string scratch_dir();  // a fresh temporary folder for this test
 

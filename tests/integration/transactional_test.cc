@@ -1,0 +1,443 @@
+// Transactional messaging against a real server: outbox sends (Transaction and an enlisted
+// MYSQL*), exactly-once processing (also across SIGKILLs of the consuming process), dedup keys
+// (also between racing processes), and unknown commit outcomes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <mysql.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "support.h"
+
+namespace txmq::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::int64_t count_rows(const std::string& table) {
+  auto a = admin();
+  return a->execute(fmt::format("SELECT COUNT(*) FROM {}", table), {}).rows.at(0).i64(0);
+}
+
+std::uint64_t waiting(Client& c, const std::string& topic) {
+  TopicStats s = c.stats(topic);
+  return s.ready + s.in_flight + s.delayed;
+}
+
+// A business table named after the topic, so that parallel tests do not share it.
+std::string business_table(const std::string& topic, const std::string& what,
+                           const std::string& columns) {
+  std::string table = fmt::format("app_{}_{}", what, topic);
+  auto a = admin();
+  a->query(fmt::format("DROP TABLE IF EXISTS {}", table));
+  a->query(fmt::format("CREATE TABLE {} ({}) ENGINE=InnoDB", table, columns));
+  return table;
+}
+
+std::vector<OutgoingMessage> numbered(int n, const std::string& prefix) {
+  std::vector<OutgoingMessage> out;
+  for (int i = 0; i < n; ++i) out.push_back({fmt::format("{}{}", prefix, i), {}, {}, {}});
+  return out;
+}
+
+// --- Outbox: Transaction ------------------------------------------------------------------------
+
+TEST(Outbox, TransactionRollsBackOrCommitsRowsAndMessagesTogether) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string orders = business_table(topic, "orders", "id INT PRIMARY KEY, total BIGINT");
+
+  for (bool commit : {false, true}) {
+    Transaction tx = c->begin();
+    for (int i = 0; i < 1000; ++i) {
+      tx.execute(fmt::format("INSERT INTO {} (id, total) VALUES (?, ?)", orders),
+                 {std::int64_t{i}, std::int64_t{i * 10}});
+    }
+    std::vector<std::uint64_t> ids = tx.send_batch(topic, numbered(1000, "order-"));
+    ASSERT_EQ(ids.size(), 1000u);
+    // Not visible to anyone else before the commit.
+    EXPECT_EQ(waiting(*c, topic), 0u);
+    EXPECT_EQ(count_rows(orders), 0);
+    if (commit) {
+      tx.commit();
+    } else {
+      tx.rollback();
+    }
+    EXPECT_FALSE(tx.open());
+    EXPECT_EQ(waiting(*c, topic), commit ? 1000u : 0u);
+    EXPECT_EQ(count_rows(orders), commit ? 1000 : 0);
+  }
+  // What was committed is what consumers get.
+  std::vector<Message> got = c->receive(topic, {.max_messages = 1000});
+  ASSERT_EQ(got.size(), 1000u);
+  EXPECT_EQ(got.front().payload, "order-0");
+  EXPECT_EQ(got.back().payload, "order-999");
+}
+
+TEST(Outbox, TransactionReadsItsOwnWritesAndDestructionRollsBack) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string t = business_table(topic, "kv", "k VARCHAR(20) PRIMARY KEY, v DECIMAL(10,2)");
+  {
+    Transaction tx = c->begin();
+    tx.execute(fmt::format("INSERT INTO {} VALUES (?, ?)", t), {std::string_view("a"), 12.5});
+    SqlResult r = tx.execute(fmt::format("SELECT k, v, LENGTH(k) FROM {} WHERE k = ?", t),
+                             {std::string_view("a")});
+    ASSERT_EQ(r.rows.size(), 1u);
+    EXPECT_EQ(r.rows[0].as_string(0), "a");
+    EXPECT_EQ(r.rows[0].as_string(1), "12.50");
+    EXPECT_EQ(r.rows[0].as_int(2), 1);
+    EXPECT_THROW(r.rows[0].as_int(0), Error);
+    tx.send(topic, "x");
+  }  // never committed
+  EXPECT_EQ(count_rows(t), 0);
+  EXPECT_EQ(waiting(*c, topic), 0u);
+}
+
+TEST(Outbox, TransactRetriesAfterADeadlockAndCommitsOnce) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string t = business_table(topic, "pair", "id INT PRIMARY KEY, n INT");
+  admin()->query(fmt::format("INSERT INTO {} VALUES (1, 0), (2, 0)", t));
+  // Two transactions lock 1 and 2 in opposite orders: InnoDB kills one, transact runs it again.
+  std::atomic<int> runs{0};
+  auto body = [&](int first, int second) {
+    return [&, first, second](Transaction& tx) {
+      ++runs;
+      tx.execute(fmt::format("UPDATE {} SET n = n + 1 WHERE id = ?", t), {std::int64_t{first}});
+      std::this_thread::sleep_for(200ms);
+      tx.execute(fmt::format("UPDATE {} SET n = n + 1 WHERE id = ?", t), {std::int64_t{second}});
+      tx.send(topic, fmt::format("{}-{}", first, second));
+    };
+  };
+  std::thread other([&] { c->transact(body(2, 1)); });
+  c->transact(body(1, 2));
+  other.join();
+  EXPECT_GE(runs.load(), 3);  // one of them ran twice
+  auto a = admin();
+  internal::Result r = a->execute(fmt::format("SELECT SUM(n) FROM {}", t), {});
+  EXPECT_EQ(std::stoll(r.rows.at(0).bytes(0)), 4);
+  EXPECT_EQ(waiting(*c, topic), 2u);
+}
+
+// --- Outbox: an enlisted MYSQL* -----------------------------------------------------------------
+
+TEST(Outbox, EnlistedConnectionRollsBackOrCommitsWithTheApplication) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string orders = business_table(topic, "orders", "id INT PRIMARY KEY");
+  MysqlHandle app = open_mysql();
+  // The application's session is not txmq's: another time zone, REPEATABLE READ.
+  mysql_run(app.get(), "SET time_zone = '+05:00'");
+  mysql_run(app.get(), "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+  Outbox outbox = c->enlist(app.get());
+
+  for (bool commit : {false, true}) {
+    mysql_run(app.get(), "START TRANSACTION");
+    for (int i = 0; i < 1000; i += 100) {
+      std::string values;
+      for (int j = i; j < i + 100; ++j) values += fmt::format("{}({})", j == i ? "" : ",", j);
+      mysql_run(app.get(), fmt::format("INSERT INTO {} VALUES {}", orders, values));
+    }
+    std::vector<std::uint64_t> ids = outbox.send_batch(topic, numbered(1000, "m"));
+    EXPECT_EQ(ids.size(), 1000u);
+    outbox.send(topic, "one more", {.key = "k"});
+    EXPECT_EQ(waiting(*c, topic), 0u);
+    mysql_run(app.get(), commit ? "COMMIT" : "ROLLBACK");
+    EXPECT_EQ(waiting(*c, topic), commit ? 1001u : 0u);
+    EXPECT_EQ(count_rows(orders), commit ? 1000 : 0);
+  }
+  // Sent in another time zone, yet claimable now: times are UTC.
+  EXPECT_EQ(c->receive(topic, {.max_messages = 2000}).size(), 1001u);
+}
+
+TEST(Outbox, EnlistedConnectionWithoutATransactionIsRefused) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  MysqlHandle app = open_mysql();
+  Outbox outbox = c->enlist(app.get());
+  try {
+    outbox.send(topic, "would commit alone");
+    FAIL() << "expected kFailedPrecondition";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kFailedPrecondition) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no transaction open"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(waiting(*c, topic), 0u);
+  // autocommit=0 counts as a transaction.
+  mysql_run(app.get(), "SET autocommit = 0");
+  outbox.send(topic, "in an implicit transaction");
+  mysql_run(app.get(), "ROLLBACK");
+  EXPECT_EQ(waiting(*c, topic), 0u);
+  EXPECT_THROW(c->enlist(nullptr), Error);
+}
+
+// --- Exactly-once -------------------------------------------------------------------------------
+
+TEST(ExactlyOnce, HandlerWorkAndAcknowledgementCommitTogether) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string done = business_table(topic, "done", "msg_id BIGINT PRIMARY KEY, body TEXT");
+  c->send_batch(topic, numbered(25, "p"));
+  std::size_t total = 0;
+  for (;;) {
+    std::size_t n = c->process(topic, {.max_messages = 10},
+                               [&](Transaction& tx, std::span<const Message> batch) {
+                                 EXPECT_LE(batch.size(), 10u);
+                                 for (const Message& m : batch) {
+                                   EXPECT_EQ(m.attempt, 1);
+                                   EXPECT_TRUE(m.receipt.empty());
+                                   tx.execute(fmt::format("INSERT INTO {} VALUES (?, ?)", done),
+                                              {m.id, std::string_view(m.payload)});
+                                 }
+                               });
+    if (n == 0) break;
+    total += n;
+  }
+  EXPECT_EQ(total, 25u);
+  EXPECT_EQ(count_rows(done), 25);
+  EXPECT_EQ(waiting(*c, topic), 0u);
+}
+
+TEST(ExactlyOnce, AThrowingHandlerRollsBackAndTheMessagesAreClaimableAtOnce) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.lease = std::chrono::minutes(5);  // a lease would make the retry wait 5 minutes
+  options.max_attempts = 3;
+  c->create_topic(topic, options);
+  const std::string done = business_table(topic, "done", "msg_id BIGINT PRIMARY KEY");
+  c->send_batch(topic, numbered(3, "p"));
+
+  auto failing = [&](Transaction& tx, std::span<const Message> batch) {
+    for (const Message& m : batch) {
+      tx.execute(fmt::format("INSERT INTO {} VALUES (?)", done), {m.id});
+    }
+    throw std::runtime_error("handler failed");
+  };
+  EXPECT_THROW(c->process(topic, {.max_messages = 10}, failing), std::runtime_error);
+  EXPECT_EQ(count_rows(done), 0);  // the handler's insert was rolled back with the claim
+
+  // Another client (no scan hint of its own) gets them at once, on their second attempt.
+  auto peer = client("peer");
+  auto start = std::chrono::steady_clock::now();
+  std::vector<Message> again = peer->receive(topic, {.max_messages = 10});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_EQ(again[0].attempt, 2);
+  for (const Message& m : again) peer->nack(topic, m.receipt);
+
+  // Third failure: attempts reach max_attempts; the next claim dead-letters them.
+  EXPECT_THROW(c->process(topic, {.max_messages = 10}, failing), std::runtime_error);
+  std::size_t n = c->process(topic, {.max_messages = 10},
+                             [&](Transaction&, std::span<const Message>) { ADD_FAILURE(); });
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(c->stats(topic).dead, 3u);
+}
+
+TEST(ExactlyOnce, CommitAndRollbackBelongToProcess) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send(topic, "x");
+  EXPECT_THROW(c->process(topic, {}, [](Transaction& tx, auto) { tx.commit(); }), Error);
+  std::size_t n = c->process(topic, {}, [](Transaction&, auto) {});
+  EXPECT_EQ(n, 1u);
+  EXPECT_THROW(c->process(topic, {.max_messages = 0}, [](Transaction&, auto) {}), Error);
+}
+
+// The crash test: a child consumes 20,000 messages on 4 threads, each handler adding the
+// message's amount to one account row and recording the message in `processed`; the parent
+// SIGKILLs it at random moments and starts it again until the topic is empty.
+TEST(ExactlyOnce, SurvivesSigkillsWithoutLosingOrRepeatingWork) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string accounts = business_table(topic, "acct", "id INT PRIMARY KEY, total BIGINT");
+  // Not unique: a duplicate must be counted, not refused (which would hide it by a retry).
+  const std::string processed = business_table(
+      topic, "proc", "seq BIGINT AUTO_INCREMENT PRIMARY KEY, msg_id BIGINT NOT NULL, KEY (msg_id)");
+  admin()->query(fmt::format("INSERT INTO {} VALUES (1, 0)", accounts));
+
+  constexpr int kMessages = 20000;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> amount(1, 1000);
+  std::int64_t expected = 0;
+  std::vector<OutgoingMessage> batch;
+  for (int i = 0; i < kMessages; ++i) {
+    int a = amount(rng);
+    expected += a;
+    batch.push_back({std::to_string(a), {}, {}, {}});
+  }
+  c->send_batch(topic, batch);
+
+  std::uniform_int_distribution<int> kill_after_ms(50, 400);
+  int kills = 0, runs = 0;
+  const auto give_up = std::chrono::steady_clock::now() + 240s;
+  while (waiting(*c, topic) > 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "the topic did not empty";
+    ++runs;
+    Background child =
+        start_process(TXMQ_TEST_HELPER, {"exactly-once", topic, accounts, processed, "4", "10"});
+    auto kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms(rng));
+    std::optional<int> code;
+    while (!(code = child.poll()) && std::chrono::steady_clock::now() < kill_at) {
+      std::this_thread::sleep_for(5ms);
+    }
+    if (!code) {
+      kill(child.pid, SIGKILL);
+      ++kills;
+      EXPECT_EQ(child.wait(), 128 + SIGKILL);
+    } else {
+      ASSERT_EQ(*code, 0) << child.err();
+    }
+  }
+  auto a = admin();
+  std::int64_t total =
+      a->execute(fmt::format("SELECT total FROM {} WHERE id = 1", accounts), {}).rows.at(0).i64(0);
+  internal::Result counts =
+      a->execute(fmt::format("SELECT COUNT(*), COUNT(DISTINCT msg_id) FROM {}", processed), {});
+  std::cout << fmt::format("{} runs, {} SIGKILLs\n", runs, kills);
+  EXPECT_GE(kills, 3) << "the child finished too fast to be killed: the test proved little";
+  EXPECT_EQ(total, expected);
+  EXPECT_EQ(counts.rows.at(0).i64(0), kMessages);
+  EXPECT_EQ(counts.rows.at(0).i64(1), kMessages);
+  EXPECT_EQ(c->stats(topic).dead, 0u);
+}
+
+// --- Dedup --------------------------------------------------------------------------------------
+
+TEST(Dedup, ASecondSendWithTheKeyReturnsTheFirstId) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  std::uint64_t first = c->send(topic, "a", {.dedup_key = "order-1"});
+  EXPECT_EQ(c->send(topic, "a again", {.dedup_key = "order-1"}), first);
+  EXPECT_NE(c->send(topic, "b", {.dedup_key = "order-2"}), first);
+  EXPECT_EQ(waiting(*c, topic), 2u);
+
+  // Within a batch, and against earlier sends; messages without keys are always sent.
+  std::vector<OutgoingMessage> batch = {{"c", {}, {}, "order-3"},
+                                        {"a3", {}, {}, "order-1"},
+                                        {"c2", {}, {}, "order-3"},
+                                        {"free", {}, {}, {}}};
+  std::vector<std::uint64_t> ids = c->send_batch(topic, batch);
+  EXPECT_EQ(ids[1], first);
+  EXPECT_EQ(ids[0], ids[2]);
+  EXPECT_NE(ids[0], ids[3]);
+  EXPECT_EQ(waiting(*c, topic), 4u);
+
+  // Still deduplicated after the message was acknowledged (the window counts, not the ack).
+  std::vector<Message> got = c->receive(topic, {.max_messages = 10});
+  for (const Message& m : got) c->ack(topic, m.receipt);
+  EXPECT_EQ(c->send(topic, "late", {.dedup_key = "order-1"}), first);
+  EXPECT_EQ(waiting(*c, topic), 0u);
+
+  // A rolled-back send does not hold its key.
+  {
+    Transaction tx = c->begin();
+    tx.send(topic, "never", {.dedup_key = "order-9"});
+    tx.rollback();
+  }
+  std::uint64_t nine = c->send(topic, "now", {.dedup_key = "order-9"});
+  EXPECT_EQ(c->receive(topic).at(0).id, nine);
+}
+
+TEST(Dedup, KeysExpireAfterTheTopicsWindow) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.dedup_window = std::chrono::seconds(1);
+  c->create_topic(topic, options);
+  EXPECT_EQ(c->topic(topic).options.dedup_window, std::chrono::seconds(1));
+  std::uint64_t first = c->send(topic, "a", {.dedup_key = "k"});
+  EXPECT_EQ(c->send(topic, "a", {.dedup_key = "k"}), first);
+  std::this_thread::sleep_for(1200ms);
+  std::uint64_t second = c->send(topic, "a", {.dedup_key = "k"});
+  EXPECT_NE(second, first);
+  EXPECT_EQ(c->send(topic, "a", {.dedup_key = "k"}), second);
+  EXPECT_EQ(waiting(*c, topic), 2u);
+
+  TopicOptions bad;
+  bad.dedup_window = std::chrono::milliseconds(10);
+  EXPECT_THROW(c->create_topic(topic_for_test("_bad"), bad), Error);
+  EXPECT_THROW(c->send(topic, "x", {.dedup_key = ""}), Error);
+  EXPECT_THROW(c->send(topic, "x", {.dedup_key = std::string(256, 'k')}), Error);
+}
+
+// The race: two processes send the same 1,000 keys in different orders and batch sizes.
+TEST(Dedup, TwoRacingProcessesProduceOneMessagePerKey) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const std::string start =
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         (std::chrono::system_clock::now() + 500ms).time_since_epoch())
+                         .count());
+  Background one = start_process(TXMQ_TEST_HELPER, {"dedup-send", topic, "1000", "1", start});
+  Background two = start_process(TXMQ_TEST_HELPER, {"dedup-send", topic, "1000", "2", start});
+  ASSERT_EQ(one.wait(), 0) << one.err();
+  ASSERT_EQ(two.wait(), 0) << two.err();
+  EXPECT_EQ(waiting(*c, topic), 1000u);
+
+  // Both processes were told the same id for each key.
+  auto parse = [](const std::string& out) {
+    std::map<std::string, std::uint64_t> ids;
+    std::istringstream in(out);
+    std::string key;
+    std::uint64_t id = 0;
+    while (in >> key >> id) ids[key] = id;
+    return ids;
+  };
+  std::map<std::string, std::uint64_t> a = parse(one.out()), b = parse(two.out());
+  ASSERT_EQ(a.size(), 1000u);
+  EXPECT_EQ(a, b);
+  std::set<std::uint64_t> distinct;
+  for (auto& [k, id] : a) distinct.insert(id);
+  EXPECT_EQ(distinct.size(), 1000u);
+  // They did race: each inserted some of the messages.
+  std::map<std::string, int> by_sender;
+  for (const Message& m : c->receive(topic, {.max_messages = 1000})) ++by_sender[m.payload];
+  EXPECT_GT(by_sender["seed 1"], 0);
+  EXPECT_GT(by_sender["seed 2"], 0);
+  EXPECT_EQ(by_sender["seed 1"] + by_sender["seed 2"], 1000);
+}
+
+// --- Unknown outcomes ---------------------------------------------------------------------------
+
+// The connection is killed from the server side just before COMMIT: the client cannot know
+// whether the COMMIT arrived, and says so; with dedup keys, sending again is safe.
+TEST(CommitUnknown, IsNamedAndADedupRetryIsSafe) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  Transaction tx = c->begin();
+  std::int64_t connection_id = tx.execute("SELECT CONNECTION_ID()").rows.at(0).as_int(0);
+  tx.send(topic, "payment", {.dedup_key = "pay-77"});
+  admin()->query(fmt::format("KILL CONNECTION {}", connection_id));
+  try {
+    tx.commit();
+    FAIL() << "expected kCommitUnknown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kCommitUnknown) << e.what();
+    EXPECT_FALSE(e.retryable());
+  }
+  std::uint64_t id = c->send(topic, "payment", {.dedup_key = "pay-77"});
+  EXPECT_EQ(c->send(topic, "payment", {.dedup_key = "pay-77"}), id);
+  EXPECT_EQ(waiting(*c, topic), 1u);
+}
+
+}  // namespace
+}  // namespace txmq::test
