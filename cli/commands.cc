@@ -1,7 +1,7 @@
 // topic, send, send-batch, receive, ack, nack, extend, stats, inflight, dead, local.
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -20,14 +20,16 @@ int report_settle(Settle s, std::string_view receipt) {
     case Settle::kOk:
       return kExitOk;
     case Settle::kLeaseLost:
-      print_error(fmt::format("receipt {}: lease lost: the message was delivered again to another "
-                              "consumer (or released), so this receipt no longer applies",
-                              receipt));
+      print_error(
+          fmt::format("receipt {}: lease lost: the message was delivered again to another "
+                      "consumer (or released), so this receipt no longer applies",
+                      receipt));
       return kExitLeaseLost;
     case Settle::kNotFound:
-      print_error(fmt::format("receipt {}: no such message (already acknowledged, "
-                              "dead-lettered, or never sent)",
-                              receipt));
+      print_error(
+          fmt::format("receipt {}: no such message (already acknowledged, "
+                      "dead-lettered, or never sent)",
+                      receipt));
       return kExitNotFound;
   }
   return kExitDatabase;
@@ -69,20 +71,25 @@ void add_topic_commands(CLI::App& app, Globals& g) {
     double lease = 30;
     int max_attempts = 5;
     std::uint64_t max_payload = 1 << 20;
+    double dedup_window = 300;
   };
   auto create_args = std::make_shared<CreateArgs>();
-  CLI::App* create = topic->add_subcommand("create", "create a topic (idempotent when settings "
-                                                     "match)");
+  CLI::App* create = topic->add_subcommand("create",
+                                           "create a topic (idempotent when settings "
+                                           "match)");
   create->add_option("name", create_args->name, "topic name: [a-z][a-z0-9_]{0,47}")->required();
   create->add_option("--lease", create_args->lease, "default lease in seconds (30)");
   create->add_option("--max-attempts", create_args->max_attempts,
                      "deliveries before dead-lettering (5)");
   create->add_option("--max-payload", create_args->max_payload, "largest payload in bytes (1 MiB)");
+  create->add_option("--dedup-window", create_args->dedup_window,
+                     "seconds a send's dedup key is remembered (300)");
   create->callback([&g, create_args] {
     TopicOptions options;
     options.lease = seconds_to_micros(create_args->lease, "--lease");
     options.max_attempts = create_args->max_attempts;
     options.max_payload_bytes = create_args->max_payload;
+    options.dedup_window = seconds_to_micros(create_args->dedup_window, "--dedup-window");
     auto client = connect(g);
     bool created = client->create_topic(create_args->name, options);
     if (g.json) {
@@ -103,6 +110,7 @@ void add_topic_commands(CLI::App& app, Globals& g) {
                     {"lease_seconds", t.options.lease.count() / 1e6},
                     {"max_attempts", t.options.max_attempts},
                     {"max_payload_bytes", t.options.max_payload_bytes},
+                    {"dedup_window_seconds", t.options.dedup_window.count() / 1e6},
                     {"created_at", iso_time(t.created_at)}});
       }
       return;
@@ -111,12 +119,12 @@ void add_topic_commands(CLI::App& app, Globals& g) {
       std::printf("no topics\n");
       return;
     }
-    std::printf("%-48s %10s %12s %12s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS", "MAX_PAYLOAD",
-                "CREATED");
+    std::printf("%-48s %10s %12s %12s %10s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS", "MAX_PAYLOAD",
+                "DEDUP_S", "CREATED");
     for (const TopicInfo& t : topics) {
-      std::printf("%-48s %10g %12d %12zu  %s\n", t.name.c_str(), t.options.lease.count() / 1e6,
+      std::printf("%-48s %10g %12d %12zu %10g  %s\n", t.name.c_str(), t.options.lease.count() / 1e6,
                   t.options.max_attempts, t.options.max_payload_bytes,
-                  iso_time(t.created_at).c_str());
+                  t.options.dedup_window.count() / 1e6, iso_time(t.created_at).c_str());
     }
   });
 
@@ -135,7 +143,7 @@ void add_topic_commands(CLI::App& app, Globals& g) {
 
 void add_message_commands(CLI::App& app, Globals& g) {
   struct SendArgs {
-    std::string topic, key, payload;
+    std::string topic, key, payload, dedup_key;
     double delay = 0;
   };
   auto sa = std::make_shared<SendArgs>();
@@ -145,9 +153,14 @@ void add_message_commands(CLI::App& app, Globals& g) {
       send->add_option("payload", sa->payload, "the payload (default: all of standard input)");
   CLI::Option* key_opt = send->add_option("--key", sa->key, "message key");
   send->add_option("--delay", sa->delay, "seconds before it can be received");
-  send->callback([&g, sa, payload_opt, key_opt] {
+  CLI::Option* dedup_opt = send->add_option(
+      "--dedup-key", sa->dedup_key,
+      "deduplication key: a send with a key seen in the topic's dedup window sends nothing and "
+      "prints the first message's id (safe to retry)");
+  send->callback([&g, sa, payload_opt, key_opt, dedup_opt] {
     SendOptions options;
     if (key_opt->count() > 0) options.key = sa->key;
+    if (dedup_opt->count() > 0) options.dedup_key = sa->dedup_key;
     options.delay = seconds_to_micros(sa->delay, "--delay");
     std::string payload = payload_opt->count() > 0 ? sa->payload : read_all(stdin);
     auto id = connect(g)->send(sa->topic, payload, options);
@@ -222,8 +235,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
       } else {
         std::printf("id=%llu attempt=%d receipt=%s key=%s\n%s\n",
                     static_cast<unsigned long long>(m.id), m.attempt, m.receipt.c_str(),
-                    m.key ? printable(*m.key).c_str() : "-",
-                    printable(m.payload, 4096).c_str());
+                    m.key ? printable(*m.key).c_str() : "-", printable(m.payload, 4096).c_str());
       }
     }
   });
@@ -271,8 +283,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
   extend->add_option("receipt", ea->receipt)->required();
   extend->add_option("--lease", ea->lease, "new lease in seconds from now")->required();
   extend->callback([&g, ea] {
-    Settle s =
-        connect(g)->extend(ea->topic, ea->receipt, seconds_to_micros(ea->lease, "--lease"));
+    Settle s = connect(g)->extend(ea->topic, ea->receipt, seconds_to_micros(ea->lease, "--lease"));
     if (g.json) print_json({{"receipt", ea->receipt}, {"result", settle_name(s)}});
     g.exit_code = report_settle(s, ea->receipt);
   });
@@ -292,12 +303,12 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
                   {"dead", s.dead},
                   {"oldest_ready_age_seconds", s.oldest_ready_age_seconds}});
     } else {
-      std::printf("topic      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\ndead       "
-                  "%llu\noldest_ready_age_seconds %.3f\n",
-                  s.topic.c_str(), static_cast<unsigned long long>(s.ready),
-                  static_cast<unsigned long long>(s.in_flight),
-                  static_cast<unsigned long long>(s.delayed),
-                  static_cast<unsigned long long>(s.dead), s.oldest_ready_age_seconds);
+      std::printf(
+          "topic      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\ndead       "
+          "%llu\noldest_ready_age_seconds %.3f\n",
+          s.topic.c_str(), static_cast<unsigned long long>(s.ready),
+          static_cast<unsigned long long>(s.in_flight), static_cast<unsigned long long>(s.delayed),
+          static_cast<unsigned long long>(s.dead), s.oldest_ready_age_seconds);
     }
   });
 
@@ -339,13 +350,13 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
     }
     for (const DeadLetter& d : rows) {
       if (g.json) {
-        json j = {{"id", d.id},
-                  {"attempts", d.attempts},
-                  {"last_owner", d.last_owner},
-                  {"key", d.key ? json(is_valid_utf8(*d.key) ? *d.key : base64(*d.key))
-                                : json(nullptr)},
-                  {"enqueued_at", iso_time(d.enqueued_at)},
-                  {"died_at", iso_time(d.died_at)}};
+        json j = {
+            {"id", d.id},
+            {"attempts", d.attempts},
+            {"last_owner", d.last_owner},
+            {"key", d.key ? json(is_valid_utf8(*d.key) ? *d.key : base64(*d.key)) : json(nullptr)},
+            {"enqueued_at", iso_time(d.enqueued_at)},
+            {"died_at", iso_time(d.died_at)}};
         if (is_valid_utf8(d.payload)) {
           j["payload"] = d.payload;
         } else {
@@ -399,8 +410,9 @@ void add_local_commands(CLI::App& app, Globals& g) {
       std::printf("not running (home %s)\n", s.home.c_str());
     }
   };
-  local->add_subcommand("status", "is it running, where, with which DSN")
-      ->callback([print_status] { print_status(LocalServer::status({})); });
+  local->add_subcommand("status", "is it running, where, with which DSN")->callback([print_status] {
+    print_status(LocalServer::status({}));
+  });
   local->add_subcommand("start", "start it (commands start it on demand anyway)")
       ->callback([print_status] {
         LocalServer::ensure_running({});

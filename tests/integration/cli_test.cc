@@ -1,9 +1,8 @@
 // The txmq command's contract: arguments, outputs, exit codes (README "The txmq command").
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "support.h"
@@ -72,14 +71,45 @@ TEST(Cli, TopicLifecycleAndExitCodes) {
   EXPECT_EQ(run_txmq({"send", name, "x"}).exit_code, 3);
 }
 
+TEST(Cli, SendWithADedupKeyIsSafeToRepeat) {
+  std::string name = topic_for_test();
+  ASSERT_EQ(run_txmq({"topic", "create", name, "--dedup-window", "60"}).exit_code, 0);
+  auto first = run_txmq({"send", name, "charge 42", "--dedup-key", "charge-42"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto again = run_txmq({"send", name, "charge 42", "--dedup-key", "charge-42"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, first.out);
+  auto other = run_txmq({"send", name, "charge 43", "--dedup-key", "charge-43"});
+  EXPECT_NE(other.out, first.out);
+  auto stats = run_txmq({"--json", "stats", name});
+  EXPECT_EQ(json::parse(stats.out)["ready"], 2) << stats.out;
+  auto list = run_txmq({"--json", "topic", "list"});
+  bool listed = false;
+  for (const json& j : json_lines(list.out)) {
+    if (j["name"] == name) {
+      listed = true;
+      EXPECT_EQ(j["dedup_window_seconds"], 60);
+    }
+  }
+  EXPECT_TRUE(listed);
+  auto empty = run_txmq({"send", name, "x", "--dedup-key", ""});
+  EXPECT_EQ(empty.exit_code, 5);
+  EXPECT_NE(empty.err.find("dedup key"), std::string::npos) << empty.err;
+  EXPECT_EQ(run_txmq({"topic", "create", topic_for_test("_w"), "--dedup-window", "0"}).exit_code,
+            5);
+}
+
 TEST(Cli, BadNamesExitFive) {
   for (const std::string& bad :
        {std::string("x; DROP TABLE t"), std::string(""), std::string(200, 'n'),
         std::string("UPPER"), std::string("a'b"), std::string("\xff\xfe")}) {
-    for (const std::vector<std::string>& args :
-         {std::vector<std::string>{"topic", "create", bad}, {"topic", "drop", bad},
-          {"send", bad, "x"}, {"receive", bad}, {"stats", bad}, {"inflight", bad},
-          {"dead", "list", bad}}) {
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"topic", "create", bad},
+                                                 {"topic", "drop", bad},
+                                                 {"send", bad, "x"},
+                                                 {"receive", bad},
+                                                 {"stats", bad},
+                                                 {"inflight", bad},
+                                                 {"dead", "list", bad}}) {
       auto r = run_txmq(args);
       EXPECT_EQ(r.exit_code, 5) << args[0] << " '" << bad << "': " << r.err;
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -200,8 +230,7 @@ TEST(Cli, SendBatchLines) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json summary = json::parse(r.out);
   EXPECT_EQ(summary["count"], 4);
-  EXPECT_EQ(summary["last_id"].get<std::uint64_t>() - summary["first_id"].get<std::uint64_t>(),
-            3u);
+  EXPECT_EQ(summary["last_id"].get<std::uint64_t>() - summary["first_id"].get<std::uint64_t>(), 3u);
   auto lines = json_lines(run_txmq({"receive", name, "--json", "--max", "10"}).out);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0]["payload"], "a");
@@ -323,9 +352,9 @@ TEST(Cli, BenchReportsRowsAndTargetsAsJson) {
     EXPECT_GT(row["p50_ms"].get<double>(), 0);
     EXPECT_GE(row["p99_ms"].get<double>(), row["p50_ms"].get<double>());
   }
-  EXPECT_DOUBLE_EQ(doc["results"][1]["ratio"].get<double>(),
-                   doc["results"][1]["p50_ms"].get<double>() /
-                       doc["results"][0]["p50_ms"].get<double>());
+  EXPECT_DOUBLE_EQ(
+      doc["results"][1]["ratio"].get<double>(),
+      doc["results"][1]["p50_ms"].get<double>() / doc["results"][0]["p50_ms"].get<double>());
   ASSERT_EQ(doc["targets"].size(), 1u);
   EXPECT_EQ(doc["targets"][0]["row"], "claim.inflight");
   // The bench leaves no topic behind.

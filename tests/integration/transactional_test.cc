@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "db/dsn.h"
 #include "support.h"
 
 namespace txmq::test {
@@ -413,6 +414,57 @@ TEST(Dedup, TwoRacingProcessesProduceOneMessagePerKey) {
   EXPECT_GT(by_sender["seed 1"], 0);
   EXPECT_GT(by_sender["seed 2"], 0);
   EXPECT_EQ(by_sender["seed 1"] + by_sender["seed 2"], 1000);
+}
+
+// --- Schema migration ---------------------------------------------------------------------------
+
+// A database written by the previous release (schema 2: no dedup window or table) is upgraded
+// in place by the first client that connects, its messages kept.
+TEST(Schema, Version2IsMigratedWithItsMessages) {
+  const std::string db = "txmq_migration_test";
+  auto a = admin();
+  a->query(fmt::format("DROP DATABASE IF EXISTS {}", db));
+  a->query(fmt::format("CREATE DATABASE {}", db));
+  a->query(fmt::format("USE {}", db));
+  a->query(
+      "CREATE TABLE txmq_schema (singleton TINYINT UNSIGNED NOT NULL PRIMARY KEY, version INT "
+      "UNSIGNED NOT NULL, updated_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
+  a->query("INSERT INTO txmq_schema VALUES (1, 2, NOW(6))");
+  a->query(
+      "CREATE TABLE txmq_topics (name VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL "
+      "PRIMARY KEY, lease_us BIGINT UNSIGNED NOT NULL, max_attempts INT UNSIGNED NOT NULL, "
+      "max_payload_bytes BIGINT UNSIGNED NOT NULL, created_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
+  a->query("INSERT INTO txmq_topics VALUES ('old', 30000000, 5, 1048576, NOW(6))");
+  a->query(
+      "CREATE TABLE txmq_q_old (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, visible_at "
+      "DATETIME(6) NOT NULL, attempts INT UNSIGNED NOT NULL DEFAULT 0, lease_token BIGINT "
+      "UNSIGNED NOT NULL DEFAULT 0, owner_id BIGINT UNSIGNED NOT NULL DEFAULT 0, enqueued_at "
+      "DATETIME(6) NOT NULL, msg_key VARBINARY(255) NULL, payload LONGBLOB NOT NULL, PRIMARY KEY "
+      "(id)) ENGINE=InnoDB");
+  a->query(
+      "CREATE TABLE txmq_dlq_old (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, attempts INT UNSIGNED "
+      "NOT NULL, last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL, enqueued_at DATETIME(6) NOT "
+      "NULL, died_at DATETIME(6) NOT NULL, msg_key VARBINARY(255) NULL, payload LONGBLOB NOT "
+      "NULL) ENGINE=InnoDB");
+  a->query(
+      "INSERT INTO txmq_q_old (visible_at, enqueued_at, payload) VALUES (NOW(6), NOW(6), "
+      "'kept')");
+
+  std::string other = dsn();
+  const std::string from = "/" + internal::parse_dsn(other).database;
+  other.replace(other.rfind(from), from.size(), "/" + db);
+  ClientOptions options;
+  options.dsn = other;
+  Client c(options);
+  EXPECT_EQ(c.topic("old").options.dedup_window, std::chrono::minutes(5));
+  std::uint64_t id = c.send("old", "new", {.dedup_key = "d"});
+  EXPECT_EQ(c.send("old", "new", {.dedup_key = "d"}), id);
+  std::vector<Message> got = c.receive("old", {.max_messages = 10});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].payload, "kept");
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 3);
+  Client again(options);  // a second client finds it migrated
+  a->query(fmt::format("DROP DATABASE {}", db));
 }
 
 // --- Unknown outcomes ---------------------------------------------------------------------------
