@@ -109,7 +109,13 @@ int decode_status(int status) {
 ProcessResult run_txmq(const std::vector<std::string>& args, const std::string& input,
                        const std::map<std::string, std::string>& env,
                        std::chrono::seconds timeout) {
-  std::vector<std::string> argv_s = {TXMQ_BINARY};
+  return run_program(TXMQ_BINARY, args, input, env, timeout);
+}
+
+ProcessResult run_program(const std::string& binary, const std::vector<std::string>& args,
+                          const std::string& input, const std::map<std::string, std::string>& env,
+                          std::chrono::seconds timeout) {
+  std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s = child_environment(env);
   auto argv = pointers(argv_s);
@@ -149,7 +155,7 @@ ProcessResult run_txmq(const std::vector<std::string>& args, const std::string& 
     if (in_fd >= 0) fds.push_back({in_fd, POLLOUT, 0});
     if (std::chrono::steady_clock::now() > deadline) {
       kill(pid, SIGKILL);
-      ADD_FAILURE() << "txmq " << fmt::format("{}", fmt::join(args, " ")) << " timed out";
+      ADD_FAILURE() << binary << " " << fmt::format("{}", fmt::join(args, " ")) << " timed out";
       break;
     }
     poll(fds.data(), fds.size(), 100);

@@ -36,6 +36,12 @@ ProcessResult run_txmq(const std::vector<std::string>& args, const std::string& 
                        const std::map<std::string, std::string>& env = {},
                        std::chrono::seconds timeout = std::chrono::seconds(120));
 
+// The same for any program.
+ProcessResult run_program(const std::string& binary, const std::vector<std::string>& args,
+                          const std::string& input = "",
+                          const std::map<std::string, std::string>& env = {},
+                          std::chrono::seconds timeout = std::chrono::seconds(120));
+
 // Starts txmq in the background with stdout and stderr to files; for signal tests.
 struct Background {
   pid_t pid = -1;
