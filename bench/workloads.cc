@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "txmq/error.h"
 
 namespace txmq::bench {
@@ -83,6 +85,39 @@ Measured drain(Client& client, const std::string& topic, int consumers, int batc
       lat.add_since(start);
       n += messages.size();
       consumed += messages.size();
+    }
+    return n;
+  });
+}
+
+Measured drain_exactly_once(Client& client, const std::string& topic, int consumers, int batch,
+                            std::uint64_t limit, double cap_seconds,
+                            const std::string& work_table) {
+  std::atomic<std::uint64_t> consumed{0};
+  const auto deadline = SteadyClock::now() + std::chrono::duration<double>(cap_seconds);
+  ProcessOptions options;
+  options.max_messages = batch;
+  return run_threads(consumers, [&](int, Latencies& lat) {
+    std::uint64_t n = 0;
+    std::string sql;
+    std::vector<SqlValue> params;
+    auto handler = [&](Transaction& tx, std::span<const Message> messages) {
+      if (work_table.empty()) return;
+      sql = fmt::format("INSERT INTO {} (msg_id) VALUES ", work_table);
+      params.clear();
+      for (std::size_t i = 0; i < messages.size(); ++i) {
+        sql += i == 0 ? "(?)" : ",(?)";
+        params.push_back(messages[i].id);
+      }
+      tx.execute(sql, params);
+    };
+    while (consumed.load() < limit && SteadyClock::now() < deadline) {
+      const auto start = SteadyClock::now();
+      std::size_t got = client.process(topic, options, handler);
+      if (got == 0) break;
+      lat.add_since(start);
+      n += got;
+      consumed += got;
     }
     return n;
   });

@@ -31,6 +31,13 @@ Measured send_batch_rate(Client& client, const std::string& topic, int batch, in
 Measured drain(Client& client, const std::string& topic, int consumers, int batch,
                std::uint64_t limit, double cap_seconds);
 
+// The same drain with Client::process (exactly-once): claim, handler and delete in one
+// transaction. With `work_table` set, the handler inserts one row per message into it (one
+// multi-row INSERT per batch), as a consumer recording what it did would.
+Measured drain_exactly_once(Client& client, const std::string& topic, int consumers, int batch,
+                            std::uint64_t limit, double cap_seconds,
+                            const std::string& work_table = {});
+
 // `producers` send at a steady `rate_per_s` in all for `seconds` while `consumers` receive (with
 // waiting) and ack. Latency is from the start of a send to the message's receipt.
 Measured end_to_end(Client& producer_client, Client& consumer_client, const std::string& topic,

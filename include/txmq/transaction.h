@@ -4,6 +4,7 @@
 // or an Outbox on the application's own connection), and exactly-once processing (a handler
 // whose statements commit together with the acknowledgement; Client::process).
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,9 +23,30 @@ typedef struct st_mysql MYSQL;  // MariaDB Connector/C's connection handle
 
 namespace txmq {
 
-// A value bound to a `?` of an application's statement. Strings are bound as bytes.
-using SqlValue =
-    std::variant<std::nullptr_t, std::int64_t, std::uint64_t, double, std::string_view>;
+// A value bound to a `?` of an application's statement: NULL (nullptr), any integer, a floating
+// point number, or a string (bound as bytes; the value is only viewed, not copied, so it must
+// outlive the call).
+class SqlValue {
+ public:
+  using Variant =
+      std::variant<std::nullptr_t, std::int64_t, std::uint64_t, double, std::string_view>;
+
+  SqlValue(std::nullptr_t) : value_(nullptr) {}
+  template <std::signed_integral T>
+  SqlValue(T v) : value_(static_cast<std::int64_t>(v)) {}
+  template <std::unsigned_integral T>
+  SqlValue(T v) : value_(static_cast<std::uint64_t>(v)) {}
+  template <std::floating_point T>
+  SqlValue(T v) : value_(static_cast<double>(v)) {}
+  SqlValue(std::string_view v) : value_(v) {}
+  SqlValue(const std::string& v) : value_(std::string_view(v)) {}
+  SqlValue(const char* v) : value_(std::string_view(v)) {}
+
+  const Variant& get() const noexcept { return value_; }
+
+ private:
+  Variant value_;
+};
 
 // One row of a statement's result. Integer columns arrive as integers, every other column as
 // the server's text or bytes (DECIMAL "12.50", DATETIME "2026-11-21 10:00:00.000000", BLOB bytes).

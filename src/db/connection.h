@@ -112,6 +112,7 @@ class Connection {
 
   bool ping() noexcept;
   bool broken() const noexcept { return broken_; }
+  bool borrowed() const noexcept { return !owned_; }
   bool in_transaction() const noexcept { return in_transaction_; }
   std::chrono::steady_clock::time_point last_used() const noexcept { return last_used_; }
   void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }

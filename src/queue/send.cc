@@ -147,9 +147,11 @@ void in_chunks(Connection& c, std::size_t rows, std::string_view sql_head, std::
 // transaction (keys that recent are left alone, so that the purge and a producer reusing a key
 // rarely want the same row). An expired key still present is treated as absent, so the purge
 // only reclaims space; it runs when the client's last one for the topic was over 10 s ago, or
-// found more than it could take.
+// found more than it could take. Not on an enlisted connection: under the application's
+// REPEATABLE READ, the range delete could gap-lock the end of the expiry index and hold up
+// every producer's new keys until the application commits.
 void purge_dedup(QueueContext& q, Connection& c, const TopicInfo& topic, const TopicTables& t) {
-  if (!q.dedup_purges.due(topic.name)) return;
+  if (c.borrowed() || !q.dedup_purges.due(topic.name)) return;
   Result r = c.execute(
       fmt::format("DELETE FROM {} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
                   "ORDER BY expires_at LIMIT {}",

@@ -18,7 +18,7 @@ std::vector<Param> to_params(std::span<const SqlValue> values) {
   std::vector<Param> params;
   params.reserve(values.size());
   for (const SqlValue& v : values) {
-    params.push_back(std::visit([](auto x) -> Param { return x; }, v));
+    params.push_back(std::visit([](auto x) -> Param { return x; }, v.get()));
   }
   return params;
 }

@@ -97,6 +97,12 @@ TEST(Outbox, TransactionReadsItsOwnWritesAndDestructionRollsBack) {
     EXPECT_EQ(r.rows[0].as_string(1), "12.50");
     EXPECT_EQ(r.rows[0].as_int(2), 1);
     EXPECT_THROW(r.rows[0].as_int(0), Error);
+    // Literals of any type bind without casts.
+    SqlResult lit = tx.execute("SELECT ?, ?, ?, ?, ?", {1, -2, 2.5, "s", nullptr});
+    EXPECT_EQ(lit.rows.at(0).as_int(0), 1);
+    EXPECT_EQ(lit.rows.at(0).as_int(1), -2);
+    EXPECT_EQ(lit.rows.at(0).as_string(3), "s");
+    EXPECT_TRUE(lit.rows.at(0).is_null(4));
     tx.send(topic, "x");
   }  // never committed
   EXPECT_EQ(count_rows(t), 0);
@@ -376,6 +382,28 @@ TEST(Dedup, KeysExpireAfterTheTopicsWindow) {
   EXPECT_THROW(c->create_topic(topic_for_test("_bad"), bad), Error);
   EXPECT_THROW(c->send(topic, "x", {.dedup_key = ""}), Error);
   EXPECT_THROW(c->send(topic, "x", {.dedup_key = std::string(256, 'k')}), Error);
+}
+
+TEST(Dedup, KeysLongExpiredArePurgedBySends) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  for (const char* key : {"a", "b", "c"}) c->send(topic, "x", {.dedup_key = key});
+  const std::string dd = "txmq_dd_" + topic;
+  admin()->query(fmt::format(
+      "UPDATE {} SET expires_at = NOW(6) - INTERVAL 2 MINUTE WHERE dedup_key IN ('a', 'b')", dd));
+  auto fresh = client("another");  // its first send with a key purges
+  fresh->send(topic, "y", {.dedup_key = "d"});
+  auto a = admin();
+  internal::Result left =
+      a->execute(fmt::format("SELECT dedup_key FROM {} ORDER BY dedup_key", dd), {});
+  ASSERT_EQ(left.rows.size(), 2u);
+  EXPECT_EQ(left.rows[0].bytes(0), "c");
+  EXPECT_EQ(left.rows[1].bytes(0), "d");
+  // A purged key is free again.
+  std::uint64_t again = fresh->send(topic, "x", {.dedup_key = "a"});
+  EXPECT_EQ(waiting(*c, topic), 5u);
+  EXPECT_EQ(fresh->send(topic, "x", {.dedup_key = "a"}), again);
 }
 
 // The race: two processes send the same 1,000 keys in different orders and batch sizes.
