@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -65,10 +66,30 @@ std::string topic_for_test(const std::string& suffix) {
   return name;
 }
 
+namespace {
+std::vector<std::string>& scratch_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+void remove_scratch_dirs() {
+  for (const std::string& d : scratch_dirs()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(d, ignored);
+  }
+}
+}  // namespace
+
 std::string scratch_dir() {
+  // Removed when the test process exits (each test runs in a process of its own under CTest).
+  static const bool registered = [] {
+    scratch_dirs();  // constructed before the handler is registered, so destroyed after it runs
+    return std::atexit(remove_scratch_dirs) == 0;
+  }();
+  (void)registered;
   std::string pattern = "/tmp/txmq-test-XXXXXX";
   char* made = mkdtemp(pattern.data());
   if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+  scratch_dirs().push_back(made);
   return made;
 }
 
