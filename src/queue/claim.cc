@@ -160,35 +160,36 @@ void ScanHints::forget(std::string_view topic) {
   hints_.erase(std::string(topic));
 }
 
-std::vector<Message> receive(QueueContext& q, std::string_view topic,
-                             const ReceiveOptions& options) {
-  if (options.max_messages < 1 || options.max_messages > kMaxReceive) {
+void check_claim_options(int max_messages, Micros wait) {
+  if (max_messages < 1 || max_messages > kMaxReceive) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("max messages must be from 1 to {}", kMaxReceive));
   }
-  if (options.wait < Micros{0} || options.wait > std::chrono::hours(1)) {
+  if (wait < Micros{0} || wait > std::chrono::hours(1)) {
     throw Error(Errc::kInvalidArgument, "wait must be from 0 to 1 hour");
   }
+}
+
+std::vector<Message> receive(QueueContext& q, std::string_view topic,
+                             const ReceiveOptions& options) {
+  check_claim_options(options.max_messages, options.wait);
   TopicInfo info = q.catalog.get(topic);
   Micros lease = options.lease.value_or(info.options.lease);
   if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
   const TopicTables tables = topic_tables(topic);
-  const auto deadline = std::chrono::steady_clock::now() + options.wait;
-  // Polling with growing pauses while waiting; a claim that finds nothing reads one index page.
-  Micros pause = std::chrono::milliseconds(10);
-  for (;;) {
+  std::vector<Message> messages;
+  claim_within(options.wait, [&] {
     ClaimResult claimed = on_topic(
         q, topic, [&] { return claim_once(q, info, tables, options.max_messages, lease); });
-    if (!claimed.messages.empty()) return std::move(claimed.messages);
-    if (claimed.dead_lettered > 0) continue;  // only dead letters were in front: look again
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return {};
-    std::this_thread::sleep_for(
-        std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-    pause = std::min<Micros>(pause * 2, std::chrono::milliseconds(500));
-  }
+    if (!claimed.messages.empty()) {
+      messages = std::move(claimed.messages);
+      return ClaimTry::kGot;
+    }
+    return claimed.dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
+  });
+  return messages;
 }
 
 }  // namespace txmq::internal

@@ -115,29 +115,19 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
 
 std::size_t process(QueueContext& q, std::string_view topic, const ProcessOptions& options,
                     const TransactionalHandler& handler) {
-  if (options.max_messages < 1 || options.max_messages > kMaxReceive) {
-    throw Error(Errc::kInvalidArgument,
-                fmt::format("max messages must be from 1 to {}", kMaxReceive));
-  }
-  if (options.wait < Micros{0} || options.wait > std::chrono::hours(1)) {
-    throw Error(Errc::kInvalidArgument, "wait must be from 0 to 1 hour");
-  }
+  check_claim_options(options.max_messages, options.wait);
   if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
   const TopicInfo info = q.catalog.get(topic);
   const TopicTables tables = topic_tables(topic);
-  const auto deadline = std::chrono::steady_clock::now() + options.wait;
-  Micros pause = std::chrono::milliseconds(10);
-  for (;;) {
+  std::size_t processed = 0;
+  claim_within(options.wait, [&] {
     Outcome outcome = on_topic(
         q, topic, [&] { return process_once(q, info, tables, options.max_messages, handler); });
-    if (outcome.processed > 0) return outcome.processed;
-    if (outcome.dead_lettered) continue;
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return 0;
-    std::this_thread::sleep_for(
-        std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-    pause = std::min<Micros>(pause * 2, std::chrono::milliseconds(500));
-  }
+    processed = outcome.processed;
+    if (processed > 0) return ClaimTry::kGot;
+    return outcome.dead_lettered ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
+  });
+  return processed;
 }
 
 }  // namespace txmq::internal

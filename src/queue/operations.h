@@ -1,8 +1,10 @@
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "queue/context.h"
@@ -35,6 +37,33 @@ Result select_claimable(QueueContext& q, Connection& c, std::string_view topic,
 // The fields of a message from a select_claimable row (not the receipt or lease expiry).
 Message message_from_row(Row& row);
 
+// Refuses a max_messages or wait that receive and process do not take.
+void check_claim_options(int max_messages, Micros wait);
+
+// What one try at claiming came to.
+enum class ClaimTry {
+  kGot,       // done: something was claimed
+  kAgainNow,  // nothing for the caller, but try again at once (only dead letters were in front)
+  kEmpty,     // nothing claimable
+};
+// Calls try_once() until it says kGot or `wait` has passed, pausing between empty tries (10 ms,
+// doubling up to 500 ms). Returns whether it got something.
+template <typename Try>
+bool claim_within(Micros wait, Try&& try_once) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  Micros pause = std::chrono::milliseconds(10);
+  for (;;) {
+    const ClaimTry outcome = try_once();
+    if (outcome == ClaimTry::kGot) return true;
+    if (outcome == ClaimTry::kAgainNow) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min<Micros>(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
                              const ReceiveOptions& options);
 
@@ -48,8 +77,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, M
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);
 
 TopicStats stats(QueueContext& q, std::string_view topic);
-std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
-                                       std::size_t limit);
+std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic, std::size_t limit);
 std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic, std::size_t limit);
 std::size_t requeue_dead(QueueContext& q, std::string_view topic,
                          std::span<const std::uint64_t> ids);
