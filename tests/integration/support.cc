@@ -43,6 +43,14 @@ std::unique_ptr<internal::Connection> admin() {
   return std::make_unique<internal::Connection>(internal::parse_dsn(dsn()));
 }
 
+void drop_topic_if_exists(Client& c, const std::string& topic) {
+  try {
+    c.drop_topic(topic);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kNotFound) throw;
+  }
+}
+
 std::string topic_for_test(const std::string& suffix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string full = fmt::format("{}_{}{}", info->test_suite_name(), info->name(), suffix);
@@ -57,12 +65,7 @@ std::string topic_for_test(const std::string& suffix) {
   if (name.size() > 40) {
     name = fmt::format("{}_{:x}", name.substr(0, 31), std::hash<std::string>{}(full)&0xffffffu);
   }
-  auto c = client();
-  try {
-    c->drop_topic(name);
-  } catch (const Error& e) {
-    if (e.code() != Errc::kNotFound) throw;
-  }
+  drop_topic_if_exists(*client(), name);
   return name;
 }
 

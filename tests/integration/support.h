@@ -20,6 +20,8 @@ const std::string& dsn();
 std::unique_ptr<Client> client(const std::string& consumer_name = {});
 // A raw connection for checks and for setting up faults; never used by the code under test.
 std::unique_ptr<internal::Connection> admin();
+// Drops the topic, which may not exist (any other error is thrown).
+void drop_topic_if_exists(Client& c, const std::string& topic);
 // A topic name unique to the running test (and `suffix`), dropped first if a previous run left it.
 std::string topic_for_test(const std::string& suffix = "");
 
