@@ -49,10 +49,12 @@ class Client {
 
   // Opens a transaction on one of the client's connections, held until it commits or rolls back.
   Transaction begin();
-  // Runs fn in a new transaction and commits it. After a deadlock, a lock-wait timeout or a lost
-  // connection before COMMIT, runs fn again in a fresh transaction (up to 8 times, with backoff),
-  // so fn must not have effects outside the transaction that cannot be repeated. Throws
-  // kCommitUnknown when the COMMIT's outcome is unknown; never runs fn again after that.
+  // Runs fn in a new transaction and commits it when fn returns (fn may not commit or roll back
+  // itself; throwing rolls back). After a deadlock, a lock-wait timeout or a lost connection
+  // before COMMIT, runs fn again in a fresh transaction, with the bounds and backoff of the
+  // client's own operations (8 retries after conflicts, 3 reconnections), so fn must not have
+  // effects outside the transaction that cannot be repeated. Throws kCommitUnknown when the
+  // COMMIT's outcome is unknown; never runs fn again after that.
   void transact(const std::function<void(Transaction&)>& fn);
   // Enlists the application's own connection, which has a transaction open: see Outbox.
   Outbox enlist(MYSQL* connection);

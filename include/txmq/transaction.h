@@ -111,7 +111,8 @@ class Transaction {
   std::vector<std::uint64_t> send_batch(std::string_view topic,
                                         std::span<const OutgoingMessage> messages);
 
-  // Not allowed in the transaction Client::process hands a handler (it commits that one itself).
+  // Not allowed in the transaction Client::process or Client::transact lends a function (they
+  // commit it when the function returns).
   void commit();
   void rollback();
   bool open() const noexcept;

@@ -7,11 +7,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 
-#include "db/backoff.h"
 #include "db/dsn.h"
 #include "queue/operations.h"
 #include "queue/transaction_impl.h"
@@ -179,20 +177,15 @@ Transaction Client::begin() {
 }
 
 void Client::transact(const std::function<void(Transaction&)>& fn) {
-  constexpr int kMaxTries = 8;
-  const internal::Backoff backoff;
-  for (int attempt = 1;; ++attempt) {
-    try {
-      Transaction tx = begin();
-      fn(tx);
-      tx.commit();
-      return;
-    } catch (const Error& e) {
-      if (!e.retryable() || attempt >= kMaxTries) throw;
-      if (e.code() == Errc::kUnavailable) impl_->queue.pool.discard_idle();
-      std::this_thread::sleep_for(backoff.delay(attempt));
-    }
-  }
+  internal::QueueContext& q = impl_->queue;
+  // Pool::run retries the whole function after a deadlock, a lock-wait timeout or a lost
+  // connection, as it does txmq's own transactions, and never after kCommitUnknown.
+  q.pool.run(internal::OnLostConnection::kRetry, internal::Work::kTransaction,
+             [&](internal::Connection& c, const internal::Attempt&) {
+               c.begin();
+               internal::lend_transaction(q, c, fn);
+               c.commit();
+             });
 }
 
 Outbox Client::enlist(MYSQL* connection) {

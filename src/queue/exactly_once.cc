@@ -68,22 +68,14 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
             messages.back().lease_expires_at = Clock::time_point::max();
             handed.push_back(messages.back().id);
           }
-          auto impl = std::make_unique<Transaction::Impl>(q, c);
-          const Transaction::Impl* state = impl.get();
-          Transaction tx(std::move(impl));
-          try {
-            handler(tx, std::span<const Message>(messages));
-          } catch (...) {
-            handler_failed = true;
-            throw;
-          }
-          // A statement error the handler caught may have ended the transaction on the server:
-          // then nothing may commit (a deadlock is retried by the pool with a fresh claim).
-          if (!tx.open()) {
-            throw Error(Errc::kFailedPrecondition,
-                        "the handler moved its transaction away: Client::process commits it");
-          }
-          state->check_usable();
+          lend_transaction(q, c, [&](Transaction& tx) {
+            try {
+              handler(tx, std::span<const Message>(messages));
+            } catch (...) {
+              handler_failed = true;
+              throw;
+            }
+          });
           std::vector<Param> ids = handed;
           const std::size_t n = in_list_size(ids.size());
           pad_ids(ids, 0, n);

@@ -58,8 +58,7 @@ struct RowShape {
   bool key = false;
 };
 
-template <typename Messages>
-RowShape shape_of(const Messages& messages) {
+RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
   RowShape shape;
   for (const OutgoingMessage* m : messages) {
     shape.delay = shape.delay || m->delay != Micros{0};
@@ -84,10 +83,12 @@ std::string insert_sql(const std::string& table, std::size_t rows, RowShape shap
   return sql;
 }
 
-void bind_row(std::vector<Param>& params, RowShape shape, const OutgoingMessage& m) {
+// Binds one row's parameters; the payload apart, as in check_message.
+void bind_row(std::vector<Param>& params, RowShape shape, const OutgoingMessage& m,
+              std::string_view payload) {
   if (shape.delay) params.push_back(static_cast<std::int64_t>(m.delay.count()));
   if (shape.key) params.push_back(optional_param(m.key));
-  params.push_back(std::string_view(m.payload));
+  params.push_back(payload);
 }
 
 // Inserts the messages with multi-row INSERT ... RETURNING, cut by rows and bytes; returns their
@@ -112,7 +113,9 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
       ++end;
     }
     params.clear();
-    for (std::size_t i = begin; i < end; ++i) bind_row(params, shape, *messages[i]);
+    for (std::size_t i = begin; i < end; ++i) {
+      bind_row(params, shape, *messages[i], messages[i]->payload);
+    }
     Result r = c.execute(insert_sql(table, end - begin, shape, true), params);
     if (r.rows.size() != end - begin) {
       throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
@@ -205,42 +208,42 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
     for (const Row& row : r.rows) keys.at(row.bytes(0)) = row.u64(1);
   }
 
-  // Which messages are new: no dedup key, or the first of a key that has no message yet.
-  std::vector<const OutgoingMessage*> fresh;
-  std::vector<std::size_t> fresh_index;
-  std::map<std::string_view, std::size_t> first_of_key;  // new key -> index into fresh
+  // Which messages are new: no dedup key, or the first of a key that has no message yet. A later
+  // message with such a key gets the id of the key's first one.
+  std::vector<std::size_t> fresh;                            // indexes into messages
+  std::map<std::string_view, std::size_t> first_of_key;      // new key -> its first message
+  std::vector<std::pair<std::size_t, std::size_t>> repeats;  // (message, first with its key)
   std::vector<std::uint64_t> ids(messages.size(), 0);
-  std::vector<std::pair<std::size_t, std::size_t>> same_as_fresh;  // (message, fresh index)
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const OutgoingMessage& m = messages[i];
     if (m.dedup_key) {
-      const std::uint64_t existing = keys.at(*m.dedup_key);
-      if (existing != 0) {
+      if (const std::uint64_t existing = keys.at(*m.dedup_key); existing != 0) {
         ids[i] = existing;
         continue;
       }
-      auto [it, inserted] = first_of_key.emplace(*m.dedup_key, fresh.size());
+      auto [it, inserted] = first_of_key.emplace(*m.dedup_key, i);
       if (!inserted) {
-        same_as_fresh.emplace_back(i, it->second);
+        repeats.emplace_back(i, it->second);
         continue;
       }
     }
-    fresh_index.push_back(i);
-    fresh.push_back(&m);
+    fresh.push_back(i);
   }
-  const std::vector<std::uint64_t> fresh_ids =
-      insert_rows(c, t.queue, fresh, q.max_statement_bytes);
-  for (std::size_t f = 0; f < fresh.size(); ++f) ids[fresh_index[f]] = fresh_ids[f];
-  for (auto [i, f] : same_as_fresh) ids[i] = fresh_ids[f];
+  std::vector<const OutgoingMessage*> rows;
+  rows.reserve(fresh.size());
+  for (std::size_t i : fresh) rows.push_back(&messages[i]);
+  const std::vector<std::uint64_t> fresh_ids = insert_rows(c, t.queue, rows, q.max_statement_bytes);
+  for (std::size_t f = 0; f < fresh.size(); ++f) ids[fresh[f]] = fresh_ids[f];
+  for (auto [i, first] : repeats) ids[i] = ids[first];
 
-  std::vector<std::pair<std::string_view, std::uint64_t>> claimed;
-  for (const auto& [key, f] : first_of_key) claimed.emplace_back(key, fresh_ids[f]);
-  in_chunks(c, claimed.size(),
+  std::vector<std::pair<std::string_view, std::uint64_t>> taken;
+  for (const auto& [key, first] : first_of_key) taken.emplace_back(key, ids[first]);
+  in_chunks(c, taken.size(),
             fmt::format("INSERT INTO {} (dedup_key, message_id, expires_at) VALUES ", t.dedup),
             "(?, ?, UTC_TIMESTAMP(6))", " ON DUPLICATE KEY UPDATE message_id = VALUES(message_id)",
             [&](std::size_t i, std::vector<Param>& params) {
-              params.push_back(claimed[i].first);
-              params.push_back(claimed[i].second);
+              params.push_back(taken[i].first);
+              params.push_back(taken[i].second);
             });
   return ids;
 }
@@ -297,14 +300,12 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   }
   // Without a dedup key, one INSERT in autocommit: one round trip, and the payload is not copied.
   const TopicInfo info = q.catalog.get(topic);
-  check_message(info, payload, OutgoingMessage{{}, options.key, options.delay, std::nullopt}, 0,
-                false);
+  const OutgoingMessage fields{{}, options.key, options.delay, std::nullopt};
+  check_message(info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, options.key.has_value()};
   const std::string sql = insert_sql(topic_tables(topic).queue, 1, shape, false);
   std::vector<Param> params;
-  if (shape.delay) params.push_back(static_cast<std::int64_t>(options.delay.count()));
-  if (shape.key) params.push_back(optional_param(options.key));
-  params.push_back(payload);
+  bind_row(params, shape, fields, payload);
   return on_topic(q, topic, [&] {
     // A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {

@@ -128,8 +128,8 @@ std::vector<std::uint64_t> Transaction::send_batch(std::string_view topic,
 void Transaction::commit() {
   if (impl_->managed) {
     throw Error(Errc::kFailedPrecondition,
-                "Client::process commits the transaction it hands a handler: return from the "
-                "handler to commit, throw to roll back");
+                "Client::process and Client::transact commit the transaction they lend a "
+                "function: return from it to commit, throw to roll back");
   }
   if (impl_->failed) {
     Error why = *impl_->failed;
@@ -153,8 +153,8 @@ void Transaction::commit() {
 void Transaction::rollback() {
   if (impl_->managed) {
     throw Error(Errc::kFailedPrecondition,
-                "Client::process rolls back the transaction it hands a handler when the handler "
-                "throws: throw instead");
+                "Client::process and Client::transact roll back the transaction they lend a "
+                "function when it throws: throw instead");
   }
   if (!impl_->open) return;
   impl_->open = false;

@@ -7,8 +7,9 @@
 
 namespace txmq {
 
-// A Transaction's state. Owned: Client::begin's own pooled connection. Managed: the transaction
-// Client::process opened, lent to its handler (process commits it, on the pool's connection).
+// A Transaction's state. Owned: Client::begin's own pooled connection. Managed: a transaction
+// Client::process or Client::transact opened on the pool's connection and lends to the caller's
+// function (they commit it when the function returns; see lend_transaction).
 struct Transaction::Impl {
   Impl(internal::QueueContext& queue, internal::Pool::Handle handle)
       : q(queue), owned(std::move(handle)), c(&**owned) {}
@@ -49,4 +50,24 @@ auto Transaction::Impl::guarded(F&& fn) -> decltype(fn()) {
   }
 }
 
+namespace internal {
+
+// Runs body(tx) with a Transaction lent over the transaction open on c, which the caller then
+// commits. Afterwards, checks that it still may: a statement error the body caught may have ended
+// the transaction on the server (a deadlock is then thrown as kAborted, which Pool::run retries).
+template <typename Body>
+void lend_transaction(QueueContext& q, Connection& c, Body&& body) {
+  auto impl = std::make_unique<Transaction::Impl>(q, c);
+  const Transaction::Impl* state = impl.get();
+  Transaction tx(std::move(impl));
+  body(tx);
+  if (!tx.open()) {
+    throw Error(Errc::kFailedPrecondition,
+                "the function moved its transaction away: txmq commits it when the function "
+                "returns");
+  }
+  state->check_usable();
+}
+
+}  // namespace internal
 }  // namespace txmq

@@ -134,6 +134,8 @@ TEST(Outbox, TransactRetriesAfterADeadlockAndCommitsOnce) {
   internal::Result r = a->execute(fmt::format("SELECT SUM(n) FROM {}", t), {});
   EXPECT_EQ(std::stoll(r.rows.at(0).bytes(0)), 4);
   EXPECT_EQ(waiting(*c, topic), 2u);
+  // transact commits when fn returns: fn may not commit or roll back itself.
+  EXPECT_THROW(c->transact([](Transaction& tx) { tx.commit(); }), Error);
 }
 
 // --- Outbox: an enlisted MYSQL* -----------------------------------------------------------------
