@@ -60,43 +60,97 @@ json message_json(const Message& m) {
   return j;
 }
 
+// Settings shared by `topic create` and `topic set`; unset ones keep their value.
+struct TopicSettingArgs {
+  std::optional<double> lease, dedup_window, retry_initial, retry_max, retry_multiplier,
+      retry_jitter;
+  std::optional<int> max_attempts;
+  std::optional<std::uint64_t> max_payload;
+};
+
+void add_topic_setting_options(CLI::App* cmd, TopicSettingArgs& a) {
+  cmd->add_option("--lease", a.lease, "default lease in seconds (30)");
+  cmd->add_option("--max-attempts", a.max_attempts, "deliveries before dead-lettering (5)");
+  cmd->add_option("--max-payload", a.max_payload, "largest payload in bytes (1 MiB)");
+  cmd->add_option("--dedup-window", a.dedup_window,
+                  "seconds a send's dedup key is remembered (300)");
+  cmd->add_option("--retry-initial", a.retry_initial,
+                  "seconds before the first retry of a failed delivery (1; 0: at once)");
+  cmd->add_option("--retry-multiplier", a.retry_multiplier,
+                  "each further retry waits this many times longer (2)");
+  cmd->add_option("--retry-max", a.retry_max, "longest retry delay in seconds (300)");
+  cmd->add_option("--retry-jitter", a.retry_jitter,
+                  "each delay is shortened at random by up to this fraction (0.2)");
+}
+
+void apply_topic_settings(const TopicSettingArgs& a, TopicOptions& o) {
+  if (a.lease) o.lease = seconds_to_micros(*a.lease, "--lease");
+  if (a.max_attempts) o.max_attempts = *a.max_attempts;
+  if (a.max_payload) o.max_payload_bytes = *a.max_payload;
+  if (a.dedup_window) o.dedup_window = seconds_to_micros(*a.dedup_window, "--dedup-window");
+  if (a.retry_initial) o.retry.initial = seconds_to_micros(*a.retry_initial, "--retry-initial");
+  if (a.retry_max) o.retry.max = seconds_to_micros(*a.retry_max, "--retry-max");
+  if (a.retry_multiplier) o.retry.multiplier = *a.retry_multiplier;
+  if (a.retry_jitter) o.retry.jitter = *a.retry_jitter;
+  // A lower initial delay than the default cap is fine; a cap below the initial one is not,
+  // unless the user set both.
+  if (a.retry_initial && !a.retry_max && o.retry.max < o.retry.initial) o.retry.max = o.retry.initial;
+}
+
+nlohmann::json topic_json(const TopicInfo& t) {
+  return {{"name", t.name},
+          {"lease_seconds", t.options.lease.count() / 1e6},
+          {"max_attempts", t.options.max_attempts},
+          {"max_payload_bytes", t.options.max_payload_bytes},
+          {"dedup_window_seconds", t.options.dedup_window.count() / 1e6},
+          {"retry_initial_seconds", t.options.retry.initial.count() / 1e6},
+          {"retry_multiplier", t.options.retry.multiplier},
+          {"retry_max_seconds", t.options.retry.max.count() / 1e6},
+          {"retry_jitter", t.options.retry.jitter},
+          {"created_at", iso_time(t.created_at)}};
+}
+
 }  // namespace
 
 void add_topic_commands(CLI::App& app, Globals& g) {
   CLI::App* topic = app.add_subcommand("topic", "create, list and drop topics");
   topic->require_subcommand(1);
 
-  struct CreateArgs {
-    std::string name;
-    double lease = 30;
-    int max_attempts = 5;
-    std::uint64_t max_payload = 1 << 20;
-    double dedup_window = 300;
-  };
-  auto create_args = std::make_shared<CreateArgs>();
+  auto create_name = std::make_shared<std::string>();
+  auto create_settings = std::make_shared<TopicSettingArgs>();
   CLI::App* create = topic->add_subcommand("create",
                                            "create a topic (idempotent when settings "
                                            "match)");
-  create->add_option("name", create_args->name, "topic name: [a-z][a-z0-9_]{0,47}")->required();
-  create->add_option("--lease", create_args->lease, "default lease in seconds (30)");
-  create->add_option("--max-attempts", create_args->max_attempts,
-                     "deliveries before dead-lettering (5)");
-  create->add_option("--max-payload", create_args->max_payload, "largest payload in bytes (1 MiB)");
-  create->add_option("--dedup-window", create_args->dedup_window,
-                     "seconds a send's dedup key is remembered (300)");
-  create->callback([&g, create_args] {
+  create->add_option("name", *create_name, "topic name: [a-z][a-z0-9_]{0,47}")->required();
+  add_topic_setting_options(create, *create_settings);
+  create->callback([&g, create_name, create_settings] {
     TopicOptions options;
-    options.lease = seconds_to_micros(create_args->lease, "--lease");
-    options.max_attempts = create_args->max_attempts;
-    options.max_payload_bytes = create_args->max_payload;
-    options.dedup_window = seconds_to_micros(create_args->dedup_window, "--dedup-window");
+    apply_topic_settings(*create_settings, options);
     auto client = connect(g);
-    bool created = client->create_topic(create_args->name, options);
+    bool created = client->create_topic(*create_name, options);
     if (g.json) {
-      print_json({{"topic", create_args->name}, {"created", created}});
+      print_json({{"topic", *create_name}, {"created", created}});
     } else {
       std::printf("%s topic %s\n", created ? "created" : "exists with the same settings:",
-                  create_args->name.c_str());
+                  create_name->c_str());
+    }
+  });
+
+  auto set_name = std::make_shared<std::string>();
+  auto set_settings = std::make_shared<TopicSettingArgs>();
+  CLI::App* set = topic->add_subcommand(
+      "set", "change a topic's settings (those given; others keep their values)");
+  set->add_option("name", *set_name, "topic name")->required();
+  add_topic_setting_options(set, *set_settings);
+  set->callback([&g, set_name, set_settings] {
+    auto client = connect(g);
+    TopicOptions options = client->topic(*set_name).options;
+    apply_topic_settings(*set_settings, options);
+    client->update_topic(*set_name, options);
+    if (g.json) {
+      print_json(topic_json(client->topic(*set_name)));
+    } else {
+      std::printf("updated topic %s\n", set_name->c_str());
     }
   });
 
@@ -105,26 +159,23 @@ void add_topic_commands(CLI::App& app, Globals& g) {
     auto client = connect(g);
     auto topics = client->list_topics();
     if (g.json) {
-      for (const TopicInfo& t : topics) {
-        print_json({{"name", t.name},
-                    {"lease_seconds", t.options.lease.count() / 1e6},
-                    {"max_attempts", t.options.max_attempts},
-                    {"max_payload_bytes", t.options.max_payload_bytes},
-                    {"dedup_window_seconds", t.options.dedup_window.count() / 1e6},
-                    {"created_at", iso_time(t.created_at)}});
-      }
+      for (const TopicInfo& t : topics) print_json(topic_json(t));
       return;
     }
     if (topics.empty()) {
       std::printf("no topics\n");
       return;
     }
-    std::printf("%-48s %10s %12s %12s %10s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS", "MAX_PAYLOAD",
-                "DEDUP_S", "CREATED");
+    std::printf("%-32s %8s %12s %11s %8s %-22s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS",
+                "MAX_PAYLOAD", "DEDUP_S", "RETRY(S,xMULT,MAX_S,J)", "CREATED");
     for (const TopicInfo& t : topics) {
-      std::printf("%-48s %10g %12d %12zu %10g  %s\n", t.name.c_str(), t.options.lease.count() / 1e6,
-                  t.options.max_attempts, t.options.max_payload_bytes,
-                  t.options.dedup_window.count() / 1e6, iso_time(t.created_at).c_str());
+      const RetryPolicy& r = t.options.retry;
+      const std::string retry = fmt::format("{:g},x{:g},{:g},{:g}", r.initial.count() / 1e6,
+                                            r.multiplier, r.max.count() / 1e6, r.jitter);
+      std::printf("%-32s %8g %12d %11zu %8g %-22s  %s\n", t.name.c_str(),
+                  t.options.lease.count() / 1e6, t.options.max_attempts,
+                  t.options.max_payload_bytes, t.options.dedup_window.count() / 1e6,
+                  retry.c_str(), iso_time(t.created_at).c_str());
     }
   });
 
@@ -260,15 +311,18 @@ void add_message_commands(CLI::App& app, Globals& g) {
 
   struct NackArgs {
     std::string topic, receipt;
-    double delay = 0;
+    std::optional<double> delay;
   };
   auto na = std::make_shared<NackArgs>();
   CLI::App* nack = app.add_subcommand("nack", "give a message back for redelivery");
   nack->add_option("topic", na->topic)->required();
   nack->add_option("receipt", na->receipt)->required();
-  nack->add_option("--delay", na->delay, "seconds before it can be received again (0)");
+  nack->add_option("--delay", na->delay,
+                   "seconds before it can be received again (default: the topic's retry delay)");
   nack->callback([&g, na] {
-    Settle s = connect(g)->nack(na->topic, na->receipt, seconds_to_micros(na->delay, "--delay"));
+    std::optional<Micros> delay;
+    if (na->delay) delay = seconds_to_micros(*na->delay, "--delay");
+    Settle s = connect(g)->nack(na->topic, na->receipt, delay);
     if (g.json) print_json({{"receipt", na->receipt}, {"result", settle_name(s)}});
     g.exit_code = report_settle(s, na->receipt);
   });
@@ -300,14 +354,16 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
                   {"ready", s.ready},
                   {"in_flight", s.in_flight},
                   {"delayed", s.delayed},
+                  {"waiting_on_key", s.waiting_on_key},
                   {"dead", s.dead},
                   {"oldest_ready_age_seconds", s.oldest_ready_age_seconds}});
     } else {
       std::printf(
-          "topic      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\ndead       "
-          "%llu\noldest_ready_age_seconds %.3f\n",
+          "topic      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\nwaiting_on_key "
+          "%llu\ndead       %llu\noldest_ready_age_seconds %.3f\n",
           s.topic.c_str(), static_cast<unsigned long long>(s.ready),
           static_cast<unsigned long long>(s.in_flight), static_cast<unsigned long long>(s.delayed),
+          static_cast<unsigned long long>(s.waiting_on_key),
           static_cast<unsigned long long>(s.dead), s.oldest_ready_age_seconds);
     }
   });

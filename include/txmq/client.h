@@ -34,6 +34,9 @@ class Client {
   bool create_topic(std::string_view name, const TopicOptions& options = {});
   // Drops the topic with its messages and dead letters. Throws kNotFound when there is none.
   void drop_topic(std::string_view name);
+  // Changes a topic's settings (all of them: read them with topic(), change some, pass them back).
+  // New values apply to later claims, nacks and sends; other clients see them within 5 seconds.
+  void update_topic(std::string_view name, const TopicOptions& options);
   std::vector<TopicInfo> list_topics();
   TopicInfo topic(std::string_view name);
 
@@ -85,8 +88,10 @@ class Client {
   // Deletes the message. kLeaseLost when another consumer holds it now.
   Settle ack(std::string_view topic, std::string_view receipt);
   std::vector<Settle> ack(std::string_view topic, std::span<const std::string> receipts);
-  // Gives the message back, claimable after delay. At max_attempts it is dead-lettered instead.
-  Settle nack(std::string_view topic, std::string_view receipt, Micros delay = Micros{0});
+  // Gives the message back, claimable after `delay`, or by default after the topic's retry delay
+  // for its attempt (TopicOptions::retry). At max_attempts it is dead-lettered instead.
+  Settle nack(std::string_view topic, std::string_view receipt,
+              std::optional<Micros> delay = std::nullopt);
   // Moves the lease's expiry to now + lease.
   Settle extend(std::string_view topic, std::string_view receipt, Micros lease);
 

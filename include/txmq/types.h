@@ -25,7 +25,21 @@ struct ClientOptions {
   std::function<void(std::string_view)> on_warning;
 };
 
-// A topic's settings. Stored in the catalog; a second create must match them.
+// When a failed delivery is tried again: after a nack without an explicit delay, after a lease
+// ran out, or after an exactly-once handler threw. The n-th failed delivery of a message waits
+//   min(max, initial * multiplier^(n-1)), shortened at random by up to `jitter` of itself,
+// so that messages that failed together do not all come back together.
+struct RetryPolicy {
+  Micros initial = std::chrono::seconds(1);  // 0: retry at once
+  double multiplier = 2.0;                   // 1 to 10
+  Micros max = std::chrono::minutes(5);      // the cap, up to 1 day
+  double jitter = 0.2;                       // 0 to 1
+
+  bool operator==(const RetryPolicy&) const = default;
+};
+
+// A topic's settings. Stored in the catalog; a second create must match them. Client::update_topic
+// changes them later; other clients see a change within 5 seconds.
 struct TopicOptions {
   // How long a received message stays leased to its consumer before peers may take it.
   Micros lease = std::chrono::seconds(30);
@@ -36,6 +50,9 @@ struct TopicOptions {
   // How long a deduplication key is remembered after the send that first used it (1 s to 30
   // days), whether or not that message was acknowledged since: as SQS FIFO queues, 5 minutes.
   Micros dedup_window = std::chrono::minutes(5);
+  // Backoff before a failed message is delivered again (a lease that ran out counts as a
+  // failure: its message becomes claimable at lease end + the retry delay).
+  RetryPolicy retry;
 
   bool operator==(const TopicOptions&) const = default;
 };
@@ -47,7 +64,9 @@ struct TopicInfo {
 };
 
 struct SendOptions {
-  // Optional message key, up to 255 bytes; stored and handed back on receipt.
+  // Optional message key, up to 255 bytes. Messages with the same key are delivered one at a
+  // time in the order their sends committed: the next is claimable only once the one before was
+  // acknowledged or dead-lettered (as SQS FIFO message groups). Different keys go in parallel.
   std::optional<std::string> key;
   // The message becomes claimable this long after the send commits (server time).
   Micros delay{0};
@@ -70,7 +89,9 @@ struct ReceiveOptions {
   int max_messages = 1;
   // Lease length; default: the topic's.
   std::optional<Micros> lease;
-  // When nothing is claimable, keep trying this long before returning empty.
+  // When nothing is claimable, wait up to this long (at most 1 hour) for a message. Waiting costs
+  // the server about one statement per second per waiting process, whatever the number of
+  // waiting threads; a committed send wakes a waiting consumer at once (README, "Long polling").
   Micros wait{0};
 };
 
@@ -97,6 +118,7 @@ struct TopicStats {
   std::uint64_t ready = 0;              // claimable now (new, retried, or with an expired lease)
   std::uint64_t in_flight = 0;          // leased to a consumer whose lease has not expired
   std::uint64_t delayed = 0;            // not yet claimable: a delayed send or a nack with delay
+  std::uint64_t waiting_on_key = 0;     // behind an earlier message with the same key
   std::uint64_t dead = 0;               // in the dead-letter table
   double oldest_ready_age_seconds = 0;  // age of the oldest ready message; 0 when none
 };
@@ -105,6 +127,7 @@ struct InFlightMessage {
   std::uint64_t id = 0;
   std::string owner;  // the consumer_name of the client holding the lease
   int attempt = 0;
+  // When peers may take it: the end of its lease plus the topic's retry delay for its attempt.
   Clock::time_point lease_expires_at;
 };
 

@@ -5,6 +5,7 @@
 #include <mysql.h>
 #include <mysqld_error.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -373,6 +374,17 @@ Result Statement::execute(std::span<const Param> params) {
   }
   mysql_stmt_free_result(stmt_);
   return result;
+}
+
+void Connection::cancel() noexcept {
+  if (mysql_ != nullptr && owned_) mariadb_cancel(mysql_);
+}
+
+double Row::f64(std::size_t i) const {
+  const Cell& cell = cells_.at(i);
+  if (cell.null) return 0;
+  if (cell.is_integer) return static_cast<double>(cell.integer);
+  return std::strtod(cell.bytes.c_str(), nullptr);
 }
 
 }  // namespace txmq::internal

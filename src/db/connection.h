@@ -39,6 +39,8 @@ class Row {
     return static_cast<std::uint64_t>(cells_.at(i).integer);
   }
   const std::string& bytes(std::size_t i) const { return cells_.at(i).bytes; }
+  // A floating-point column (sent as text by the server).
+  double f64(std::size_t i) const;
   std::string take_bytes(std::size_t i) { return std::move(cells_.at(i).bytes); }
   std::size_t size() const { return cells_.size(); }
   const Cell& cell(std::size_t i) const { return cells_.at(i); }
@@ -111,6 +113,9 @@ class Connection {
   void rollback() noexcept;
 
   bool ping() noexcept;
+  // Aborts the connection from another thread: a statement it is running returns at once with
+  // a connection error (the session is then broken).
+  void cancel() noexcept;
   bool broken() const noexcept { return broken_; }
   bool borrowed() const noexcept { return !owned_; }
   bool in_transaction() const noexcept { return in_transaction_; }

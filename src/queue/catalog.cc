@@ -41,7 +41,8 @@ namespace {
 
 constexpr std::string_view kSelectTopic =
     "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
-    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) FROM txmq_topics";
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
+    "retry_multiplier, retry_max_us, retry_jitter FROM txmq_topics";
 
 TopicInfo topic_from_row(const Row& row) {
   TopicInfo info;
@@ -51,6 +52,10 @@ TopicInfo topic_from_row(const Row& row) {
   info.options.max_payload_bytes = row.u64(3);
   info.options.dedup_window = Micros(row.i64(4));
   info.created_at = time_from_micros(row.i64(5));
+  info.options.retry.initial = Micros(row.i64(6));
+  info.options.retry.multiplier = row.f64(7);
+  info.options.retry.max = Micros(row.i64(8));
+  info.options.retry.jitter = row.f64(9);
   return info;
 }
 
@@ -67,6 +72,31 @@ void check_options(const TopicOptions& o) {
   if (o.dedup_window < std::chrono::seconds(1) || o.dedup_window > std::chrono::hours(24 * 30)) {
     throw Error(Errc::kInvalidArgument, "dedup window must be from 1 second to 30 days");
   }
+  const RetryPolicy& r = o.retry;
+  if (r.initial < Micros{0} || r.initial > std::chrono::hours(24)) {
+    throw Error(Errc::kInvalidArgument, "retry initial delay must be from 0 to 1 day");
+  }
+  if (r.max < r.initial || r.max > std::chrono::hours(24)) {
+    throw Error(Errc::kInvalidArgument,
+                "retry max delay must be from the initial delay to 1 day");
+  }
+  if (!(r.multiplier >= 1.0 && r.multiplier <= 10.0)) {
+    throw Error(Errc::kInvalidArgument, "retry multiplier must be from 1 to 10");
+  }
+  if (!(r.jitter >= 0.0 && r.jitter <= 1.0)) {
+    throw Error(Errc::kInvalidArgument, "retry jitter must be from 0 to 1");
+  }
+}
+
+std::vector<Param> option_params(const TopicOptions& options) {
+  return {static_cast<std::int64_t>(options.lease.count()),
+          static_cast<std::int64_t>(options.max_attempts),
+          static_cast<std::uint64_t>(options.max_payload_bytes),
+          static_cast<std::int64_t>(options.dedup_window.count()),
+          static_cast<std::int64_t>(options.retry.initial.count()),
+          options.retry.multiplier,
+          static_cast<std::int64_t>(options.retry.max.count()),
+          options.retry.jitter};
 }
 
 // A topic's tables. Every statement is IF NOT EXISTS: DDL commits by itself, so a create that
@@ -106,6 +136,33 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
                   " expires_at DATETIME(6) NOT NULL,"
                   " KEY (expires_at)) ENGINE=InnoDB",
                   t.dedup));
+  // Keyed FIFO (keys.cc): one row per key with messages not yet finished, and the messages that
+  // wait behind their key's current one, in the order they were parked (which is the order
+  // their sends committed: parking happens under the key row's lock).
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " msg_key VARBINARY(255) NOT NULL PRIMARY KEY,"
+                  " heads BIGINT UNSIGNED NOT NULL,"
+                  " parked BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+                  t.keys));
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " msg_key VARBINARY(255) NOT NULL,"
+                  " park_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+                  " id BIGINT UNSIGNED NOT NULL,"
+                  " visible_at DATETIME(6) NOT NULL,"
+                  " enqueued_at DATETIME(6) NOT NULL,"
+                  " payload LONGBLOB NOT NULL,"
+                  " PRIMARY KEY (msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
+                  t.parked));
+}
+
+// Keys of messages sent before version 4 (when keys did not order delivery): every such message
+// counts as its key's current one, so that later sends with the key wait for all of them.
+void seed_keys(Connection& c, const TopicTables& t) {
+  c.query(fmt::format("INSERT IGNORE INTO {} (msg_key, heads, parked) SELECT msg_key, COUNT(*), 0 "
+                      "FROM {} WHERE msg_key IS NOT NULL GROUP BY msg_key",
+                      t.keys, t.queue));
 }
 
 // Version 2 -> 3: topics gain a dedup window (default 5 minutes) and a dedup table. Serialised
@@ -117,6 +174,24 @@ void migrate_from_2(Connection& c) {
   Result topics = c.execute("SELECT name FROM txmq_topics", {});
   for (const Row& row : topics.rows) create_topic_tables(c, topic_tables(row.bytes(0)));
   c.execute("UPDATE txmq_schema SET version = 3, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Version 3 -> 4: topics gain a retry policy (existing ones get the defaults) and keyed FIFO
+// tables, seeded from the keyed messages they hold.
+void migrate_from_3(Connection& c) {
+  c.query(
+      "ALTER TABLE txmq_topics"
+      " ADD COLUMN IF NOT EXISTS retry_initial_us BIGINT UNSIGNED NOT NULL DEFAULT 1000000,"
+      " ADD COLUMN IF NOT EXISTS retry_multiplier DOUBLE NOT NULL DEFAULT 2,"
+      " ADD COLUMN IF NOT EXISTS retry_max_us BIGINT UNSIGNED NOT NULL DEFAULT 300000000,"
+      " ADD COLUMN IF NOT EXISTS retry_jitter DOUBLE NOT NULL DEFAULT 0.2");
+  Result topics = c.execute("SELECT name FROM txmq_topics", {});
+  for (const Row& row : topics.rows) {
+    const TopicTables t = topic_tables(row.bytes(0));
+    create_topic_tables(c, t);
+    seed_keys(c, t);
+  }
+  c.execute("UPDATE txmq_schema SET version = 4, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
 std::int64_t schema_version(Connection& c) {
@@ -154,13 +229,25 @@ void TopicCatalog::bootstrap() {
         " max_attempts INT UNSIGNED NOT NULL,"
         " max_payload_bytes BIGINT UNSIGNED NOT NULL,"
         " dedup_window_us BIGINT UNSIGNED NOT NULL,"
-        " created_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
+        " created_at DATETIME(6) NOT NULL,"
+        " retry_initial_us BIGINT UNSIGNED NOT NULL,"
+        " retry_multiplier DOUBLE NOT NULL,"
+        " retry_max_us BIGINT UNSIGNED NOT NULL,"
+        " retry_jitter DOUBLE NOT NULL) ENGINE=InnoDB");
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_consumers ("
         " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
         " name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
         " seen_at DATETIME(6) NOT NULL,"
         " UNIQUE KEY (name)) ENGINE=InnoDB");
+    // Consumers waiting for messages (waiting.cc). MEMORY: a registration is a connection id,
+    // which means nothing after a server restart, when the table starts empty.
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_waiters ("
+        " connection_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+        " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " registered_at DATETIME(6) NOT NULL,"
+        " KEY (topic)) ENGINE=MEMORY");
     if (version == kSchemaVersion) return;
     Result locked = c.execute("SELECT GET_LOCK('txmq_schema_migration', 60)", {});
     if (locked.rows.at(0).null(0) || locked.rows.at(0).i64(0) != 1) {
@@ -169,6 +256,7 @@ void TopicCatalog::bootstrap() {
     }
     try {
       if (schema_version(c) == 2) migrate_from_2(c);
+      if (schema_version(c) == 3) migrate_from_3(c);
     } catch (...) {
       c.query("DO RELEASE_LOCK('txmq_schema_migration')");
       throw;
@@ -211,13 +299,13 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
   bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     // DDL commits by itself, so the tables come first; the catalog row makes the topic exist.
     create_topic_tables(c, t);
+    std::vector<Param> params = option_params(options);
+    params.insert(params.begin(), name);
     Result r = c.execute(
         "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
-        "dedup_window_us, created_at) VALUES (?, ?, ?, ?, ?, NOW(6))",
-        {name, static_cast<std::int64_t>(options.lease.count()),
-         static_cast<std::int64_t>(options.max_attempts),
-         static_cast<std::uint64_t>(options.max_payload_bytes),
-         static_cast<std::int64_t>(options.dedup_window.count())});
+        "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        params);
     return r.affected_rows == 1;
   });
   forget(name);
@@ -226,10 +314,15 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
   if (existing.options != options) {
     throw Error(Errc::kAlreadyExists,
                 fmt::format("topic '{}' exists with other settings (lease {} ms, max attempts {}, "
-                            "max payload {} bytes, dedup window {} s)",
+                            "max payload {} bytes, dedup window {} s, retry {} ms x{} up to {} ms "
+                            "with {} jitter); change them with update_topic (txmq topic set)",
                             name, existing.options.lease.count() / 1000,
                             existing.options.max_attempts, existing.options.max_payload_bytes,
-                            existing.options.dedup_window.count() / 1000000));
+                            existing.options.dedup_window.count() / 1000000,
+                            existing.options.retry.initial.count() / 1000,
+                            existing.options.retry.multiplier,
+                            existing.options.retry.max.count() / 1000,
+                            existing.options.retry.jitter));
   }
   return false;
 }
@@ -238,11 +331,31 @@ void TopicCatalog::drop(std::string_view name) {
   TopicTables t = topic_tables(name);
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
-    c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}", t.queue, t.dead, t.dedup));
+    c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}, {}", t.queue, t.dead, t.dedup,
+                        t.keys, t.parked));
     return r.affected_rows == 1;
   });
   forget(name);
   if (!existed) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+}
+
+void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
+  check_options(options);
+  check_topic_name(name);
+  std::vector<Param> params = option_params(options);
+  params.push_back(name);
+  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // found_rows is on: an update to the same values still counts the row.
+    return c.execute(
+        "UPDATE txmq_topics SET lease_us = ?, max_attempts = ?, max_payload_bytes = ?, "
+        "dedup_window_us = ?, retry_initial_us = ?, retry_multiplier = ?, retry_max_us = ?, "
+        "retry_jitter = ? WHERE name = ?",
+        params);
+  });
+  forget(name);
+  if (r.affected_rows == 0) {
+    throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+  }
 }
 
 std::vector<TopicInfo> TopicCatalog::list() {

@@ -8,10 +8,11 @@
 namespace txmq::internal {
 namespace {
 
+// A random token without the keyed bit (claim_once sets it for keyed messages).
 std::uint64_t new_lease_token() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uint64_t token = 0;
-  while (token == 0) token = rng();
+  while (token == 0) token = rng() & ~kKeyedTokenBit;
   return token;
 }
 
@@ -31,11 +32,13 @@ namespace {
 
 // One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
 // scan hint on (skipping rows other claimers hold), moves those past max_attempts to the
-// dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the new
-// expiry.
+// dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the time
+// peers may take it again: the lease's end plus the retry delay for this attempt, so that a
+// lease that runs out is retried with the topic's backoff.
 struct ClaimResult {
   std::vector<Message> messages;
   std::size_t dead_lettered = 0;
+  std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
 };
 
 ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
@@ -61,26 +64,31 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
           }
         }
         result.dead_lettered = dead_ids.size();
-        if (!dead_ids.empty()) move_to_dead_letters(c, t, std::move(dead_ids));
+        if (!dead_ids.empty()) result.promoted = move_to_dead_letters(c, t, std::move(dead_ids));
         if (live.empty()) {
           c.commit();
           return result;
         }
         const std::uint64_t token = new_lease_token();
-        std::vector<Param> params = {static_cast<std::int64_t>(lease.count()), token, owner_id};
+        const std::uint64_t keyed_token = token | kKeyedTokenBit;
+        std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+        bind_retry_delay(params, topic.options.retry);
+        params.insert(params.end(), {token, keyed_token, owner_id});
+        const std::size_t first_id = params.size();
         for (const Row* row : live) params.push_back(row->u64(0));
         std::size_t n = in_list_size(live.size());
-        pad_ids(params, 3, n);
-        c.execute(
-            fmt::format("UPDATE {} SET attempts = attempts + 1, visible_at = NOW(6) + "
-                        "INTERVAL ? MICROSECOND, lease_token = ?, owner_id = ? WHERE id IN {}",
-                        t.queue, placeholders(n)),
-            params);
+        pad_ids(params, first_id, n);
+        // visible_at first: it reads attempts before the increment (assignments run in order).
+        c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
+                              "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
+                              "owner_id = ? WHERE id IN {}",
+                              t.queue, retry_delay_sql("attempts"), placeholders(n)),
+                  params);
         c.commit();
         result.messages.reserve(live.size());
         for (Row* row : live) {
           Message m = message_from_row(*row);
-          m.receipt = Receipt{m.id, token}.str();
+          m.receipt = Receipt{m.id, m.key ? keyed_token : token}.str();
           // The expiry is counted from the claim's first statement: never later than the server's.
           m.lease_expires_at = time_from_micros(now_us + lease.count());
           result.messages.push_back(std::move(m));
@@ -180,12 +188,14 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
   }
   const TopicTables tables = topic_tables(topic);
   std::vector<Message> messages;
-  claim_within(options.wait, [&] {
+  claim_within(q, topic, options.wait, [&] {
     ClaimResult claimed = on_topic(
         q, topic, [&] { return claim_once(q, info, tables, options.max_messages, lease); });
+    made_claimable(q, topic, claimed.promoted);
     if (!claimed.messages.empty()) {
       messages = std::move(claimed.messages);
-      return ClaimTry::kGot;
+      return messages.size() == static_cast<std::size_t>(options.max_messages) ? ClaimTry::kGotAll
+                                                                                : ClaimTry::kGot;
     }
     return claimed.dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
   });

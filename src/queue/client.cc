@@ -144,6 +144,9 @@ struct Client::Impl {
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->queue.warn_once = [impl = impl_.get()](std::string_view text) {
+    warn_once(impl->options.on_warning, std::string(text));
+  };
   impl_->check_server();
   impl_->queue.catalog.bootstrap();
 }
@@ -156,6 +159,9 @@ bool Client::create_topic(std::string_view name, const TopicOptions& options) {
 void Client::drop_topic(std::string_view name) {
   impl_->queue.catalog.drop(name);
   impl_->queue.hints.forget(name);
+}
+void Client::update_topic(std::string_view name, const TopicOptions& options) {
+  impl_->queue.catalog.update(name, options);
 }
 std::vector<TopicInfo> Client::list_topics() { return impl_->queue.catalog.list(); }
 TopicInfo Client::topic(std::string_view name) { return impl_->queue.catalog.get(name); }
@@ -183,8 +189,9 @@ void Client::transact(const std::function<void(Transaction&)>& fn) {
   q.pool.run(internal::OnLostConnection::kRetry, internal::Work::kTransaction,
              [&](internal::Connection& c, const internal::Attempt&) {
                c.begin();
-               internal::lend_transaction(q, c, fn);
+               const auto sent = internal::lend_transaction(q, c, fn);
                c.commit();
+               internal::announce_sent(q, c, sent);
              });
 }
 
@@ -210,7 +217,8 @@ std::vector<Settle> Client::ack(std::string_view topic, std::span<const std::str
   return internal::ack(impl_->queue, topic, receipts);
 }
 
-Settle Client::nack(std::string_view topic, std::string_view receipt, Micros delay) {
+Settle Client::nack(std::string_view topic, std::string_view receipt,
+                    std::optional<Micros> delay) {
   return internal::nack(impl_->queue, topic, receipt, delay);
 }
 

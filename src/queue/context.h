@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "db/pool.h"
 #include "queue/names.h"
+#include "queue/waiting.h"
 #include "txmq/client.h"
 
 namespace txmq::internal {
@@ -34,6 +36,7 @@ class TopicCatalog {
   // Throws kNotFound when the topic does not exist, kInvalidArgument for a bad name.
   TopicInfo get(std::string_view name);
   bool create(std::string_view name, const TopicOptions& options);
+  void update(std::string_view name, const TopicOptions& options);
   void drop(std::string_view name);
   std::vector<TopicInfo> list();
   void forget(std::string_view name);
@@ -107,6 +110,11 @@ struct QueueContext {
   QueueContext(Dsn dsn, int pool_size, std::string owner_name)
       : pool(std::move(dsn), pool_size), catalog(pool), owner(std::move(owner_name)) {}
 
+  // Gives a warning to the client's on_warning, once per distinct text.
+  void warn(std::string_view text) const {
+    if (warn_once) warn_once(text);
+  }
+
   Pool pool;
   TopicCatalog catalog;
   std::string owner;
@@ -114,6 +122,8 @@ struct QueueContext {
   ScanHints hints;
   DedupPurges dedup_purges;
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
+  std::function<void(std::string_view)> warn_once;
+  Waiters waiters{pool};  // after pool: stopped before the pool goes
 };
 
 // Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
@@ -131,8 +141,11 @@ auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn())
   }
 }
 
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;
+// Set in the lease token of a keyed message: its receipt says that acknowledging it must also
+// move its key's next message in (keys.cc), which needs a transaction; others need none.
+constexpr std::uint64_t kKeyedTokenBit = std::uint64_t{1} << 63;
 
 }  // namespace txmq::internal

@@ -15,22 +15,29 @@ namespace {
 struct Outcome {
   std::size_t processed = 0;
   bool dead_lettered = false;  // only dead letters were at the front: look again at once
+  std::vector<std::uint64_t> promoted;  // keyed messages moved in behind finished ones
 };
 
 // A handler that failed had its messages rolled back; count the delivery as an attempt (in its
 // own statement, as the transaction that claimed them is gone), so that a message that always
 // fails reaches the dead-letter table. Best effort: the database may be what failed.
-void count_failed_attempt(QueueContext& q, std::string_view topic, const TopicTables& t,
+// The messages come back after the topic's retry delay, as after a nack.
+void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
                           std::vector<Param> ids) {
   if (ids.empty()) return;
-  q.hints.lower(topic, std::get<std::uint64_t>(ids.front()));
+  q.hints.lower(topic.name, std::get<std::uint64_t>(ids.front()));
   try {
     const std::size_t n = in_list_size(ids.size());
     pad_ids(ids, 0, n);
+    std::vector<Param> params;
+    bind_retry_delay(params, topic.options.retry);
+    params.insert(params.end(), ids.begin(), ids.end());
     q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      c.execute(fmt::format("UPDATE {} SET attempts = attempts + 1 WHERE id IN {}", t.queue,
-                            placeholders(n)),
-                ids);
+      // visible_at first: it reads attempts before the increment.
+      c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL {} MICROSECOND, "
+                            "attempts = attempts + 1 WHERE id IN {}",
+                            t.queue, retry_delay_sql("attempts"), placeholders(n)),
+                params);
     });
   } catch (const Error&) {
   }
@@ -53,9 +60,9 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           }
           if (!dead_ids.empty()) {
             // Dead letters commit on their own, whatever a handler later does.
-            move_to_dead_letters(c, t, std::move(dead_ids));
+            std::vector<std::uint64_t> promoted = move_to_dead_letters(c, t, std::move(dead_ids));
             c.commit();
-            return Outcome{0, true};
+            return Outcome{0, true, std::move(promoted)};
           }
           if (r.rows.empty()) {
             c.commit();
@@ -68,7 +75,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
             messages.back().lease_expires_at = Clock::time_point::max();
             handed.push_back(messages.back().id);
           }
-          lend_transaction(q, c, [&](Transaction& tx) {
+          const auto sent = lend_transaction(q, c, [&](Transaction& tx) {
             try {
               handler(tx, std::span<const Message>(messages));
             } catch (...) {
@@ -86,19 +93,25 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
                         fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
                                     deleted.affected_rows, messages.size()));
           }
+          std::vector<std::string> keys;
+          for (const Message& m : messages) {
+            if (m.key) keys.push_back(*m.key);
+          }
+          std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys);
           c.commit();
-          return Outcome{messages.size(), false};
+          announce_sent(q, c, sent);
+          return Outcome{messages.size(), false, std::move(promoted)};
         });
   } catch (const Error& e) {
     // Deadlocks and lost connections were retried by the pool until it gave up: not the
     // handler's doing. A commit with an unknown outcome either deleted the messages with the
     // handler's work or left both undone: nothing to count.
     if (handler_failed && !e.retryable() && e.code() != Errc::kCommitUnknown) {
-      count_failed_attempt(q, topic.name, t, std::move(handed));
+      count_failed_attempt(q, topic, t, std::move(handed));
     }
     throw;
   } catch (...) {
-    if (handler_failed) count_failed_attempt(q, topic.name, t, std::move(handed));
+    if (handler_failed) count_failed_attempt(q, topic, t, std::move(handed));
     throw;
   }
 }
@@ -112,10 +125,12 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
   const TopicInfo info = q.catalog.get(topic);
   const TopicTables tables = topic_tables(topic);
   std::size_t processed = 0;
-  claim_within(options.wait, [&] {
+  claim_within(q, topic, options.wait, [&] {
     Outcome outcome = on_topic(
         q, topic, [&] { return process_once(q, info, tables, options.max_messages, handler); });
+    made_claimable(q, topic, outcome.promoted);
     processed = outcome.processed;
+    if (processed == static_cast<std::size_t>(options.max_messages)) return ClaimTry::kGotAll;
     if (processed > 0) return ClaimTry::kGot;
     return outcome.dead_lettered ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
   });

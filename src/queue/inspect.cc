@@ -32,6 +32,7 @@ TopicStats stats(QueueContext& q, std::string_view topic) {
                     t.queue),
         {});
     Result d = c.execute(fmt::format("SELECT COUNT(*) FROM {}", t.dead), {});
+    Result p = c.execute(fmt::format("SELECT COUNT(*) FROM {}", t.parked), {});
     TopicStats s;
     s.topic = std::string(topic);
     const Row& row = r.rows.at(0);
@@ -40,6 +41,7 @@ TopicStats stats(QueueContext& q, std::string_view topic) {
     s.delayed = row.u64(2);
     s.oldest_ready_age_seconds = row.null(3) ? 0.0 : static_cast<double>(row.i64(3)) / 1e6;
     s.dead = d.rows.at(0).u64(0);
+    s.waiting_on_key = p.rows.at(0).u64(0);
     return s;
   });
 }
@@ -105,15 +107,16 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
       c.begin();
       Result locked;
       if (wanted.empty()) {
-        locked = c.execute(fmt::format("SELECT id FROM {} ORDER BY id LIMIT ? FOR UPDATE", t.dead),
-                           {static_cast<std::uint64_t>(kRequeueChunk)});
+        locked = c.execute(
+            fmt::format("SELECT id, msg_key FROM {} ORDER BY id LIMIT ? FOR UPDATE", t.dead),
+            {static_cast<std::uint64_t>(kRequeueChunk)});
       } else {
         std::vector<Param> params = wanted;
         std::size_t n = in_list_size(params.size());
         pad_ids(params, 0, n);
-        locked = c.execute(
-            fmt::format("SELECT id FROM {} WHERE id IN {} FOR UPDATE", t.dead, placeholders(n)),
-            params);
+        locked = c.execute(fmt::format("SELECT id, msg_key FROM {} WHERE id IN {} FOR UPDATE",
+                                       t.dead, placeholders(n)),
+                           params);
       }
       if (locked.rows.empty()) {
         c.commit();
@@ -131,7 +134,14 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
                             t.queue, t.dead, placeholders(n)),
                 found);
       c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.dead, placeholders(n)), found);
+      // A keyed message goes back in line behind its key's messages, as a new send would.
+      std::vector<std::pair<std::string_view, std::uint64_t>> keyed;
+      for (const Row& row : locked.rows) {
+        if (!row.null(1)) keyed.emplace_back(row.bytes(1), row.u64(0));
+      }
+      order_keyed(c, t, keyed);
       c.commit();
+      announce(q, c, topic, count);
       return count;
     });
     total += moved;

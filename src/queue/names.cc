@@ -50,7 +50,9 @@ TopicTables topic_tables(std::string_view name) {
   check_topic_name(name);
   return {quote_identifier(fmt::format("txmq_q_{}", name)),
           quote_identifier(fmt::format("txmq_dlq_{}", name)),
-          quote_identifier(fmt::format("txmq_dd_{}", name))};
+          quote_identifier(fmt::format("txmq_dd_{}", name)),
+          quote_identifier(fmt::format("txmq_k_{}", name)),
+          quote_identifier(fmt::format("txmq_kp_{}", name))};
 }
 
 }  // namespace txmq::internal

@@ -15,7 +15,9 @@ void check_topic_name(std::string_view name);
 struct TopicTables {
   std::string queue;  // `txmq_q_NAME`: messages waiting or in flight
   std::string dead;   // `txmq_dlq_NAME`: dead letters
-  std::string dedup;  // `txmq_dd_NAME`: deduplication keys of recent sends
+  std::string dedup;   // `txmq_dd_NAME`: deduplication keys of recent sends
+  std::string keys;    // `txmq_k_NAME`: message keys with messages not yet finished
+  std::string parked;  // `txmq_kp_NAME`: keyed messages waiting behind an earlier one
 };
 TopicTables topic_tables(std::string_view name);
 

@@ -4,6 +4,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -12,6 +13,30 @@
 // The queue's algorithms, one file each: send.cc, claim.cc, settle.cc, inspect.cc.
 namespace txmq::internal {
 
+// Rows per multi-row statement: large enough that a batch costs few round trips, small enough
+// that the statement stays well inside max_allowed_packet and the 65,535 placeholder limit.
+constexpr std::size_t kMaxRowsPerStatement = 1000;
+
+// Runs `sql_head` followed by `rows` copies of `row` (and `sql_tail`) in statements of at most
+// kMaxRowsPerStatement rows; bind(i, params) binds row i.
+template <typename Bind>
+void in_chunks(Connection& c, std::size_t rows, std::string_view sql_head, std::string_view row,
+               std::string_view sql_tail, Bind&& bind) {
+  std::vector<Param> params;
+  for (std::size_t from = 0; from < rows; from += kMaxRowsPerStatement) {
+    const std::size_t to = std::min(rows, from + kMaxRowsPerStatement);
+    std::string sql(sql_head);
+    for (std::size_t i = from; i < to; ++i) {
+      if (i > from) sql += ',';
+      sql += row;
+    }
+    sql += sql_tail;
+    params.clear();
+    for (std::size_t i = from; i < to; ++i) bind(i, params);
+    c.execute(sql, params);
+  }
+}
+
 // Reads the topic's settings and checks every message against them (nothing is written).
 TopicInfo check_send(QueueContext& q, std::string_view topic,
                      std::span<const OutgoingMessage> messages);
@@ -19,15 +44,44 @@ TopicInfo check_send(QueueContext& q, std::string_view topic,
 // opened it; returns their ids in input order.
 std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const TopicInfo& topic,
                                            std::span<const OutgoingMessage> messages);
+// How many of the messages are claimable once committed (no delay): what a sender announces.
+std::size_t claimable_now(std::span<const OutgoingMessage> messages);
 
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options);
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
                                       std::span<const OutgoingMessage> messages);
 
+// Keyed FIFO (keys.cc), inside the caller's transaction. order_keyed takes the (key, id) pairs
+// of messages just inserted into the queue table, in send order, and parks those whose key
+// already has a message. finish_keyed takes the keys of messages just deleted from the queue
+// table (acknowledged or dead-lettered), one entry per message, and moves each key's next
+// parked message in; returns the ids moved in.
+void order_keyed(Connection& c, const TopicTables& t,
+                 const std::vector<std::pair<std::string_view, std::uint64_t>>& keyed);
+std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
+                                        const std::vector<std::string>& finished_keys);
+
 // Moves the given rows from the queue table to the dead-letter table; inside the caller's
-// transaction, which holds their row locks. REQUIRES: ids is not empty.
-void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids);
+// transaction, which holds their row locks, and moves their keys' next messages in (returns
+// their ids, for made_claimable after the commit). REQUIRES: ids is not empty.
+std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables& t,
+                                                std::vector<Param> ids);
+
+// After a commit that made messages claimable: wakes up to `count` waiting consumers
+// (waiting.cc). Never throws: the commit succeeded, whatever happens here.
+void announce(QueueContext& q, Connection& c, std::string_view topic, std::size_t count);
+// After a commit that moved keyed messages into the queue table (or made others claimable
+// below this client's scan hint): lowers the hint and announces them.
+void made_claimable(QueueContext& q, std::string_view topic,
+                    const std::vector<std::uint64_t>& ids);
+
+// Retry delays (retry.cc). retry_delay_sql is an SQL expression for the delay in microseconds
+// after a failed delivery that had `failures_before` failed deliveries before it, with four
+// placeholders that bind_retry_delay binds (jitter drawn once per statement).
+std::string retry_delay_sql(std::string_view failures_before);
+void bind_retry_delay(std::vector<Param>& params, const RetryPolicy& policy);
+Micros retry_delay(const RetryPolicy& policy, std::int64_t failures_before);
 
 // Locks up to max_messages claimable rows (FOR UPDATE SKIP LOCKED, in the transaction open on
 // c) from the client's scan hint, sweeping from the lowest id when nothing is past it. Columns:
@@ -43,24 +97,35 @@ void check_claim_options(int max_messages, Micros wait);
 // What one try at claiming came to.
 enum class ClaimTry {
   kGot,       // done: something was claimed
+  kGotAll,    // done: as many as asked for were claimed, so more may be there
   kAgainNow,  // nothing for the caller, but try again at once (only dead letters were in front)
   kEmpty,     // nothing claimable
 };
-// Calls try_once() until it says kGot or `wait` has passed, pausing between empty tries (10 ms,
-// doubling up to 500 ms). Returns whether it got something.
+// Calls try_once() until it claims something or `wait` has passed, waiting on the topic's
+// waiter between tries (waiting.cc): woken at once by announced sends, at the latest within a
+// second for anything else. Returns whether it got something.
 template <typename Try>
-bool claim_within(Micros wait, Try&& try_once) {
+bool claim_within(QueueContext& q, std::string_view topic, Micros wait, Try&& try_once) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
-  Micros pause = std::chrono::milliseconds(10);
+  std::shared_ptr<TopicWaiter> waiter;
+  if (wait > Micros{0}) waiter = q.waiters.enter(topic);
+  struct Leave {
+    std::shared_ptr<TopicWaiter>& waiter;
+    ~Leave() {
+      if (waiter) waiter->leave();
+    }
+  } leave{waiter};
+  bool claim = !waiter || waiter->worth_claiming();
   for (;;) {
-    const ClaimTry outcome = try_once();
-    if (outcome == ClaimTry::kGot) return true;
-    if (outcome == ClaimTry::kAgainNow) continue;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return false;
-    std::this_thread::sleep_for(
-        std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
-    pause = std::min<Micros>(pause * 2, std::chrono::milliseconds(500));
+    if (claim) {
+      const ClaimTry outcome = try_once();
+      if (outcome == ClaimTry::kGotAll && waiter) waiter->notify(1);  // pass it on
+      if (outcome == ClaimTry::kGot || outcome == ClaimTry::kGotAll) return true;
+      if (outcome == ClaimTry::kAgainNow) continue;
+    }
+    if (!waiter || std::chrono::steady_clock::now() >= deadline) return false;
+    claim = waiter->await(deadline);
+    if (!claim) return false;
   }
 }
 
@@ -73,7 +138,8 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts);
-Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, Micros delay);
+Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
+            std::optional<Micros> delay);
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);
 
 TopicStats stats(QueueContext& q, std::string_view topic);

@@ -14,9 +14,6 @@ namespace txmq::internal {
 namespace {
 
 constexpr Micros kMaxDelay = std::chrono::hours(24 * 366);
-// Rows per multi-row INSERT: large enough that a batch costs few round trips, small enough that
-// the statement stays well inside max_allowed_packet and the 65,535 placeholder limit.
-constexpr std::size_t kMaxRowsPerInsert = 1000;
 constexpr std::size_t kRowOverheadBytes = 64;
 // Keys whose window ended this long ago are purged by sends that use keys (see purge_dedup).
 constexpr auto kPurgeAfterExpiry = std::chrono::minutes(1);
@@ -105,7 +102,7 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
   while (begin < messages.size()) {
     std::size_t end = begin;
     std::size_t bytes = 0;
-    while (end < messages.size() && end - begin < kMaxRowsPerInsert) {
+    while (end < messages.size() && end - begin < kMaxRowsPerStatement) {
       const OutgoingMessage& m = *messages[end];
       std::size_t row = m.payload.size() + (m.key ? m.key->size() : 0) + kRowOverheadBytes;
       if (end > begin && bytes + row > max_statement_bytes) break;
@@ -126,24 +123,14 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
   return ids;
 }
 
-// Runs `sql_head` followed by `rows` copies of `row` (and `sql_tail`) in statements of at most
-// kMaxRowsPerInsert rows; bind(i, params) binds row i.
-template <typename Bind>
-void in_chunks(Connection& c, std::size_t rows, std::string_view sql_head, std::string_view row,
-               std::string_view sql_tail, Bind&& bind) {
-  std::vector<Param> params;
-  for (std::size_t from = 0; from < rows; from += kMaxRowsPerInsert) {
-    const std::size_t to = std::min(rows, from + kMaxRowsPerInsert);
-    std::string sql(sql_head);
-    for (std::size_t i = from; i < to; ++i) {
-      if (i > from) sql += ',';
-      sql += row;
-    }
-    sql += sql_tail;
-    params.clear();
-    for (std::size_t i = from; i < to; ++i) bind(i, params);
-    c.execute(sql, params);
+// Keyed FIFO for messages just inserted (keys.cc).
+void order_fresh(Connection& c, const TopicTables& t, const std::vector<const OutgoingMessage*>& rows,
+                 const std::vector<std::uint64_t>& ids) {
+  std::vector<std::pair<std::string_view, std::uint64_t>> keyed;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i]->key) keyed.emplace_back(*rows[i]->key, ids[i]);
   }
+  order_keyed(c, t, keyed);
 }
 
 // Deletes a bounded number of keys whose window ended over a minute ago, inside the sending
@@ -196,8 +183,8 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
               params.push_back(window);
             });
 
-  for (std::size_t from = 0; from < sorted.size(); from += kMaxRowsPerInsert) {
-    const std::size_t to = std::min(sorted.size(), from + kMaxRowsPerInsert);
+  for (std::size_t from = 0; from < sorted.size(); from += kMaxRowsPerStatement) {
+    const std::size_t to = std::min(sorted.size(), from + kMaxRowsPerStatement);
     const std::size_t n = in_list_size(to - from);
     std::vector<Param> params(sorted.begin() + from, sorted.begin() + to);
     pad_ids(params, 0, n);
@@ -234,6 +221,7 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
   for (std::size_t i : fresh) rows.push_back(&messages[i]);
   const std::vector<std::uint64_t> fresh_ids = insert_rows(c, t.queue, rows, q.max_statement_bytes);
   for (std::size_t f = 0; f < fresh.size(); ++f) ids[fresh[f]] = fresh_ids[f];
+  order_fresh(c, t, rows, fresh_ids);
   for (auto [i, first] : repeats) ids[i] = ids[first];
 
   std::vector<std::pair<std::string_view, std::uint64_t>> taken;
@@ -289,12 +277,19 @@ std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const
   std::vector<const OutgoingMessage*> all;
   all.reserve(messages.size());
   for (const OutgoingMessage& m : messages) all.push_back(&m);
-  return insert_rows(c, t.queue, all, q.max_statement_bytes);
+  std::vector<std::uint64_t> ids = insert_rows(c, t.queue, all, q.max_statement_bytes);
+  order_fresh(c, t, all, ids);
+  return ids;
+}
+
+std::size_t claimable_now(std::span<const OutgoingMessage> messages) {
+  return static_cast<std::size_t>(std::count_if(
+      messages.begin(), messages.end(), [](const OutgoingMessage& m) { return m.delay == Micros{0}; }));
 }
 
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options) {
-  if (options.dedup_key) {
+  if (options.dedup_key || options.key) {  // key bookkeeping needs a transaction
     OutgoingMessage m{std::string(payload), options.key, options.delay, options.dedup_key};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
@@ -309,7 +304,9 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   return on_topic(q, topic, [&] {
     // A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
-      return c.execute(sql, params).insert_id;
+      const std::uint64_t id = c.execute(sql, params).insert_id;
+      if (options.delay == Micros{0}) announce(q, c, topic, 1);
+      return id;
     });
   });
 }
@@ -325,6 +322,7 @@ std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
                           c.begin();
                           std::vector<std::uint64_t> ids = insert_messages(q, c, info, messages);
                           c.commit();
+                          announce(q, c, topic, claimable_now(messages));
                           return ids;
                         });
     });

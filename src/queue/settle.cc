@@ -16,7 +16,8 @@ Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
 
 }  // namespace
 
-void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param> ids) {
+std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables& t,
+                                                std::vector<Param> ids) {
   const std::size_t n = in_list_size(ids.size());
   pad_ids(ids, 0, n);
   c.execute(
@@ -26,8 +27,92 @@ void move_to_dead_letters(Connection& c, const TopicTables& t, std::vector<Param
                   "WHERE q.id IN {}",
                   t.dead, t.queue, placeholders(n)),
       ids);
-  c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
+  Result deleted = c.execute(
+      fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
+      ids);
+  std::vector<std::string> keys;
+  for (Row& row : deleted.rows) {
+    if (!row.null(0)) keys.push_back(row.take_bytes(0));
+  }
+  return finish_keyed(c, t, keys);
 }
+
+namespace {
+
+// Acknowledges parsed[from, to) in one DELETE: in autocommit for messages without a key; in a
+// transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
+// Returns the ids moved in.
+std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
+                                     const std::vector<Receipt>& parsed,
+                                     const std::vector<std::size_t>& which, bool keyed,
+                                     std::vector<Settle>& results) {
+  const std::size_t count = which.size();
+  const std::size_t n = in_list_size(count);
+  // id IN (...) lets the server walk the primary key; the row IN (...) is the fence.
+  std::vector<Param> params;
+  for (std::size_t i : which) params.push_back(parsed[i].id);
+  pad_ids(params, 0, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Receipt& r = parsed[which[std::min(i, count - 1)]];
+    params.push_back(r.id);
+    params.push_back(r.token);
+  }
+  std::string pairs = "(";
+  for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
+  pairs += ")";
+  const std::string sql = fmt::format(
+      "DELETE FROM {} WHERE id IN {} AND (id, lease_token) IN {} RETURNING id, msg_key", t.queue,
+      placeholders(n), pairs);
+  auto classify = [&](Connection& c, const Attempt& attempt, const Result& r) {
+    if (r.rows.size() == count) return;
+    // Some were not ours any more: say which. A fenced row still there is another lease's.
+    std::unordered_set<std::uint64_t> deleted;
+    for (const Row& row : r.rows) deleted.insert(row.u64(0));
+    for (std::size_t i : which) {
+      if (deleted.count(parsed[i].id) > 0) continue;
+      Settle s = classify_miss(c, t, parsed[i].id);
+      // A retry after a lost reply finds its own earlier delete: that ack did land.
+      if (s == Settle::kNotFound && attempt.after_connection_loss) s = Settle::kOk;
+      results[i] = s;
+    }
+  };
+  auto keys_of = [](Result& r) {
+    std::vector<std::string> keys;
+    for (Row& row : r.rows) {
+      if (!row.null(1)) keys.push_back(row.take_bytes(1));
+    }
+    return keys;
+  };
+  if (keyed) {
+    return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
+                      [&](Connection& c, const Attempt& attempt) {
+                        c.begin();
+                        Result r = c.execute(sql, params);
+                        classify(c, attempt, r);
+                        std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys_of(r));
+                        c.commit();
+                        return promoted;
+                      });
+  }
+  std::vector<std::string> stray_keys;
+  q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt& attempt) {
+    Result r = c.execute(sql, params);
+    classify(c, attempt, r);
+    stray_keys = keys_of(r);
+  });
+  if (stray_keys.empty()) return {};
+  // A keyed message acknowledged with a receipt that does not say so: one handed out before
+  // schema version 4. Its key still moves on, in a transaction of its own.
+  return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
+                    [&](Connection& c, const Attempt&) {
+                      c.begin();
+                      std::vector<std::uint64_t> promoted = finish_keyed(c, t, stray_keys);
+                      c.commit();
+                      return promoted;
+                    });
+}
+
+}  // namespace
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts) {
@@ -39,53 +124,35 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
   if (parsed.empty()) return results;
   constexpr std::size_t kChunk = 512;
   return on_topic(q, topic, [&] {
-    for (std::size_t from = 0; from < parsed.size(); from += kChunk) {
-      std::size_t to = std::min(parsed.size(), from + kChunk);
-      std::size_t n = in_list_size(to - from);
-      // id IN (...) lets the server walk the primary key; the row IN (...) is the fence.
-      std::vector<Param> params;
-      for (std::size_t i = from; i < to; ++i) params.push_back(parsed[i].id);
-      pad_ids(params, 0, n);
-      for (std::size_t i = 0; i < n; ++i) {
-        const Receipt& r = parsed[std::min(from + i, to - 1)];
-        params.push_back(r.id);
-        params.push_back(r.token);
+    for (const bool keyed : {false, true}) {
+      std::vector<std::size_t> which;
+      for (std::size_t i = 0; i < parsed.size(); ++i) {
+        if (((parsed[i].token & kKeyedTokenBit) != 0) == keyed) which.push_back(i);
       }
-      std::string pairs = "(";
-      for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
-      pairs += ")";
-      q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt& attempt) {
-        Result r = c.execute(fmt::format("DELETE FROM {} WHERE id IN {} AND (id, lease_token) IN {}"
-                                         " RETURNING id",
-                                         t.queue, placeholders(n), pairs),
-                             params);
-        if (r.rows.size() == to - from) return;
-        // Some were not ours any more: say which. A fenced row still there is another lease's.
-        std::unordered_set<std::uint64_t> deleted;
-        for (const Row& row : r.rows) deleted.insert(row.u64(0));
-        for (std::size_t i = from; i < to; ++i) {
-          if (deleted.count(parsed[i].id) > 0) continue;
-          Settle s = classify_miss(c, t, parsed[i].id);
-          // A retry after a lost reply finds its own earlier delete: that ack did land.
-          if (s == Settle::kNotFound && attempt.after_connection_loss) s = Settle::kOk;
-          results[i] = s;
-        }
-      });
+      for (std::size_t from = 0; from < which.size(); from += kChunk) {
+        std::vector<std::size_t> chunk(which.begin() + from,
+                                       which.begin() + std::min(which.size(), from + kChunk));
+        made_claimable(q, topic, ack_chunk(q, t, parsed, chunk, keyed, results));
+      }
     }
     return results;
   });
 }
 
-Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, Micros delay) {
-  if (delay < Micros{0} || delay > std::chrono::hours(24 * 366)) {
+Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
+            std::optional<Micros> delay) {
+  if (delay && (*delay < Micros{0} || *delay > std::chrono::hours(24 * 366))) {
     throw Error(Errc::kInvalidArgument, "nack delay must be from 0 to 366 days");
   }
   const Receipt r = Receipt::parse(receipt);
   const TopicInfo info = q.catalog.get(topic);
   const TopicTables t = topic_tables(topic);
-  return on_topic(q, topic, [&] {
+  std::vector<std::uint64_t> promoted;
+  Micros applied{0};
+  const Settle settle = on_topic(q, topic, [&] {
     return q.pool.run(
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          promoted.clear();
           c.begin();
           Result row = c.execute(
               fmt::format("SELECT attempts, lease_token FROM {} WHERE id = ? FOR UPDATE", t.queue),
@@ -98,19 +165,28 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt, M
             c.commit();
             return Settle::kLeaseLost;
           }
-          if (row.rows[0].i64(0) >= info.options.max_attempts) {
-            move_to_dead_letters(c, t, {r.id});
+          const std::int64_t attempts = row.rows[0].i64(0);
+          if (attempts >= info.options.max_attempts) {
+            promoted = move_to_dead_letters(c, t, {r.id});
           } else {
+            // This was delivery number `attempts`, the attempts - 1 before it failed too.
+            applied = delay ? *delay : retry_delay(info.options.retry, attempts - 1);
             c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
                                   "lease_token = 0, owner_id = 0 WHERE id = ?",
                                   t.queue),
-                      {static_cast<std::int64_t>(delay.count()), r.id});
+                      {static_cast<std::int64_t>(applied.count()), r.id});
           }
           c.commit();
-          q.hints.lower(topic, r.id);
           return Settle::kOk;
         });
   });
+  if (settle == Settle::kOk) {
+    q.hints.lower(topic, r.id);
+    made_claimable(q, topic, promoted);
+    // Claimable at once: wake a waiting consumer (a delayed one is seen when it falls due).
+    if (applied == Micros{0} && promoted.empty()) made_claimable(q, topic, {r.id});
+  }
+  return settle;
 }
 
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease) {
@@ -118,13 +194,19 @@ Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt,
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
   const Receipt r = Receipt::parse(receipt);
+  const TopicInfo info = q.catalog.get(topic);
   const TopicTables t = topic_tables(topic);
+  // As at the claim: peers may take it at the new lease end plus the retry delay.
+  std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+  bind_retry_delay(params, info.options.retry);
+  params.push_back(r.id);
+  params.push_back(r.token);
   return on_topic(q, topic, [&] {
     return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      Result u = c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND"
-                                       " WHERE id = ? AND lease_token = ?",
-                                       t.queue),
-                           {static_cast<std::int64_t>(lease.count()), r.id, r.token});
+      Result u = c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) "
+                                       "MICROSECOND WHERE id = ? AND lease_token = ?",
+                                       t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1")),
+                           params);
       return u.affected_rows == 1 ? Settle::kOk : classify_miss(c, t, r.id);
     });
   });

@@ -122,7 +122,15 @@ std::uint64_t Transaction::send(std::string_view topic, std::string_view payload
 
 std::vector<std::uint64_t> Transaction::send_batch(std::string_view topic,
                                                    std::span<const OutgoingMessage> messages) {
-  return impl_->guarded([&] { return send_on(impl_->q, *impl_->c, topic, messages); });
+  std::vector<std::uint64_t> ids =
+      impl_->guarded([&] { return send_on(impl_->q, *impl_->c, topic, messages); });
+  const std::size_t claimable = internal::claimable_now(messages);
+  if (claimable > 0) {
+    auto it = impl_->sent.find(topic);
+    if (it == impl_->sent.end()) it = impl_->sent.emplace(std::string(topic), 0).first;
+    it->second += claimable;
+  }
+  return ids;
 }
 
 void Transaction::commit() {
@@ -147,6 +155,7 @@ void Transaction::commit() {
     impl_->owned.reset();  // back to the pool, which discards a broken connection
     throw;
   }
+  internal::announce_sent(impl_->q, *impl_->c, impl_->sent);
   impl_->owned.reset();
 }
 

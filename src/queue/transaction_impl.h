@@ -1,6 +1,8 @@
 #pragma once
 
+#include <map>
 #include <optional>
+#include <string>
 
 #include "queue/context.h"
 #include "txmq/transaction.h"
@@ -29,7 +31,17 @@ struct Transaction::Impl {
   bool managed = false;
   bool open = true;
   std::optional<Error> failed;  // what ended the transaction on the server's side
+  // Claimable messages sent, by topic: announced to waiting consumers after the commit.
+  std::map<std::string, std::size_t, std::less<>> sent;
 };
+
+namespace internal {
+// Announces what a committed transaction sent (waiting.cc).
+inline void announce_sent(QueueContext& q, Connection& c,
+                          const std::map<std::string, std::size_t, std::less<>>& sent) {
+  for (const auto& [topic, count] : sent) announce(q, c, topic, count);
+}
+}  // namespace internal
 
 // An Outbox's state: the application's connection, borrowed.
 struct Outbox::Impl {
@@ -55,10 +67,12 @@ namespace internal {
 // Runs body(tx) with a Transaction lent over the transaction open on c, which the caller then
 // commits. Afterwards, checks that it still may: a statement error the body caught may have ended
 // the transaction on the server (a deadlock is then thrown as kAborted, which Pool::run retries).
+// Returns the claimable messages the body sent, by topic, to announce after the commit.
 template <typename Body>
-void lend_transaction(QueueContext& q, Connection& c, Body&& body) {
+std::map<std::string, std::size_t, std::less<>> lend_transaction(QueueContext& q, Connection& c,
+                                                                 Body&& body) {
   auto impl = std::make_unique<Transaction::Impl>(q, c);
-  const Transaction::Impl* state = impl.get();
+  Transaction::Impl* state = impl.get();
   Transaction tx(std::move(impl));
   body(tx);
   if (!tx.open()) {
@@ -67,6 +81,7 @@ void lend_transaction(QueueContext& q, Connection& c, Body&& body) {
                 "returns");
   }
   state->check_usable();
+  return std::move(state->sent);
 }
 
 }  // namespace internal

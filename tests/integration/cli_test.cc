@@ -176,7 +176,7 @@ TEST(Cli, SendReceiveAckJson) {
 
 TEST(Cli, LateAckExitsFour) {
   std::string name = topic_for_test();
-  ASSERT_EQ(run_txmq({"topic", "create", name}).exit_code, 0);
+  ASSERT_EQ(run_txmq({"topic", "create", name, "--retry-initial", "0"}).exit_code, 0);
   ASSERT_EQ(run_txmq({"send", name, "x"}).exit_code, 0);
   auto first = json_lines(run_txmq({"receive", name, "--json", "--lease", "0.2"}).out);
   ASSERT_EQ(first.size(), 1u);

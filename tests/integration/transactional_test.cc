@@ -226,6 +226,7 @@ TEST(ExactlyOnce, AThrowingHandlerRollsBackAndTheMessagesAreClaimableAtOnce) {
   TopicOptions options;
   options.lease = std::chrono::minutes(5);  // a lease would make the retry wait 5 minutes
   options.max_attempts = 3;
+  options.retry.initial = Micros{0};  // and no retry delay either
   c->create_topic(topic, options);
   const std::string done = business_table(topic, "done", "msg_id BIGINT PRIMARY KEY");
   c->send_batch(topic, numbered(3, "p"));
@@ -259,7 +260,7 @@ TEST(ExactlyOnce, AThrowingHandlerRollsBackAndTheMessagesAreClaimableAtOnce) {
 TEST(ExactlyOnce, CommitAndRollbackBelongToProcess) {
   auto c = client();
   const std::string topic = topic_for_test();
-  c->create_topic(topic);
+  c->create_topic(topic, TopicOptions{.retry = {.initial = Micros{0}}});
   c->send(topic, "x");
   EXPECT_THROW(c->process(topic, {}, [](Transaction& tx, auto) { tx.commit(); }), Error);
   std::size_t n = c->process(topic, {}, [](Transaction&, auto) {});
@@ -477,8 +478,8 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
       "NULL, died_at DATETIME(6) NOT NULL, msg_key VARBINARY(255) NULL, payload LONGBLOB NOT "
       "NULL) ENGINE=InnoDB");
   a->query(
-      "INSERT INTO txmq_q_old (visible_at, enqueued_at, payload) VALUES (NOW(6), NOW(6), "
-      "'kept')");
+      "INSERT INTO txmq_q_old (visible_at, enqueued_at, msg_key, payload) VALUES (NOW(6), "
+      "NOW(6), NULL, 'kept'), (NOW(6), NOW(6), 'k', 'k1'), (NOW(6), NOW(6), 'k', 'k2')");
 
   std::string other = dsn();
   const std::string from = "/" + internal::parse_dsn(other).database;
@@ -489,10 +490,21 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   EXPECT_EQ(c.topic("old").options.dedup_window, std::chrono::minutes(5));
   std::uint64_t id = c.send("old", "new", {.dedup_key = "d"});
   EXPECT_EQ(c.send("old", "new", {.dedup_key = "d"}), id);
+  // Keyed messages from before version 4 all count as their key's current ones: a new message
+  // with the key waits for both.
+  c.send("old", "k3", {.key = "k"});
   std::vector<Message> got = c.receive("old", {.max_messages = 10});
-  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[0].payload, "kept");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 3);
+  EXPECT_EQ(got[1].payload, "k1");
+  EXPECT_EQ(got[2].payload, "k2");
+  EXPECT_EQ(c.ack("old", got[1].receipt), Settle::kOk);
+  EXPECT_TRUE(c.receive("old").empty());
+  EXPECT_EQ(c.ack("old", got[2].receipt), Settle::kOk);
+  got = c.receive("old");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "k3");
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 4);
   Client again(options);  // a second client finds it migrated
   a->query(fmt::format("DROP DATABASE {}", db));
 }

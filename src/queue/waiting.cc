@@ -1,0 +1,389 @@
+// Long polling: how a receiver waits for a message without hammering the database, and how a
+// send wakes it at once.
+//
+// Why this design. The targets are a wake-up within milliseconds of a committed send, across
+// processes, and a bounded cost for idle consumers (16 together under 50 statements a second).
+// Polling cannot do both: 16 consumers in 16 processes polling within 50 statements a second
+// poll each about every 300 ms. MariaDB has no LISTEN/NOTIFY, and a commit wakes only sessions
+// blocked on the committing transaction's locks, which an idle consumer cannot be. What one
+// session can do to another is interrupt its statement (KILL QUERY). So:
+//
+//  - Per client and topic, one *waiter* thread with its own connection watches for all of the
+//    client's waiting receivers. It registers its connection id in txmq_waiters (a MEMORY table:
+//    connection ids mean nothing after a server restart, when it starts empty), then runs
+//        SELECT IF(EXISTS(SELECT 1 FROM <queue> WHERE visible_at <= NOW(6)), 2, SLEEP(1))
+//    in a loop: one statement a second while idle, however many threads wait on it.
+//  - A sender, after its commit, runs
+//        DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT n RETURNING ...
+//    (one cheap statement on a tiny in-memory table; it deletes nothing when nobody waits) and
+//    KILL QUERY on each connection returned: up to one waiter per message made claimable.
+//  - No wake-up is lost: the waiter registers *before* its EXISTS looks, and the sender reads
+//    the registrations *after* its commit. Either the look sees the message, or the sender sees
+//    the registration and interrupts the SLEEP (a KILL that lands between two statements is
+//    harmless too: the next statement's look comes after the commit and sees the message).
+//  - Messages that become claimable by time alone (a delay that falls due, a lease that runs
+//    out, an exactly-once transaction rolled back) and sends nobody announced (an Outbox on the
+//    application's connection, another program's INSERT) are seen by the next look: within a
+//    second.
+//  - Receivers skip their own claim while the waiter's last look found nothing and nothing was
+//    announced since, so a loop of receive(wait) calls costs no statements while idle. A woken
+//    receiver that gets a full batch wakes another, so one message wakes one receiver.
+//  - KILL needs the same MySQL user or the CONNECTION ADMIN privilege. Without it the sender
+//    warns once, and waiters still see new messages within a second.
+//  - If the waiter cannot run its statement (server down), receivers fall back to claiming every
+//    quarter second until it can.
+#include "queue/waiting.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "queue/operations.h"
+
+namespace txmq::internal {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr auto kLook = std::chrono::seconds(1);             // longest SLEEP between looks
+constexpr auto kLinger = std::chrono::seconds(10);          // keep watching after the last receiver
+constexpr auto kReregister = std::chrono::seconds(10);      // renew the registration this often
+constexpr auto kPollWhileUnhealthy = std::chrono::milliseconds(250);
+constexpr auto kFirstPauseAfterReady = std::chrono::milliseconds(10);
+constexpr auto kMaxPauseAfterReady = std::chrono::seconds(1);
+constexpr unsigned kQueryInterrupted = 1317;  // ER_QUERY_INTERRUPTED: a sender's KILL QUERY
+constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
+constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the waiter went away
+constexpr std::size_t kMaxWakesPerAnnounce = 64;
+
+double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1e6; }
+
+}  // namespace
+
+TopicWaiter::TopicWaiter(Dsn dsn, std::string topic)
+    : dsn_(std::move(dsn)), topic_(std::move(topic)), last_receiver_(SteadyClock::now()) {
+  thread_ = std::thread([this] { run(); });
+}
+
+TopicWaiter::~TopicWaiter() {
+  stop(false);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool TopicWaiter::enter() {
+  std::lock_guard lock(mutex_);
+  if (retiring_ || stopping_) return false;
+  ++entered_;
+  return true;
+}
+
+void TopicWaiter::leave() {
+  std::lock_guard lock(mutex_);
+  --entered_;
+  last_receiver_ = SteadyClock::now();
+}
+
+bool TopicWaiter::worth_claiming() {
+  std::lock_guard lock(mutex_);
+  return !(healthy_ && known_empty_ && permits_ == 0);
+}
+
+bool TopicWaiter::await(SteadyClock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  ++waiting_;
+  bool woken = false;
+  for (;;) {
+    if (permits_ > 0) {
+      --permits_;
+      woken = true;
+      break;
+    }
+    if (stopping_ || retiring_) {
+      woken = true;  // claim on our own rather than wait on a waiter that is going away
+      break;
+    }
+    const auto now = SteadyClock::now();
+    if (now >= deadline) break;
+    if (!healthy_) {
+      // Nobody watches: look ourselves every so often.
+      const auto until = std::min(deadline, now + kPollWhileUnhealthy);
+      woken_.wait_until(lock, until);
+      if (permits_ == 0 && SteadyClock::now() >= until && until < deadline) {
+        woken = true;
+        break;
+      }
+      continue;
+    }
+    woken_.wait_until(lock, deadline);
+  }
+  --waiting_;
+  last_receiver_ = SteadyClock::now();
+  return woken;
+}
+
+void TopicWaiter::wake_locked(std::size_t n) {
+  ++generation_;
+  known_empty_ = false;
+  // More permits than waiting receivers would only cost empty claims later.
+  permits_ = std::min(permits_ + n, std::max<std::size_t>(waiting_, 1));
+  if (n == 1) {
+    woken_.notify_one();
+  } else {
+    woken_.notify_all();
+  }
+}
+
+void TopicWaiter::notify(std::size_t n) {
+  if (n == 0) return;
+  std::lock_guard lock(mutex_);
+  wake_locked(n);
+}
+
+void TopicWaiter::set_empty(std::uint64_t generation) {
+  std::lock_guard lock(mutex_);
+  if (generation_ == generation) known_empty_ = true;
+}
+
+void TopicWaiter::stop(bool interrupted) {
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  woken_.notify_all();
+  if (!interrupted && connection_ != nullptr) connection_->cancel();
+}
+
+std::uint64_t TopicWaiter::connection_id() {
+  std::lock_guard lock(mutex_);
+  return connection_ != nullptr ? connection_id_ : 0;
+}
+
+bool TopicWaiter::retired() {
+  std::lock_guard lock(mutex_);
+  return retiring_ || stopping_;
+}
+
+void TopicWaiter::pause(std::chrono::milliseconds how_long) {
+  std::unique_lock lock(mutex_);
+  woken_.wait_for(lock, how_long, [this] { return stopping_; });
+}
+
+void TopicWaiter::run() {
+  const TopicTables tables = topic_tables(topic_);
+  const std::string look_sql = fmt::format(
+      "SELECT IF(EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6)), 2, SLEEP(?))", tables.queue);
+  std::unique_ptr<Connection> c;
+  bool registered = false;
+  SteadyClock::time_point registered_at;
+  auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
+      kFirstPauseAfterReady);
+  std::chrono::microseconds pause_next{0};  // a plain SLEEP before the next look
+  int failures = 0;
+  for (;;) {
+    bool anyone_waiting = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      if (entered_ == 0 && SteadyClock::now() - last_receiver_ > kLinger) {
+        retiring_ = true;
+        woken_.notify_all();
+        break;
+      }
+      anyone_waiting = entered_ > 0;
+    }
+    try {
+      if (!c) {
+        auto fresh = std::make_unique<Connection>(dsn_);
+        const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
+        std::lock_guard lock(mutex_);
+        if (stopping_) break;
+        c = std::move(fresh);
+        connection_ = c.get();
+        connection_id_ = id;
+        registered = false;
+      }
+      if (!registered || SteadyClock::now() - registered_at > kReregister) {
+        c->execute(
+            "REPLACE INTO txmq_waiters (connection_id, topic, registered_at) "
+            "VALUES (CONNECTION_ID(), ?, NOW(6))",
+            {std::string_view(topic_)});
+        registered = true;
+        registered_at = SteadyClock::now();
+      }
+      std::uint64_t generation;
+      {
+        std::lock_guard lock(mutex_);
+        generation = generation_;
+        healthy_ = true;
+      }
+      failures = 0;
+      // Look only when someone waits: a look is what tells receivers "nothing to claim".
+      const bool look = pause_next.count() == 0 && anyone_waiting;
+      Result r = look ? c->execute(look_sql, {seconds(kLook)})
+                      : c->execute("SELECT SLEEP(?)",
+                                   {seconds(pause_next.count() > 0 ? pause_next : kLook)});
+      const std::int64_t outcome = r.rows.at(0).i64(0);
+      if (outcome == 2) {
+        // Something looks claimable. Rows locked by an exactly-once transaction look so too:
+        // pause between such looks, longer each time, so that they do not spin.
+        notify(1);
+        registered = false;  // a KILL that landed between statements may have unregistered us
+        pause_next = pause_after_ready;
+        pause_after_ready = std::min<std::chrono::microseconds>(pause_after_ready * 2,
+                                                                kMaxPauseAfterReady);
+      } else if (outcome == 1) {  // SLEEP interrupted without an error
+        notify(1);
+        registered = false;
+        pause_next = {};
+      } else {
+        if (look) {
+          set_empty(generation);
+          pause_after_ready = kFirstPauseAfterReady;
+        } else if (pause_next.count() == 0) {
+          std::lock_guard lock(mutex_);
+          known_empty_ = false;  // nobody looked
+        }
+        pause_next = {};
+      }
+    } catch (const Error& e) {
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) break;
+      }
+      if (e.server_errno() == kQueryInterrupted) {
+        notify(1);  // a sender's KILL QUERY: it deleted our registration
+        registered = false;
+        pause_next = {};
+        continue;
+      }
+      {
+        std::lock_guard lock(mutex_);
+        healthy_ = false;
+        known_empty_ = false;
+        connection_ = nullptr;
+        woken_.notify_all();
+      }
+      c.reset();
+      if (e.code() == Errc::kNotFound) {
+        // The topic was dropped: let the receivers find out from their own claims.
+        std::lock_guard lock(mutex_);
+        retiring_ = true;
+        woken_.notify_all();
+        break;
+      }
+      pause(std::min<std::chrono::milliseconds>(
+          std::chrono::milliseconds(100 << std::min(failures, 6)), std::chrono::seconds(5)));
+      ++failures;
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    connection_ = nullptr;
+    healthy_ = false;
+  }
+  if (c && !c->broken()) {
+    try {
+      c->execute("DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID()", {});
+    } catch (const Error&) {
+    }
+  }
+}
+
+Waiters::~Waiters() {
+  std::vector<std::shared_ptr<TopicWaiter>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [topic, waiter] : waiters_) all.push_back(waiter);
+    for (auto& waiter : retired_) all.push_back(waiter);
+    waiters_.clear();
+    retired_.clear();
+  }
+  // Unregister and interrupt the running waiters from a pooled connection, so that they end
+  // at once and leave no registration behind; cancel their connections if that fails.
+  std::vector<std::uint64_t> ids;
+  for (auto& waiter : all) {
+    if (const std::uint64_t id = waiter->connection_id(); id != 0) ids.push_back(id);
+  }
+  bool interrupted = ids.empty();
+  if (!ids.empty()) {
+    try {
+      Pool::Handle c = pool_.acquire();
+      for (std::uint64_t id : ids) {
+        c->execute("DELETE FROM txmq_waiters WHERE connection_id = ?", {id});
+      }
+      for (auto& waiter : all) waiter->stop(true);
+      for (std::uint64_t id : ids) {
+        try {
+          c->query(fmt::format("KILL QUERY {}", id));
+        } catch (const Error& e) {
+          if (e.server_errno() != kNoSuchThread) throw;
+        }
+      }
+      interrupted = true;
+    } catch (const Error&) {
+    }
+  }
+  for (auto& waiter : all) waiter->stop(interrupted);
+  all.clear();  // joins the threads
+}
+
+std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  auto it = waiters_.find(topic);
+  if (it != waiters_.end()) {
+    if (it->second->enter()) return it->second;
+    retired_.push_back(std::move(it->second));
+    waiters_.erase(it);
+  }
+  // Threads of retired waiters have finished or are finishing: join them now.
+  std::erase_if(retired_, [](const std::shared_ptr<TopicWaiter>& w) { return w.use_count() == 1; });
+  auto waiter = std::make_shared<TopicWaiter>(pool_.dsn(), std::string(topic));
+  waiter->enter();
+  waiters_.emplace(std::string(topic), waiter);
+  return waiter;
+}
+
+std::shared_ptr<TopicWaiter> Waiters::find(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  auto it = waiters_.find(topic);
+  return it == waiters_.end() ? nullptr : it->second;
+}
+
+void announce(QueueContext& q, Connection& c, std::string_view topic, std::size_t count) {
+  if (count == 0) return;
+  if (auto local = q.waiters.find(topic)) local->notify(count);
+  try {
+    Result r = c.execute(
+        "DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ? "
+        "RETURNING connection_id",
+        {topic, static_cast<std::int64_t>(std::min(count, kMaxWakesPerAnnounce))});
+    for (const Row& row : r.rows) {
+      try {
+        // An id the server gave out, not user input.
+        c.query(fmt::format("KILL QUERY {}", row.u64(0)));
+      } catch (const Error& e) {
+        if (e.server_errno() == kNotOwner) {
+          q.warn(fmt::format("cannot wake consumers waiting on topic '{}' that connect as another "
+                             "MySQL user (KILL QUERY needs the CONNECTION ADMIN privilege); they "
+                             "will see new messages within a second",
+                             topic));
+        } else if (e.server_errno() != kNoSuchThread) {
+          throw;
+        }
+      }
+    }
+  } catch (const Error&) {
+    // The send committed; waiters see its messages within a second anyway.
+  }
+}
+
+void made_claimable(QueueContext& q, std::string_view topic,
+                    const std::vector<std::uint64_t>& ids) {
+  if (ids.empty()) return;
+  q.hints.lower(topic, *std::min_element(ids.begin(), ids.end()));
+  try {
+    Pool::Handle c = q.pool.acquire();
+    announce(q, *c, topic, ids.size());
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace txmq::internal

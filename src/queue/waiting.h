@@ -1,0 +1,91 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "db/connection.h"
+#include "db/dsn.h"
+
+namespace txmq::internal {
+
+// Long polling (waiting.cc explains the design). One TopicWaiter per topic and client watches
+// the database for all of the client's receivers of that topic that are waiting.
+class TopicWaiter {
+ public:
+  TopicWaiter(Dsn dsn, std::string topic);
+  ~TopicWaiter();
+  TopicWaiter(const TopicWaiter&) = delete;
+  TopicWaiter& operator=(const TopicWaiter&) = delete;
+
+  // Counts a receiver in; false when the waiter is retiring (ask Waiters for a new one).
+  bool enter();
+  void leave();
+  // Whether a receiver about to wait should first try a claim: false only while the waiter's
+  // last look found nothing claimable and nothing was announced since.
+  bool worth_claiming();
+  // Blocks until this receiver is woken (true: claim now) or the deadline passes (false).
+  bool await(std::chrono::steady_clock::time_point deadline);
+  // Wakes up to n waiting receivers (messages were announced, or a receiver got a full batch
+  // and there may be more).
+  void notify(std::size_t n);
+  // Stops the thread: `interrupted` when the caller has unregistered and KILLed the running
+  // statement itself (then the connection stays usable); else its connection is cancelled.
+  void stop(bool interrupted);
+  bool retired();
+  // The watch connection's id on the server; 0 while it has none.
+  std::uint64_t connection_id();
+
+ private:
+  void run();
+  void wake_locked(std::size_t n);
+  void set_empty(std::uint64_t generation);
+  void pause(std::chrono::milliseconds how_long);
+
+  const Dsn dsn_;
+  const std::string topic_;
+  std::mutex mutex_;
+  std::condition_variable woken_;
+  std::size_t waiting_ = 0;   // receivers in await()
+  std::size_t entered_ = 0;   // receivers between enter() and leave()
+  std::size_t permits_ = 0;   // wake-ups not yet taken by a receiver
+  std::uint64_t generation_ = 0;  // counts wake-ups, so a look that started before one is void
+  bool known_empty_ = false;
+  bool healthy_ = false;      // the watching statement runs; else receivers poll on their own
+  bool stopping_ = false;
+  bool retiring_ = false;
+  std::chrono::steady_clock::time_point last_receiver_;
+  Connection* connection_ = nullptr;  // the running watch connection, for stop() to cancel
+  std::uint64_t connection_id_ = 0;
+  std::thread thread_;
+};
+
+class Pool;
+
+// The client's waiters, by topic.
+class Waiters {
+ public:
+  explicit Waiters(Pool& pool) : pool_(pool) {}
+  ~Waiters();
+
+  // A running waiter for the topic, with the caller counted in (leave() when done).
+  std::shared_ptr<TopicWaiter> enter(std::string_view topic);
+  // The topic's waiter if one runs (for announcements made by this client).
+  std::shared_ptr<TopicWaiter> find(std::string_view topic);
+
+ private:
+  Pool& pool_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<TopicWaiter>, std::less<>> waiters_;
+  std::vector<std::shared_ptr<TopicWaiter>> retired_;
+};
+
+}  // namespace txmq::internal
