@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "txmq/worker.h"
 
 extern char** environ;
 
@@ -35,21 +36,6 @@ struct ConsumeArgs {
   bool exit_when_empty = false;
 };
 
-struct Totals {
-  std::atomic<std::int64_t> claimed{0};  // messages taken, against --max-messages
-  std::atomic<std::int64_t> acked{0};
-  std::atomic<std::int64_t> nacked{0};
-  std::atomic<std::int64_t> lost{0};
-};
-
-// Retry delay after a failed handler: 1 s, 2 s, 4 s ... capped at 5 minutes, with jitter.
-Micros retry_delay(int attempt) {
-  thread_local std::mt19937 rng{std::random_device{}()};
-  double base = std::min(300.0, std::pow(2.0, std::min(attempt - 1, 20)));
-  double seconds = base * std::uniform_real_distribution<double>(0.5, 1.0)(rng);
-  return Micros(static_cast<std::int64_t>(seconds * 1e6));
-}
-
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -60,8 +46,8 @@ int open_pidfd(pid_t pid) {
 }
 
 // Runs the handler for one message; returns its exit status (128+N for signal N, 127 when it
-// could not start). Extends the lease every lease/3 while it runs.
-int run_handler(Client& client, const ConsumeArgs& args, const Message& m, Micros lease) {
+// could not start). The Worker extends the lease while it runs.
+int run_handler(const ConsumeArgs& args, const Message& m) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(Errc::kInternal, "pipe failed");
 
@@ -118,35 +104,14 @@ int run_handler(Client& client, const ConsumeArgs& args, const Message& m, Micro
   });
 
   int pidfd = open_pidfd(pid);
-  auto next_extend = std::chrono::steady_clock::now() + lease / 3;
   int status = 0;
-  bool lease_ok = true;
   for (;;) {
-    pid_t done = waitpid(pid, &status, WNOHANG);
+    pid_t done = waitpid(pid, &status, pidfd >= 0 ? WNOHANG : 0);
     if (done == pid) break;
-    auto now = std::chrono::steady_clock::now();
-    if (now >= next_extend && lease_ok) {
-      try {
-        if (client.extend(args.topic, m.receipt, lease) != Settle::kOk) {
-          lease_ok = false;
-          print_error(fmt::format("message {}: lease lost while its handler runs; another "
-                                  "consumer may run it too",
-                                  m.id));
-        }
-      } catch (const Error& e) {
-        print_error(fmt::format("message {}: extending the lease failed: {}", m.id, e.what()));
-      }
-      next_extend = now + lease / 3;
-    }
-    int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       next_extend - std::chrono::steady_clock::now())
-                                       .count());
-    wait_ms = std::clamp(wait_ms, 1, 1000);
+    if (done < 0 && errno != EINTR) break;
     if (pidfd >= 0) {
       pollfd p{pidfd, POLLIN, 0};
-      poll(&p, 1, wait_ms);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(wait_ms, 10)));
+      poll(&p, 1, 1000);
     }
   }
   if (pidfd >= 0) close(pidfd);
@@ -156,54 +121,9 @@ int run_handler(Client& client, const ConsumeArgs& args, const Message& m, Micro
   return 1;
 }
 
-void consume_loop(Client& client, const ConsumeArgs& args, Micros lease, Totals& totals) {
-  Micros idle = std::chrono::milliseconds(20);
-  while (!g_stop.load()) {
-    if (args.max_messages > 0 && totals.claimed.fetch_add(1) >= args.max_messages) return;
-    std::vector<Message> messages;
-    try {
-      ReceiveOptions options;
-      options.lease = lease;
-      messages = client.receive(args.topic, options);
-    } catch (const Error& e) {
-      if (args.max_messages > 0) totals.claimed.fetch_sub(1);
-      if (!e.retryable()) throw;
-      print_error(fmt::format("receive failed, retrying: {}", e.what()));
-      messages.clear();
-    }
-    if (messages.empty()) {
-      if (args.max_messages > 0) totals.claimed.fetch_sub(1);
-      if (args.exit_when_empty) return;
-      // Idle: back off to at most 1 s between claims, waking early on a stop request.
-      for (auto slept = Micros{0}; slept < idle && !g_stop.load();
-           slept += std::chrono::milliseconds(20)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      idle = std::min<Micros>(idle * 2, std::chrono::seconds(1));
-      continue;
-    }
-    idle = std::chrono::milliseconds(20);
-    const Message& m = messages.front();
-    int status = run_handler(client, args, m, lease);
-    Settle s;
-    if (status == 0) {
-      s = client.ack(args.topic, m.receipt);
-      if (s == Settle::kOk) totals.acked++;
-    } else {
-      Micros delay = retry_delay(m.attempt);
-      print_error(fmt::format("message {} attempt {}: handler exited with {}; retry in {:.1f} s",
-                              m.id, m.attempt, status, delay.count() / 1e6));
-      s = client.nack(args.topic, m.receipt, delay);
-      if (s == Settle::kOk) totals.nacked++;
-    }
-    if (s != Settle::kOk) {
-      totals.lost++;
-      print_error(fmt::format("message {}: the lease was lost before the handler finished; its "
-                              "outcome was not applied (another consumer has it)",
-                              m.id));
-    }
-  }
-}
+struct HandlerFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 }  // namespace
 
@@ -226,8 +146,12 @@ void add_consume_command(CLI::App& app, Globals& g) {
     }
     if (args->max_messages < 0) throw Error(Errc::kInvalidArgument, "--max-messages must be >= 0");
     auto client = connect(g);
-    Micros lease = lease_opt->count() > 0 ? seconds_to_micros(args->lease, "--lease")
-                                          : client->topic(args->topic).options.lease;
+    WorkerOptions options;
+    options.threads = args->concurrency;
+    if (lease_opt->count() > 0) options.lease = seconds_to_micros(args->lease, "--lease");
+    options.limit = static_cast<std::uint64_t>(args->max_messages);
+    options.stop_when_empty = args->exit_when_empty;
+    options.on_event = [](std::string_view text) { print_error(std::string(text)); };
 
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
@@ -236,27 +160,33 @@ void add_consume_command(CLI::App& app, Globals& g) {
     sigaction(SIGTERM, &sa, nullptr);
     signal(SIGPIPE, SIG_IGN);
 
-    Totals totals;
-    std::mutex error_mutex;
-    std::exception_ptr failure;
-    std::vector<std::thread> threads;
-    for (int i = 0; i < args->concurrency; ++i) {
-      threads.emplace_back([&] {
-        try {
-          consume_loop(*client, *args, lease, totals);
-        } catch (...) {
-          std::lock_guard lock(error_mutex);
-          if (!failure) failure = std::current_exception();
-          g_stop.store(true);
-        }
-      });
+    // The Worker long polls, extends leases while handlers run, retries the database with
+    // backoff, and on stop lets running handlers finish.
+    Worker worker(*client, args->topic,
+                  [&](const Message& m) {
+                    const int status = run_handler(*args, m);
+                    if (status != 0) {
+                      throw HandlerFailed(fmt::format("handler exited with {}", status));
+                    }
+                  },
+                  options);
+    while (!g_stop.load() && !worker.stopping()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    for (std::thread& t : threads) t.join();
-    std::fprintf(stderr, "txmq: consumed %lld messages: %lld acked, %lld nacked, %lld leases lost\n",
-                 static_cast<long long>(totals.acked + totals.nacked + totals.lost),
-                 static_cast<long long>(totals.acked.load()),
-                 static_cast<long long>(totals.nacked.load()),
-                 static_cast<long long>(totals.lost.load()));
+    if (g_stop.load()) print_error("stopping: waiting for running handlers to finish");
+    worker.stop();
+    std::exception_ptr failure;
+    try {
+      worker.join();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    const WorkerCounts totals = worker.counts();
+    std::fprintf(stderr, "txmq: consumed %llu messages: %llu acked, %llu retried, %llu leases lost\n",
+                 static_cast<unsigned long long>(totals.acked + totals.retried + totals.leases_lost),
+                 static_cast<unsigned long long>(totals.acked),
+                 static_cast<unsigned long long>(totals.retried),
+                 static_cast<unsigned long long>(totals.leases_lost));
     if (failure) std::rethrow_exception(failure);
   });
 }

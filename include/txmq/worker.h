@@ -1,0 +1,72 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "txmq/client.h"
+
+namespace txmq {
+
+// Handles one message. Returning acknowledges it; throwing gives it back with the topic's retry
+// delay (TopicOptions::retry), or dead-letters it at max_attempts.
+using MessageHandler = std::function<void(const Message&)>;
+
+struct WorkerOptions {
+  // Handlers running at once, each on its own thread (1..256).
+  int threads = 1;
+  // Messages each thread leases per claim (1..100); they are handled one after another.
+  int batch = 1;
+  // Lease length; default: the topic's. Leases are extended while handlers run, so this is how
+  // long a crashed worker's messages wait before peers take them.
+  std::optional<Micros> lease;
+  // Stop after this many messages were handled (acknowledged or given back); 0: no limit.
+  std::uint64_t limit = 0;
+  // Stop once a claim finds nothing claimable (for draining a topic), instead of waiting.
+  bool stop_when_empty = false;
+  // Told about what went wrong and what the worker did about it (a handler threw, a lease was
+  // lost, the database is unreachable and the worker retries). Default: a line on stderr.
+  std::function<void(std::string_view)> on_event;
+};
+
+struct WorkerCounts {
+  std::uint64_t acked = 0;
+  std::uint64_t retried = 0;      // the handler threw: given back (or dead-lettered)
+  std::uint64_t leases_lost = 0;  // the outcome was refused: another consumer has the message
+};
+
+// Runs a handler over a topic on N threads until stopped:
+//  - long polls when the topic is empty (no statements while idle, woken by sends);
+//  - extends each running handler's lease every third of its length, so that handlers may run
+//    longer than the lease; a lease that cannot be kept is reported;
+//  - on a database outage, reports it and retries with backoff (100 ms to 5 s) rather than exit;
+//  - stop() lets running handlers finish and settles their messages; messages leased but not
+//    yet started are given back at once. Nothing is lost on stop.
+// The Client must outlive the Worker. The destructor stops and joins.
+class Worker {
+ public:
+  Worker(Client& client, std::string topic, MessageHandler handler, WorkerOptions options = {});
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Asks the worker to stop; returns at once. Safe from any thread, and from a signal-watching
+  // thread (not from a signal handler).
+  void stop();
+  // Waits until every thread has finished. Rethrows an error that stopped the worker (a topic
+  // that does not exist, bad options), if any.
+  void join();
+  bool stopping() const;
+  WorkerCounts counts() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace txmq

@@ -1,0 +1,309 @@
+// Worker: N threads that claim, run a handler, and settle, on the public Client API.
+#include "txmq/worker.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "db/backoff.h"
+
+namespace txmq {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Receives wait in slices so that stop() is noticed within one; an idle slice costs no
+// statement (the topic's waiter knows the topic is empty; waiting.cc).
+constexpr auto kWaitSlice = std::chrono::milliseconds(250);
+constexpr auto kExtenderTick = std::chrono::milliseconds(50);
+constexpr int kSettleTries = 6;
+
+}  // namespace
+
+struct Worker::Impl {
+  Impl(Client& c, std::string t, MessageHandler h, WorkerOptions o)
+      : client(c), topic(std::move(t)), handler(std::move(h)), options(std::move(o)) {}
+
+  struct Running {
+    std::string receipt;
+    std::uint64_t id = 0;
+    SteadyClock::time_point extended;
+    bool lost = false;
+  };
+
+  void event(const std::string& text) {
+    if (options.on_event) {
+      options.on_event(text);
+    } else {
+      std::fprintf(stderr, "txmq worker: %s\n", text.c_str());
+    }
+  }
+
+  // Sleeps up to d, returning early on stop.
+  void pause(std::chrono::microseconds d) {
+    std::unique_lock lock(mutex);
+    wake.wait_for(lock, d, [this] { return stop_requested; });
+  }
+
+  bool stopping() {
+    std::lock_guard lock(mutex);
+    return stop_requested;
+  }
+
+  void request_stop() {
+    std::lock_guard lock(mutex);
+    stop_requested = true;
+    wake.notify_all();
+  }
+
+  void fail(std::exception_ptr e) {
+    std::lock_guard lock(mutex);
+    if (!failure) failure = std::move(e);
+    stop_requested = true;
+    wake.notify_all();
+  }
+
+  // Reserves up to `want` messages against options.limit; 0 when the limit is reached.
+  int reserve(int want) {
+    if (options.limit == 0) return want;
+    std::lock_guard lock(mutex);
+    const std::uint64_t left = options.limit - std::min(options.limit, reserved);
+    const int got = static_cast<int>(std::min<std::uint64_t>(left, static_cast<std::uint64_t>(want)));
+    reserved += static_cast<std::uint64_t>(got);
+    return got;
+  }
+  void unreserve(int n) {
+    if (options.limit == 0 || n <= 0) return;
+    std::lock_guard lock(mutex);
+    reserved -= static_cast<std::uint64_t>(n);
+  }
+
+  // Runs settle() until it gives an answer, retrying while the database is unreachable.
+  template <typename F>
+  std::optional<Settle> settle_with_retries(const Message& m, const char* what, F&& settle) {
+    const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
+    for (int attempt = 1;; ++attempt) {
+      try {
+        return settle();
+      } catch (const Error& e) {
+        if (!e.retryable() || attempt >= kSettleTries) {
+          event(fmt::format("message {}: could not {} it ({}); it will be delivered again when "
+                            "its lease ends",
+                            m.id, what, e.what()));
+          return std::nullopt;
+        }
+        std::this_thread::sleep_for(backoff.delay(attempt));
+      }
+    }
+  }
+
+  void handle(const Message& m, std::size_t slot) {
+    {
+      std::lock_guard lock(mutex);
+      running[slot] = Running{m.receipt, m.id, SteadyClock::now(), false};
+    }
+    std::string failure_text;
+    bool ok = true;
+    try {
+      handler(m);
+    } catch (const std::exception& e) {
+      ok = false;
+      failure_text = e.what();
+    } catch (...) {
+      ok = false;
+      failure_text = "unknown exception";
+    }
+    {
+      std::lock_guard lock(mutex);
+      running.erase(slot);
+    }
+    std::optional<Settle> s;
+    if (ok) {
+      s = settle_with_retries(m, "acknowledge", [&] { return client.ack(topic, m.receipt); });
+      if (s == Settle::kOk) ++acked;
+    } else {
+      event(fmt::format("message {} (attempt {}) failed: {}; retried after the topic's retry "
+                        "delay",
+                        m.id, m.attempt, failure_text));
+      s = settle_with_retries(m, "give back", [&] { return client.nack(topic, m.receipt); });
+      if (s == Settle::kOk) ++retried;
+    }
+    if (s && *s != Settle::kOk) {
+      ++leases_lost;
+      event(fmt::format("message {}: its lease was lost before the handler finished; the outcome "
+                        "was not applied (another consumer has it)",
+                        m.id));
+    }
+  }
+
+  void run_thread(std::size_t slot) {
+    const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
+    int outages = 0;
+    while (!stopping()) {
+      const int want = reserve(options.batch);
+      if (want == 0) {
+        request_stop();
+        break;
+      }
+      std::vector<Message> messages;
+      try {
+        ReceiveOptions r;
+        r.max_messages = want;
+        r.lease = lease;
+        r.wait = options.stop_when_empty ? Micros{0} : Micros(kWaitSlice);
+        messages = client.receive(topic, r);
+        if (outages > 0) event(fmt::format("topic {}: receiving again", topic));
+        outages = 0;
+      } catch (const Error& e) {
+        unreserve(want);
+        if (!e.retryable()) {
+          fail(std::current_exception());
+          break;
+        }
+        ++outages;
+        const auto delay = backoff.delay(std::min(outages, 10));
+        event(fmt::format("topic {}: receive failed ({}); retrying in {} ms", topic, e.what(),
+                          delay.count() / 1000));
+        pause(delay);
+        continue;
+      }
+      unreserve(want - static_cast<int>(messages.size()));
+      if (messages.empty()) {
+        if (options.stop_when_empty) {
+          request_stop();
+          break;
+        }
+        continue;
+      }
+      std::size_t next = 0;
+      for (; next < messages.size(); ++next) {
+        if (next > 0 && stopping()) break;
+        handle(messages[next], slot);
+      }
+      // Leased but not started when a stop came: give them back at once.
+      for (; next < messages.size(); ++next) {
+        const Message& m = messages[next];
+        settle_with_retries(m, "give back",
+                            [&] { return client.nack(topic, m.receipt, Micros{0}); });
+      }
+    }
+  }
+
+  // Extends every running handler's lease each third of the lease.
+  void run_extender() {
+    std::unique_lock lock(mutex);
+    while (!threads_done) {
+      wake.wait_for(lock, kExtenderTick);
+      const auto now = SteadyClock::now();
+      std::vector<std::pair<std::size_t, Running>> due;
+      for (auto& [slot, r] : running) {
+        if (!r.lost && now - r.extended >= lease / 3) due.emplace_back(slot, r);
+      }
+      lock.unlock();
+      for (auto& [slot, r] : due) {
+        bool lost = false;
+        try {
+          lost = client.extend(topic, r.receipt, lease) != Settle::kOk;
+        } catch (const Error& e) {
+          event(fmt::format("message {}: extending its lease failed ({}); trying again", r.id,
+                            e.what()));
+          continue;
+        }
+        if (lost) {
+          event(fmt::format("message {}: lease lost while its handler runs; another consumer "
+                            "may run it too",
+                            r.id));
+        }
+        std::lock_guard relock(mutex);
+        auto it = running.find(slot);
+        if (it != running.end() && it->second.receipt == r.receipt) {
+          it->second.extended = now;
+          it->second.lost = lost;
+        }
+      }
+      lock.lock();
+    }
+  }
+
+  Client& client;
+  const std::string topic;
+  const MessageHandler handler;
+  const WorkerOptions options;
+  Micros lease{0};
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  bool stop_requested = false;
+  bool threads_done = false;
+  std::exception_ptr failure;
+  std::uint64_t reserved = 0;
+  std::map<std::size_t, Running> running;  // by thread slot
+  std::atomic<std::uint64_t> acked{0}, retried{0}, leases_lost{0};
+  std::vector<std::thread> threads;
+  std::thread extender;
+  bool joined = false;
+};
+
+Worker::Worker(Client& client, std::string topic, MessageHandler handler, WorkerOptions options)
+    : impl_(std::make_unique<Impl>(client, std::move(topic), std::move(handler),
+                                   std::move(options))) {
+  const WorkerOptions& o = impl_->options;
+  if (!impl_->handler) throw Error(Errc::kInvalidArgument, "a worker needs a handler");
+  if (o.threads < 1 || o.threads > 256) {
+    throw Error(Errc::kInvalidArgument, "worker threads must be from 1 to 256");
+  }
+  if (o.batch < 1 || o.batch > 100) {
+    throw Error(Errc::kInvalidArgument, "worker batch must be from 1 to 100");
+  }
+  impl_->lease = o.lease.value_or(client.topic(impl_->topic).options.lease);
+  for (int i = 0; i < o.threads; ++i) {
+    impl_->threads.emplace_back([this, i] {
+      try {
+        impl_->run_thread(static_cast<std::size_t>(i));
+      } catch (...) {
+        impl_->fail(std::current_exception());
+      }
+    });
+  }
+  impl_->extender = std::thread([this] { impl_->run_extender(); });
+}
+
+Worker::~Worker() {
+  stop();
+  try {
+    join();
+  } catch (...) {
+  }
+}
+
+void Worker::stop() { impl_->request_stop(); }
+
+bool Worker::stopping() const { return impl_->stopping(); }
+
+void Worker::join() {
+  if (!impl_->joined) {
+    for (std::thread& t : impl_->threads) t.join();
+    {
+      std::lock_guard lock(impl_->mutex);
+      impl_->threads_done = true;
+      impl_->wake.notify_all();
+    }
+    impl_->extender.join();
+    impl_->joined = true;
+  }
+  std::lock_guard lock(impl_->mutex);
+  if (impl_->failure) std::rethrow_exception(impl_->failure);
+}
+
+WorkerCounts Worker::counts() const {
+  return {impl_->acked.load(), impl_->retried.load(), impl_->leases_lost.load()};
+}
+
+}  // namespace txmq
