@@ -1,0 +1,418 @@
+// Waiting and ordering: long polling across processes, keyed FIFO, delays, the retry policy and
+// the Worker.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "support.h"
+#include "txmq/worker.h"
+
+namespace txmq {
+namespace {
+
+using namespace std::chrono_literals;
+using test::client;
+using test::topic_for_test;
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// Polls with receive(wait = 0) until a message comes; returns it and the seconds it took.
+std::pair<Message, double> poll_for_message(Client& c, const std::string& topic,
+                                            std::chrono::seconds limit = 10s) {
+  const auto start = SteadyClock::now();
+  for (;;) {
+    auto got = c.receive(topic);
+    if (!got.empty()) return {got[0], seconds_since(start)};
+    if (SteadyClock::now() - start > limit) return {Message{}, seconds_since(start)};
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// --- Long polling -------------------------------------------------------------------------------
+
+TEST(LongPoll, AConsumerWaitingInAnotherProcessReceivesASendAtOnce) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  auto consumer = test::start_txmq({"receive", topic, "--wait", "10", "--json"});
+  std::this_thread::sleep_for(1500ms);  // it is waiting by now
+  ASSERT_FALSE(consumer.poll().has_value()) << consumer.err();
+  const auto sent = SteadyClock::now();
+  c->send(topic, "wake up");
+  EXPECT_EQ(consumer.wait(), 0) << consumer.err();
+  const double took = seconds_since(sent);
+  auto got = nlohmann::json::parse(consumer.out());
+  EXPECT_EQ(got["payload"], "wake up");
+  // Well within the wait, and far faster than the one-second look that backs up the wake-up.
+  EXPECT_LT(took, 0.9) << "the waiting consumer was not woken by the send";
+}
+
+TEST(LongPoll, AWaitEndsEmptyWhenNothingComes) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const auto start = SteadyClock::now();
+  EXPECT_TRUE(c->receive(topic, {.wait = 700ms}).empty());
+  const double took = seconds_since(start);
+  EXPECT_GE(took, 0.69);
+  EXPECT_LT(took, 2.0);
+}
+
+TEST(LongPoll, ManyWaitingThreadsShareTheWaitAndEachSendWakesOne) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  std::atomic<int> received{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      for (int tries = 0; tries < 10 && received.load() < 8; ++tries) {
+        auto got = c->receive(topic, {.wait = 1s});
+        if (!got.empty()) {
+          received++;
+          c->ack(topic, got[0].receipt);
+          return;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  auto producer = client();
+  for (int i = 0; i < 8; ++i) {
+    producer->send(topic, "m");
+    std::this_thread::sleep_for(20ms);
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(received.load(), 8);
+}
+
+TEST(LongPoll, ADelayedMessageIsReceivedByAWaiterOnceDue) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const auto start = SteadyClock::now();
+  c->send(topic, "later", {.delay = 1500ms});
+  auto got = c->receive(topic, {.wait = 5s});
+  const double took = seconds_since(start);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GE(took, 1.45);  // invisible until due
+  EXPECT_LT(took, 3.0);   // seen by the waiter's next look
+}
+
+// --- Delays and the retry policy --------------------------------------------------------------
+
+TEST(Delay, DelayedMessagesAreInvisibleUntilDue) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send(topic, "now");
+  c->send_batch(topic, std::vector<OutgoingMessage>{{.payload = "in 0.8 s", .delay = 800ms}});
+  auto first = c->receive(topic, {.max_messages = 10});
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].payload, "now");
+  auto [m, took] = poll_for_message(*c, topic);
+  EXPECT_EQ(m.payload, "in 0.8 s");
+  EXPECT_GE(took, 0.7);
+  EXPECT_LT(took, 1.3);
+  EXPECT_EQ(c->stats(topic).delayed, 0u);
+}
+
+TEST(Retry, NacksWaitTheTopicsBackoffAndItGrows) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.retry = {.initial = 400ms, .multiplier = 2, .max = 10s, .jitter = 0};
+  options.max_attempts = 10;
+  c->create_topic(topic, options);
+  c->send(topic, "x");
+  auto got = c->receive(topic);
+  ASSERT_EQ(got.size(), 1u);
+  for (double expected : {0.4, 0.8, 1.6}) {
+    ASSERT_EQ(c->nack(topic, got[0].receipt), Settle::kOk);
+    auto stats = c->stats(topic);
+    EXPECT_EQ(stats.delayed, 1u);
+    auto [m, took] = poll_for_message(*c, topic);
+    ASSERT_NE(m.id, 0u);
+    EXPECT_GE(took, expected - 0.05) << expected;
+    EXPECT_LT(took, expected + 0.35) << expected;
+    got = {m};
+  }
+  // An explicit delay still wins.
+  ASSERT_EQ(c->nack(topic, got[0].receipt, 0ms), Settle::kOk);
+  EXPECT_EQ(c->receive(topic).size(), 1u);
+}
+
+TEST(Retry, AnExpiredLeaseIsRetriedAfterLeasePlusBackoffAndJitterOnlyShortens) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.lease = 300ms;
+  options.retry = {.initial = 600ms, .multiplier = 2, .max = 600ms, .jitter = 0.5};
+  c->create_topic(topic, options);
+  c->send_batch(topic, std::vector<OutgoingMessage>(5, OutgoingMessage{.payload = "x"}));
+  auto got = c->receive(topic, {.max_messages = 5});
+  ASSERT_EQ(got.size(), 5u);
+  const auto start = SteadyClock::now();
+  std::vector<double> back;
+  while (back.size() < 5 && seconds_since(start) < 5) {
+    for (const Message& m : c->receive(topic, {.max_messages = 5})) {
+      back.push_back(seconds_since(start));
+      EXPECT_EQ(m.attempt, 2);
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(back.size(), 5u);
+  for (double t : back) {
+    // lease 0.3 s + retry 0.6 s shortened by up to half: between 0.6 and 0.9 s.
+    EXPECT_GE(t, 0.55);
+    EXPECT_LT(t, 1.2);
+  }
+}
+
+TEST(Retry, TopicSetChangesThePolicyAndKeepsTheRest) {
+  const std::string topic = topic_for_test();
+  ASSERT_EQ(test::run_txmq({"topic", "create", topic, "--lease", "12", "--retry-initial", "2"})
+                .exit_code,
+            0);
+  auto r = test::run_txmq({"topic", "set", topic, "--retry-initial", "0.25", "--retry-max", "60",
+                           "--retry-multiplier", "3", "--retry-jitter", "0", "--max-attempts", "7"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto c = client();
+  const TopicOptions o = c->topic(topic).options;
+  EXPECT_EQ(o.lease, 12s);
+  EXPECT_EQ(o.max_attempts, 7);
+  EXPECT_EQ(o.retry.initial, 250ms);
+  EXPECT_EQ(o.retry.max, 60s);
+  EXPECT_DOUBLE_EQ(o.retry.multiplier, 3);
+  EXPECT_DOUBLE_EQ(o.retry.jitter, 0);
+  r = test::run_txmq({"topic", "set", topic, "--retry-multiplier", "50"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;  // refused
+  EXPECT_NE(r.err.find("multiplier"), std::string::npos) << r.err;
+  EXPECT_EQ(test::run_txmq({"topic", "set", topic_for_test("_none"), "--lease", "1"}).exit_code,
+            3);
+  // A create with the old settings now refuses, naming the way to change them.
+  r = test::run_txmq({"topic", "create", topic, "--lease", "12", "--retry-initial", "2"});
+  EXPECT_NE(r.err.find("topic set"), std::string::npos) << r.err;
+}
+
+// --- Keyed FIFO --------------------------------------------------------------------------------
+
+TEST(KeyedFifo, OneKeyIsDeliveredOneAtATimeInSendOrder) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.retry = {.initial = 0ms}});
+  for (int i = 0; i < 5; ++i) c->send(topic, std::to_string(i), {.key = "k"});
+  c->send(topic, "other", {.key = "j"});
+  auto got = c->receive(topic, {.max_messages = 10});
+  ASSERT_EQ(got.size(), 2u);  // the head of each key
+  EXPECT_EQ(got[0].payload, "0");
+  EXPECT_EQ(got[1].payload, "other");
+  EXPECT_EQ(c->stats(topic).waiting_on_key, 4u);
+  // A nack keeps the key's place; the next waits.
+  ASSERT_EQ(c->nack(topic, got[0].receipt, 0ms), Settle::kOk);
+  got = c->receive(topic, {.max_messages = 10});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "0");
+  EXPECT_EQ(got[0].attempt, 2);
+  for (int i = 1; i < 5; ++i) {
+    ASSERT_EQ(c->ack(topic, got[0].receipt), Settle::kOk);
+    got = c->receive(topic, {.max_messages = 10});
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].payload, std::to_string(i));
+  }
+  ASSERT_EQ(c->ack(topic, got[0].receipt), Settle::kOk);
+  EXPECT_TRUE(c->receive(topic).empty());
+  EXPECT_EQ(c->stats(topic).waiting_on_key, 0u);
+}
+
+TEST(KeyedFifo, ADeadLetteredHeadLetsTheNextGoAndRequeueGoesToTheBack) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.max_attempts = 1});
+  c->send_batch(topic, std::vector<OutgoingMessage>{{.payload = "a", .key = "k"},
+                                                    {.payload = "b", .key = "k"},
+                                                    {.payload = "c", .key = "k"}});
+  auto got = c->receive(topic);
+  ASSERT_EQ(got.size(), 1u);
+  const std::uint64_t a = got[0].id;
+  ASSERT_EQ(c->nack(topic, got[0].receipt), Settle::kOk);  // at max attempts: dead
+  got = c->receive(topic);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "b");
+  ASSERT_EQ(c->requeue_dead(topic, std::vector<std::uint64_t>{a}), 1u);
+  ASSERT_EQ(c->ack(topic, got[0].receipt), Settle::kOk);
+  got = c->receive(topic);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "c");
+  ASSERT_EQ(c->ack(topic, got[0].receipt), Settle::kOk);
+  got = c->receive(topic);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "a");  // requeued behind the key's others
+  EXPECT_EQ(got[0].id, a);
+}
+
+TEST(KeyedFifo, ExactlyOnceProcessingMovesTheKeyOn) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  for (int i = 0; i < 3; ++i) c->send(topic, std::to_string(i), {.key = "k"});
+  std::vector<std::string> seen;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c->process(topic, {.max_messages = 10},
+                         [&](Transaction&, std::span<const Message> batch) {
+                           ASSERT_EQ(batch.size(), 1u);
+                           seen.push_back(batch[0].payload);
+                         }),
+              1u);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"0", "1", "2"}));
+}
+
+// The test: 100 keys x 200 messages, 8 consumers with random handler times. Per key,
+// handling never overlaps and follows send order; all keys progress together.
+TEST(KeyedFifo, HundredKeysEightConsumersNeverOverlapAndKeepOrder) {
+  constexpr int kKeys = 100;
+  constexpr int kPerKey = 200;
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  std::vector<OutgoingMessage> batch;
+  for (int seq = 0; seq < kPerKey; ++seq) {
+    for (int k = 0; k < kKeys; ++k) {
+      batch.push_back({.payload = std::to_string(seq), .key = "key" + std::to_string(k)});
+    }
+    if (batch.size() >= 2000) {
+      c->send_batch(topic, batch);
+      batch.clear();
+    }
+  }
+  if (!batch.empty()) c->send_batch(topic, batch);
+
+  std::mutex mutex;
+  std::map<std::string, int> next_seq;  // per key: the seq expected next
+  std::map<std::string, bool> busy;
+  std::atomic<int> overlaps{0}, out_of_order{0}, handled{0};
+  std::atomic<int> keys_behind_at_half{-1};
+  WorkerOptions options;
+  options.threads = 8;
+  options.limit = kKeys * kPerKey;
+  Worker worker(*c, topic, [&](const Message& m) {
+    thread_local std::mt19937 rng{std::random_device{}()};
+    const std::string key = *m.key;
+    {
+      std::lock_guard lock(mutex);
+      if (busy[key]) overlaps++;
+      busy[key] = true;
+      if (std::stoi(m.payload) != next_seq[key]) out_of_order++;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 1500));
+    std::lock_guard lock(mutex);
+    busy[key] = false;
+    next_seq[key] = std::stoi(m.payload) + 1;
+    if (++handled == kKeys * kPerKey / 2) {
+      int behind = 0;
+      for (int k = 0; k < kKeys; ++k) {
+        if (next_seq["key" + std::to_string(k)] < kPerKey / 4) behind++;
+      }
+      keys_behind_at_half = behind;
+    }
+  }, options);
+  worker.join();
+  EXPECT_EQ(handled.load(), kKeys * kPerKey);
+  EXPECT_EQ(worker.counts().acked, static_cast<std::uint64_t>(kKeys * kPerKey));
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(out_of_order.load(), 0);
+  // Halfway through, no key is still in its first quarter: they all moved together.
+  EXPECT_EQ(keys_behind_at_half.load(), 0);
+  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(next_seq["key" + std::to_string(k)], kPerKey);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed + stats.waiting_on_key, 0u);
+}
+
+// --- Worker ------------------------------------------------------------------------------------
+
+TEST(Worker, StopFinishesRunningHandlersAndLosesNothing) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send_batch(topic, std::vector<OutgoingMessage>(40, OutgoingMessage{.payload = "x"}));
+  std::atomic<int> started{0}, finished{0};
+  WorkerOptions options;
+  options.threads = 4;
+  options.batch = 5;
+  Worker worker(*c, topic, [&](const Message&) {
+    started++;
+    std::this_thread::sleep_for(200ms);
+    finished++;
+  }, options);
+  std::this_thread::sleep_for(300ms);
+  worker.stop();
+  worker.join();
+  EXPECT_EQ(started.load(), finished.load());
+  EXPECT_EQ(worker.counts().acked, static_cast<std::uint64_t>(finished.load()));
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.in_flight, 0u);  // the unstarted ones of each batch were given back
+  EXPECT_EQ(stats.ready + static_cast<std::uint64_t>(finished.load()), 40u);
+}
+
+TEST(Worker, ExtendsTheLeaseWhileAHandlerRunsPastIt) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 600ms, .retry = {.initial = 0ms}});
+  c->send(topic, "slow");
+  auto peer = client();
+  std::atomic<int> peer_got{0};
+  WorkerOptions options;
+  options.limit = 1;
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  Worker worker(*c, topic, [&](const Message&) {
+    const auto until = SteadyClock::now() + 2s;
+    while (SteadyClock::now() < until) {
+      peer_got += static_cast<int>(peer->receive(topic).size());
+      std::this_thread::sleep_for(100ms);
+    }
+  }, options);
+  worker.join();
+  EXPECT_EQ(peer_got.load(), 0);
+  EXPECT_EQ(worker.counts().acked, 1u);
+  EXPECT_EQ(worker.counts().leases_lost, 0u);
+  EXPECT_TRUE(events.empty()) << events.front();
+}
+
+TEST(Worker, AThrowingHandlerRetriesThenDeadLetters) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.max_attempts = 3, .retry = {.initial = 50ms}});
+  c->send(topic, "poison");
+  WorkerOptions options;
+  options.limit = 3;
+  options.on_event = [](std::string_view) {};
+  std::atomic<int> calls{0};
+  Worker worker(*c, topic, [&](const Message&) {
+    calls++;
+    throw std::runtime_error("boom");
+  }, options);
+  worker.join();
+  EXPECT_EQ(calls.load(), 3);
+  EXPECT_EQ(worker.counts().retried, 3u);
+  EXPECT_EQ(c->stats(topic).dead, 1u);
+}
+
+TEST(Worker, AMissingTopicStopsItWithTheError) {
+  auto c = client();
+  EXPECT_THROW(Worker(*c, topic_for_test("_missing"), [](const Message&) {}), Error);
+}
+
+}  // namespace
+}  // namespace txmq
