@@ -13,6 +13,7 @@
 #include "db/dsn.h"
 #include "reference.h"
 #include "report.h"
+#include "waiting.h"
 #include "txmq/client.h"
 #include "workloads.h"
 
@@ -34,6 +35,9 @@ struct Sizes {
   int depth_rounds;          // each drains depth_round messages then tops the backlog up
   int depth_round;
   int claim_samples;
+  int wake_samples;          // single sends to a consumer waiting in another process
+  double idle_window;        // seconds over which idle consumers' statements are counted
+  bool idle_all;             // all idle configurations, or only 16 processes x 1 s wait
 };
 
 Sizes sizes_for(const BenchOptions& o) {
@@ -49,7 +53,10 @@ Sizes sizes_for(const BenchOptions& o) {
                             .depths = {10000, 100000},
                             .depth_rounds = 4,
                             .depth_round = 5000,
-                            .claim_samples = 300}
+                            .claim_samples = 300,
+                            .wake_samples = 50,
+                            .idle_window = 4,
+                            .idle_all = false}
                     : Sizes{.timed_seconds = 9,
                             .rounds = 3,
                             .multirow_rows = 600000,
@@ -62,7 +69,10 @@ Sizes sizes_for(const BenchOptions& o) {
                             .depths = {10000, 100000, 1000000},
                             .depth_rounds = 20,
                             .depth_round = 5000,
-                            .claim_samples = 2000};
+                            .claim_samples = 2000,
+                            .wake_samples = 300,
+                            .idle_window = 10,
+                            .idle_all = true};
   if (o.huge) s.depths.push_back(10000000);
   return s;
 }
@@ -70,8 +80,8 @@ Sizes sizes_for(const BenchOptions& o) {
 constexpr std::size_t kSmall = 100;
 constexpr std::size_t kLarge = 4096;
 
-const std::vector<std::string> kSections = {"send", "batch", "seed",  "drain",
-                                            "e2e",  "depth", "claim"};
+const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
+                                            "depth", "claim", "keys", "wake", "idle"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -178,6 +188,9 @@ class Bench {
     if (wanted("e2e")) e2e(client, consumers);
     if (wanted("depth")) depth(client);
     if (wanted("claim")) claim(client);
+    if (wanted("keys")) keys(client);
+    if (wanted("wake")) wake(client);
+    if (wanted("idle")) idle(client);
     for (const char* t : kTopics) drop_if_exists(client, t);
     drop_reference_tables(dsn_);
     report_.finish(targets());
@@ -186,7 +199,9 @@ class Bench {
  private:
   static constexpr const char* kTopics[] = {"txmq_bench_send", "txmq_bench_batch",
                                             "txmq_bench_drain", "txmq_bench_e2e",
-                                            "txmq_bench_depth", "txmq_bench_claim"};
+                                            "txmq_bench_depth", "txmq_bench_claim",
+                                            "txmq_bench_keys",  "txmq_bench_wake",
+                                            "txmq_bench_idle"};
 
   bool wanted(const std::string& section) const {
     return options_.sections.empty() ||
@@ -399,6 +414,79 @@ class Bench {
     drop_if_exists(client, topic);
   }
 
+  // Keyed FIFO at 100,000 keys: claims see only each key's head, so draining keyed messages
+  // should cost about what draining unkeyed ones does, apart from the keys' own bookkeeping.
+  void keys(Client& client) {
+    report_.section("Keyed FIFO: drain (receive 100 + ack, 4 consumers) with 100,000 keys");
+    const std::string topic = "txmq_bench_keys";
+    const int keys = options_.quick ? 20000 : 100000;
+    auto fill_keyed = [&](bool keyed) {
+      fresh_topic(client, topic);
+      std::vector<OutgoingMessage> batch;
+      for (int round = 0; round < 2; ++round) {  // two messages per key: one waits behind
+        for (int k = 0; k < keys; ++k) {
+          OutgoingMessage m{.payload = std::string(kSmall, 'k')};
+          if (keyed) m.key = fmt::format("key{}", k);
+          batch.push_back(std::move(m));
+          if (batch.size() == 5000) {
+            client.send_batch(topic, batch);
+            batch.clear();
+          }
+        }
+      }
+      if (!batch.empty()) client.send_batch(topic, batch);
+    };
+    fill_keyed(false);
+    report_.add(row("keys.none", fmt::format("drain {} unkeyed messages", 2 * keys)),
+                drain(client, topic, 4, 100, static_cast<std::uint64_t>(2 * keys),
+                             sizes_.drain_cap_seconds * 4));
+    fill_keyed(true);
+    report_.add(row("keys.100k", fmt::format("drain {} messages of {} keys", 2 * keys, keys),
+                    "keys.none"),
+                drain(client, topic, 4, 100, static_cast<std::uint64_t>(2 * keys),
+                             sizes_.drain_cap_seconds * 4));
+    drop_if_exists(client, topic);
+  }
+
+  void wake(Client& client) {
+    report_.section("Long polling: a send to a consumer waiting in another process");
+    const std::string topic = "txmq_bench_wake";
+    fresh_topic(client, topic);
+    Row r = row("wake.1", "wake-up: send to receipt, other process");
+    r.note = "rate: sends per second, with 20-60 ms idle gaps";
+    report_.add(std::move(r), wake_latency(options_.dsn, client, topic, sizes_.wake_samples));
+    drop_if_exists(client, topic);
+  }
+
+  void idle(Client& client) {
+    report_.section("Long polling: statements per second while consumers wait on an empty topic "
+                    "(the rate column)");
+    const std::string topic = "txmq_bench_idle";
+    struct Config {
+      int processes;
+      int threads;
+      double wait;
+      std::string id;
+      std::string name;
+    };
+    std::vector<Config> configs = {
+        {16, 1, 1, "idle.16p.1s", "16 consumer processes, receive wait 1 s"}};
+    if (sizes_.idle_all) {
+      configs.push_back({16, 1, 20, "idle.16p.20s", "16 consumer processes, receive wait 20 s"});
+      configs.push_back({1, 16, 1, "idle.16t.1s", "16 threads in 1 process, receive wait 1 s"});
+    }
+    for (const Config& c : configs) {
+      fresh_topic(client, topic);
+      Row r = row(c.id, c.name);
+      r.rate = idle_statements_per_second(options_.dsn, topic, c.processes, c.threads, c.wait,
+                                          sizes_.idle_window);
+      r.seconds = sizes_.idle_window;
+      r.note = "statements/s on the server (SHOW GLOBAL STATUS Questions)";
+      report_.add_row(std::move(r));
+    }
+    drop_if_exists(client, topic);
+  }
+
   static std::vector<Target> targets() {
     using K = Target::Kind;
     return {
@@ -414,6 +502,11 @@ class Bench {
         {"depth.1000000", "depth.10000", K::kRateAtLeast, 0.8},
         {"claim.inflight", "claim.idle", K::kP50RatioAtMost, 1.5},
         {"e2e.4+4", "", K::kP99AtMostMs, 20},
+        {"wake.1", "", K::kP50AtMostMs, 10},
+        {"wake.1", "", K::kP99AtMostMs, 50},
+        {"idle.16p.1s", "", K::kRateAtMost, 50},
+        {"idle.16p.20s", "", K::kRateAtMost, 50},
+        {"idle.16t.1s", "", K::kRateAtMost, 50},
     };
   }
 

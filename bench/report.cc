@@ -112,6 +112,20 @@ void Report::finish(const std::vector<Target>& targets) {
         wanted = fmt::format("<= {:.0f} ms", t.bound);
         against = "p99";
         break;
+      case Target::Kind::kP50AtMostMs:
+        measured = row->p50_ms;
+        met = measured <= t.bound;
+        shown = fmt::format("{:.1f} ms", measured);
+        wanted = fmt::format("<= {:.0f} ms", t.bound);
+        against = "p50";
+        break;
+      case Target::Kind::kRateAtMost:
+        measured = row->rate;
+        met = measured <= t.bound;
+        shown = fmt::format("{:.1f}/s", measured);
+        wanted = fmt::format("<= {:.0f}/s", t.bound);
+        against = "statements per second";
+        break;
     }
     checks.push_back({{"row", t.row},
                       {"basis", t.basis},
@@ -119,7 +133,9 @@ void Report::finish(const std::vector<Target>& targets) {
                       {"bound", t.bound},
                       {"kind", t.kind == Target::Kind::kRateAtLeast      ? "rate_ratio_at_least"
                                : t.kind == Target::Kind::kP50RatioAtMost ? "p50_ratio_at_most"
-                                                                          : "p99_ms_at_most"},
+                               : t.kind == Target::Kind::kP99AtMostMs    ? "p99_ms_at_most"
+                               : t.kind == Target::Kind::kP50AtMostMs    ? "p50_ms_at_most"
+                                                                          : "rate_at_most"},
                       {"met", met}});
     if (!json_) {
       if (checks.size() == 1) {

@@ -31,6 +31,8 @@ struct Target {
     kRateAtLeast,    // row.rate / basis.rate >= bound
     kP50RatioAtMost, // row.p50 / basis.p50 <= bound
     kP99AtMostMs,    // row.p99 <= bound (no basis)
+    kP50AtMostMs,    // row.p50 <= bound (no basis)
+    kRateAtMost,     // row.rate <= bound (no basis): a cost, such as statements per second
   };
   std::string row;
   std::string basis;

@@ -1,5 +1,11 @@
 // txmq bench: see bench/bench.h and docs/benchmarks.md.
+#include <time.h>
+
+#include <cstdio>
+#include <mutex>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "bench/bench.h"
 #include "cli.h"
@@ -32,6 +38,50 @@ void add_bench_command(CLI::App& app, Globals& g) {
       if (!s.empty()) o.sections.push_back(s);
     }
     g.exit_code = bench::run_bench(o);
+  });
+}
+
+// A consumer process for the bench's long-polling sections (bench/bench.cc starts it):
+// THREADS threads loop receive(wait) and ack; each message is printed as
+// "ID MONOTONIC_NS" the moment it arrives. Killed by the bench.
+void add_bench_consumer_command(CLI::App& app, Globals& g) {
+  struct Args {
+    std::string topic;
+    int threads = 1;
+    double wait = 20;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("bench-consumer", "");  // hidden: for txmq bench
+  cmd->group("");
+  cmd->add_option("topic", a->topic)->required();
+  cmd->add_option("--threads", a->threads);
+  cmd->add_option("--wait", a->wait);
+  cmd->callback([&g, a] {
+    auto client = connect(g);
+    const Micros wait = seconds_to_micros(a->wait, "--wait");
+    std::mutex out;
+    std::printf("ready\n");
+    std::fflush(stdout);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < a->threads; ++i) {
+      threads.emplace_back([&] {
+        for (;;) {
+          std::vector<Message> got = client->receive(a->topic, {.wait = wait});
+          timespec now{};
+          clock_gettime(CLOCK_MONOTONIC, &now);
+          const long long ns = static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+          for (const Message& m : got) {
+            {
+              std::lock_guard lock(out);
+              std::printf("%llu %lld\n", static_cast<unsigned long long>(m.id), ns);
+              std::fflush(stdout);
+            }
+            client->ack(a->topic, m.receipt);
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
   });
 }
 

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   add_local_commands(app, globals);
   add_demo_command(app, globals);
   add_bench_command(app, globals);
+  add_bench_consumer_command(app, globals);
   allow_global_options_anywhere(app);
 
   try {

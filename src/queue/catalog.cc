@@ -331,6 +331,7 @@ void TopicCatalog::drop(std::string_view name) {
   TopicTables t = topic_tables(name);
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
+    c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {name});
     c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}, {}", t.queue, t.dead, t.dedup,
                         t.keys, t.parked));
     return r.affected_rows == 1;
