@@ -147,6 +147,7 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(o
   impl_->queue.warn_once = [impl = impl_.get()](std::string_view text) {
     warn_once(impl->options.on_warning, std::string(text));
   };
+  impl_->queue.waiters.warn = impl_->queue.warn_once;
   impl_->check_server();
   impl_->queue.catalog.bootstrap();
 }
@@ -191,7 +192,7 @@ void Client::transact(const std::function<void(Transaction&)>& fn) {
                c.begin();
                const auto sent = internal::lend_transaction(q, c, fn);
                c.commit();
-               internal::announce_sent(q, c, sent);
+               internal::announce_sent(q, sent);
              });
 }
 

@@ -99,7 +99,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           }
           std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys);
           c.commit();
-          announce_sent(q, c, sent);
+          announce_sent(q, sent);
           return Outcome{messages.size(), false, std::move(promoted)};
         });
   } catch (const Error& e) {

@@ -141,7 +141,7 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
       }
       order_keyed(c, t, keyed);
       c.commit();
-      announce(q, c, topic, count);
+      announce(q, topic, count);
       return count;
     });
     total += moved;

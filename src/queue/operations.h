@@ -69,8 +69,9 @@ std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables
                                                 std::vector<Param> ids);
 
 // After a commit that made messages claimable: wakes up to `count` waiting consumers
-// (waiting.cc). Never throws: the commit succeeded, whatever happens here.
-void announce(QueueContext& q, Connection& c, std::string_view topic, std::size_t count);
+// (waiting.cc), this client's at once and others' from a background thread. Never throws: the
+// commit succeeded, whatever happens here.
+void announce(QueueContext& q, std::string_view topic, std::size_t count);
 // After a commit that moved keyed messages into the queue table (or made others claimable
 // below this client's scan hint): lowers the hint and announces them.
 void made_claimable(QueueContext& q, std::string_view topic,

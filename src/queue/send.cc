@@ -305,7 +305,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
     // A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
       const std::uint64_t id = c.execute(sql, params).insert_id;
-      if (options.delay == Micros{0}) announce(q, c, topic, 1);
+      if (options.delay == Micros{0}) announce(q, topic, 1);
       return id;
     });
   });
@@ -322,7 +322,7 @@ std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
                           c.begin();
                           std::vector<std::uint64_t> ids = insert_messages(q, c, info, messages);
                           c.commit();
-                          announce(q, c, topic, claimable_now(messages));
+                          announce(q, topic, claimable_now(messages));
                           return ids;
                         });
     });

@@ -155,7 +155,7 @@ void Transaction::commit() {
     impl_->owned.reset();  // back to the pool, which discards a broken connection
     throw;
   }
-  internal::announce_sent(impl_->q, *impl_->c, impl_->sent);
+  internal::announce_sent(impl_->q, impl_->sent);
   impl_->owned.reset();
 }
 

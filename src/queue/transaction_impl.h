@@ -37,9 +37,9 @@ struct Transaction::Impl {
 
 namespace internal {
 // Announces what a committed transaction sent (waiting.cc).
-inline void announce_sent(QueueContext& q, Connection& c,
+inline void announce_sent(QueueContext& q,
                           const std::map<std::string, std::size_t, std::less<>>& sent) {
-  for (const auto& [topic, count] : sent) announce(q, c, topic, count);
+  for (const auto& [topic, count] : sent) announce(q, topic, count);
 }
 }  // namespace internal
 

@@ -80,9 +80,25 @@ class Waiters {
   std::shared_ptr<TopicWaiter> enter(std::string_view topic);
   // The topic's waiter if one runs (for announcements made by this client).
   std::shared_ptr<TopicWaiter> find(std::string_view topic);
+  // Wakes up to `count` of the topic's waiting consumers: this client's at once, those of every
+  // client (other processes too) from the announcer thread, which coalesces the announcements
+  // of concurrent senders into one statement at most every 5 ms.
+  void announce(std::string_view topic, std::size_t count);
+
+  // Receives warnings (KILL refused); set by the client.
+  std::function<void(std::string_view)> warn;
 
  private:
+  void run_announcer();
+  void wake_waiters(Connection& c, const std::string& topic, std::size_t count);
+
   Pool& pool_;
+  std::mutex announce_mutex_;
+  std::condition_variable announce_cv_;
+  std::map<std::string, std::size_t, std::less<>> pending_;
+  bool announcer_stop_ = false;
+  bool announcer_idle_ = false;  // waiting for work (not coalescing): announce() must notify
+  std::thread announcer_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<TopicWaiter>, std::less<>> waiters_;
   std::vector<std::shared_ptr<TopicWaiter>> retired_;
