@@ -417,9 +417,10 @@ class Bench {
   // Keyed FIFO at 100,000 keys: claims see only each key's head, so draining keyed messages
   // should cost about what draining unkeyed ones does, apart from the keys' own bookkeeping.
   void keys(Client& client) {
-    report_.section("Keyed FIFO: drain (receive 100 + ack, 4 consumers) with 100,000 keys");
-    const std::string topic = "txmq_bench_keys";
     const int keys = options_.quick ? 20000 : 100000;
+    report_.section(fmt::format(
+        "Keyed FIFO: drain (receive 100 + ack, 4 consumers) with {} keys", with_commas(keys)));
+    const std::string topic = "txmq_bench_keys";
     auto fill_keyed = [&](bool keyed) {
       fresh_topic(client, topic);
       std::vector<OutgoingMessage> batch;
