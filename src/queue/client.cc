@@ -144,10 +144,9 @@ struct Client::Impl {
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
-  impl_->queue.warn_once = [impl = impl_.get()](std::string_view text) {
+  impl_->queue.waiters.warn = [impl = impl_.get()](std::string_view text) {
     warn_once(impl->options.on_warning, std::string(text));
   };
-  impl_->queue.waiters.warn = impl_->queue.warn_once;
   impl_->check_server();
   impl_->queue.catalog.bootstrap();
 }

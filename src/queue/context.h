@@ -1,7 +1,6 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -110,11 +109,6 @@ struct QueueContext {
   QueueContext(Dsn dsn, int pool_size, std::string owner_name)
       : pool(std::move(dsn), pool_size), catalog(pool), owner(std::move(owner_name)) {}
 
-  // Gives a warning to the client's on_warning, once per distinct text.
-  void warn(std::string_view text) const {
-    if (warn_once) warn_once(text);
-  }
-
   Pool pool;
   TopicCatalog catalog;
   std::string owner;
@@ -122,7 +116,6 @@ struct QueueContext {
   ScanHints hints;
   DedupPurges dedup_purges;
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
-  std::function<void(std::string_view)> warn_once;
   Waiters waiters{pool};  // after pool: stopped before the pool goes
 };
 

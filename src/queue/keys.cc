@@ -19,13 +19,14 @@
 namespace txmq::internal {
 namespace {
 
-// Runs `sql` (which holds one "{}" for an IN list) over `keys` in chunks; returns all rows.
-Result for_keys(Connection& c, std::string_view sql, const std::vector<std::string_view>& keys) {
+// Runs `sql` (which holds one "{}" for an IN list) over `values` (keys or ids) in chunks;
+// returns all rows.
+Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values) {
   Result all;
-  for (std::size_t from = 0; from < keys.size(); from += kMaxRowsPerStatement) {
-    const std::size_t to = std::min(keys.size(), from + kMaxRowsPerStatement);
+  for (std::size_t from = 0; from < values.size(); from += kMaxRowsPerStatement) {
+    const std::size_t to = std::min(values.size(), from + kMaxRowsPerStatement);
     const std::size_t n = in_list_size(to - from);
-    std::vector<Param> params(keys.begin() + from, keys.begin() + to);
+    std::vector<Param> params(values.begin() + from, values.begin() + to);
     pad_ids(params, 0, n);
     Result r = c.execute(fmt::vformat(sql, fmt::make_format_args(placeholders(n))), params);
     all.affected_rows += r.affected_rows;
@@ -34,14 +35,8 @@ Result for_keys(Connection& c, std::string_view sql, const std::vector<std::stri
   return all;
 }
 
-void for_ids(Connection& c, std::string_view sql, std::vector<Param> ids) {
-  for (std::size_t from = 0; from < ids.size(); from += kMaxRowsPerStatement) {
-    const std::size_t to = std::min(ids.size(), from + kMaxRowsPerStatement);
-    const std::size_t n = in_list_size(to - from);
-    std::vector<Param> params(ids.begin() + from, ids.begin() + to);
-    pad_ids(params, 0, n);
-    c.execute(fmt::vformat(sql, fmt::make_format_args(placeholders(n))), params);
-  }
+Result for_keys(Connection& c, std::string_view sql, const std::vector<std::string_view>& keys) {
+  return in_lists(c, sql, std::vector<Param>(keys.begin(), keys.end()));
 }
 
 }  // namespace
@@ -77,13 +72,13 @@ void order_keyed(Connection& c, const TopicTables& t,
   if (to_park.empty()) return;
   // Parked in id order, which is send order within this transaction; park_id then keeps the
   // order across transactions.
-  for_ids(c,
-          fmt::format("INSERT INTO {} (msg_key, id, visible_at, enqueued_at, payload) SELECT "
-                      "msg_key, id, visible_at, enqueued_at, payload FROM {} WHERE id IN {{}} "
-                      "ORDER BY id",
-                      t.parked, t.queue),
-          to_park);
-  for_ids(c, fmt::format("DELETE FROM {} WHERE id IN {{}}", t.queue), std::move(to_park));
+  in_lists(c,
+           fmt::format("INSERT INTO {} (msg_key, id, visible_at, enqueued_at, payload) SELECT "
+                       "msg_key, id, visible_at, enqueued_at, payload FROM {} WHERE id IN {{}} "
+                       "ORDER BY id",
+                       t.parked, t.queue),
+           to_park);
+  in_lists(c, fmt::format("DELETE FROM {} WHERE id IN {{}}", t.queue), std::move(to_park));
 }
 
 std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
@@ -130,23 +125,16 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
       with_next.push_back(counts.find(row.bytes(0))->first);
     }
     if (!park_ids.empty()) {
-      Result moved;
-      for (std::size_t from = 0; from < park_ids.size(); from += kMaxRowsPerStatement) {
-        const std::size_t to = std::min(park_ids.size(), from + kMaxRowsPerStatement);
-        const std::size_t n = in_list_size(to - from);
-        std::vector<Param> params(park_ids.begin() + from, park_ids.begin() + to);
-        pad_ids(params, 0, n);
-        // The message keeps its id; its visible_at is its send's (a delay still counts).
-        c.execute(fmt::format("INSERT INTO {} (id, visible_at, attempts, enqueued_at, msg_key, "
-                              "payload) SELECT id, visible_at, 0, enqueued_at, msg_key, payload "
-                              "FROM {} WHERE park_id IN {}",
-                              t.queue, t.parked, placeholders(n)),
-                  params);
-        Result ids = c.execute(fmt::format("DELETE FROM {} WHERE park_id IN {} RETURNING id",
-                                           t.parked, placeholders(n)),
-                               params);
-        for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
-      }
+      // The message keeps its id; its visible_at is its send's (a delay still counts).
+      in_lists(c,
+               fmt::format("INSERT INTO {} (id, visible_at, attempts, enqueued_at, msg_key, "
+                           "payload) SELECT id, visible_at, 0, enqueued_at, msg_key, payload "
+                           "FROM {} WHERE park_id IN {{}}",
+                           t.queue, t.parked),
+               park_ids);
+      Result ids = in_lists(
+          c, fmt::format("DELETE FROM {} WHERE park_id IN {{}} RETURNING id", t.parked), park_ids);
+      for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
       for_keys(c,
                fmt::format("UPDATE {} SET heads = 1, parked = parked - 1 WHERE msg_key IN {{}}",
                            t.keys),

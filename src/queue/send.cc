@@ -295,9 +295,9 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   }
   // Without a dedup key, one INSERT in autocommit: one round trip, and the payload is not copied.
   const TopicInfo info = q.catalog.get(topic);
-  const OutgoingMessage fields{{}, options.key, options.delay, std::nullopt};
+  const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt};
   check_message(info, payload, fields, 0, false);
-  const RowShape shape{options.delay != Micros{0}, options.key.has_value()};
+  const RowShape shape{options.delay != Micros{0}, false};
   const std::string sql = insert_sql(topic_tables(topic).queue, 1, shape, false);
   std::vector<Param> params;
   bind_row(params, shape, fields, payload);

@@ -184,7 +184,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
     q.hints.lower(topic, r.id);
     made_claimable(q, topic, promoted);
     // Claimable at once: wake a waiting consumer (a delayed one is seen when it falls due).
-    if (applied == Micros{0} && promoted.empty()) made_claimable(q, topic, {r.id});
+    if (applied == Micros{0} && promoted.empty()) announce(q, topic, 1);
   }
   return settle;
 }

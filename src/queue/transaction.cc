@@ -125,11 +125,7 @@ std::vector<std::uint64_t> Transaction::send_batch(std::string_view topic,
   std::vector<std::uint64_t> ids =
       impl_->guarded([&] { return send_on(impl_->q, *impl_->c, topic, messages); });
   const std::size_t claimable = internal::claimable_now(messages);
-  if (claimable > 0) {
-    auto it = impl_->sent.find(topic);
-    if (it == impl_->sent.end()) it = impl_->sent.emplace(std::string(topic), 0).first;
-    it->second += claimable;
-  }
+  if (claimable > 0) impl_->sent[std::string(topic)] += claimable;
   return ids;
 }
 

@@ -40,7 +40,6 @@ class TopicWaiter {
   // Stops the thread: `interrupted` when the caller has unregistered and KILLed the running
   // statement itself (then the connection stays usable); else its connection is cancelled.
   void stop(bool interrupted);
-  bool retired();
   // The watch connection's id on the server; 0 while it has none.
   std::uint64_t connection_id();
 
