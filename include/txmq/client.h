@@ -79,13 +79,14 @@ class Client {
   std::size_t process(std::string_view topic, const ProcessOptions& options,
                       const TransactionalHandler& handler);
 
-  // Leases up to max_messages claimable messages in id order, from past the ids this client
+  // Leases up to max_messages claimable messages of options.group in id order (per partition), from past the ids this client
   // claimed before (lower ones that became claimable again are swept up within a second, or at
   // once when nothing else is claimable; doc/schema.md). Empty when none arrived
   // within options.wait. Messages past the topic's max_attempts go to the dead-letter table.
   std::vector<Message> receive(std::string_view topic, const ReceiveOptions& options = {});
 
   // Deletes the message. kLeaseLost when another consumer holds it now.
+  // The receipt names the group that received the message, so acknowledging needs no group.
   Settle ack(std::string_view topic, std::string_view receipt);
   std::vector<Settle> ack(std::string_view topic, std::span<const std::string> receipts);
   // Gives the message back, claimable after `delay`, or by default after the topic's retry delay
@@ -95,12 +96,37 @@ class Client {
   // Moves the lease's expiry to now + lease.
   Settle extend(std::string_view topic, std::string_view receipt, Micros lease);
 
-  TopicStats stats(std::string_view topic);
-  std::vector<InFlightMessage> in_flight(std::string_view topic, std::size_t limit = 1000);
-  std::vector<DeadLetter> dead_letters(std::string_view topic, std::size_t limit = 1000);
-  // Moves dead letters back to the topic, claimable now and at attempt 1 again. Empty ids: all.
+  // Views of one consumer group (empty: "default"), over all partitions.
+  TopicStats stats(std::string_view topic, std::string_view group = {});
+  std::vector<InFlightMessage> in_flight(std::string_view topic, std::size_t limit = 1000,
+                                         std::string_view group = {});
+  std::vector<DeadLetter> dead_letters(std::string_view topic, std::size_t limit = 1000,
+                                       std::string_view group = {});
+  // Moves the group's dead letters back, claimable now and at attempt 1 again. Empty ids: all.
   // Returns how many were requeued.
-  std::size_t requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids = {});
+  std::size_t requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids = {},
+                           std::string_view group = {});
+
+  // --- Consumer groups (types.h, GroupStart) ---------------------------------------------------
+
+  // Creates a group; false when it existed. kEarliest copies the retained messages into it
+  // while sends to the topic wait (a pause that grows with the backlog); kNow does not.
+  bool create_group(std::string_view topic, std::string_view group,
+                    GroupStart start = GroupStart::kNow);
+  // Drops a group with its messages and dead letters; its receipts then settle nothing
+  // (kNotFound). Throws kFailedPrecondition for a topic's last group.
+  void drop_group(std::string_view topic, std::string_view group);
+  std::vector<GroupInfo> list_groups(std::string_view topic);
+
+  // --- Archive (TopicOptions::archive) ----------------------------------------------------------
+
+  // Archived messages with ids from from_id on, in id order.
+  std::vector<ArchivedMessage> archived(std::string_view topic, std::uint64_t from_id = 0,
+                                        std::size_t limit = 1000);
+  // Deletes archived messages acknowledged longer ago than the topic's retention (all of them
+  // when the archive is off), in batches of 1,000 rows. Clients that acknowledge also purge a
+  // batch now and then. Returns how many went.
+  std::uint64_t purge_archive(std::string_view topic);
 
   const std::string& consumer_name() const;
 
@@ -110,9 +136,11 @@ class Client {
 };
 
 // Splits a receipt into its message id and lease token. Throws kInvalidArgument when malformed.
+// Receipts of group "default" read ID.TOKEN; others ID.TOKEN.GROUP_NUMBER.
 struct Receipt {
   std::uint64_t id = 0;
   std::uint64_t token = 0;
+  unsigned group = 0;  // the number of the group that received it
   static Receipt parse(std::string_view text);
   std::string str() const;
 };

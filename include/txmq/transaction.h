@@ -159,6 +159,10 @@ struct ProcessOptions {
   int max_messages = 1;
   // When nothing is claimable, keep trying this long before returning 0.
   Micros wait{0};
+  // The consumer group to process for; empty: "default".
+  std::string group;
+  // Only from these partitions; empty: all, in turn (as ReceiveOptions::partitions).
+  std::vector<int> partitions;
 };
 
 // Receives the claimed messages (at least one) and the transaction that claimed them. Their

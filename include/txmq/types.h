@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace txmq {
 
@@ -53,6 +54,15 @@ struct TopicOptions {
   // Backoff before a failed message is delivered again (a lease that ran out counts as a
   // failure: its message becomes claimable at lease end + the retry delay).
   RetryPolicy retry;
+  // Partitions (1 to 64; can be raised later, never lowered). Each partition is a table of its
+  // own per group: sends with a key go to the key's partition (jump consistent hash of the key's
+  // FNV-1a hash, README "Partitions"), others are spread round-robin; receivers claim across
+  // partitions in turn, or from the ones they are assigned. Ids carry their partition.
+  int partitions = 1;
+  // How long acknowledged messages are kept in the topic's archive (txmq archive list), up to
+  // 3660 days; 0: not archived. A message is archived when a group acknowledges it (once per
+  // message; a later group's acknowledgement renews acked_at).
+  Micros archive{0};
 
   bool operator==(const TopicOptions&) const = default;
 };
@@ -61,6 +71,28 @@ struct TopicInfo {
   std::string name;
   TopicOptions options;
   Clock::time_point created_at;
+};
+
+// Consumer groups. Every group of a topic receives every message sent after it was created
+// (at-least-once per group) and acknowledges on its own; consumers of one group compete. A topic
+// starts with the group "default", which calls that name no group use.
+enum class GroupStart {
+  kNow,       // only messages sent after the group was created
+  kEarliest,  // also every message retained: still unacknowledged by some group, or archived
+};
+
+struct GroupInfo {
+  std::string name;
+  Clock::time_point created_at;
+};
+
+// An acknowledged message kept in the topic's archive.
+struct ArchivedMessage {
+  std::uint64_t id = 0;
+  std::optional<std::string> key;
+  std::string payload;
+  Clock::time_point enqueued_at;
+  Clock::time_point acked_at;  // the latest acknowledgement by any group
 };
 
 struct SendOptions {
@@ -93,6 +125,11 @@ struct ReceiveOptions {
   // the server about one statement per second per waiting process, whatever the number of
   // waiting threads; a committed send wakes a waiting consumer at once (README, "Long polling").
   Micros wait{0};
+  // The consumer group to claim for; empty: "default".
+  std::string group;
+  // Claim only from these partitions (0-based); empty: all, starting from a different one each
+  // time so that every partition is served.
+  std::vector<int> partitions;
 };
 
 // A leased message. The receipt (id and lease token) is what ack, nack and extend take.
@@ -115,12 +152,16 @@ enum class Settle {
 
 struct TopicStats {
   std::string topic;
+  std::string group;
   std::uint64_t ready = 0;              // claimable now (new, retried, or with an expired lease)
   std::uint64_t in_flight = 0;          // leased to a consumer whose lease has not expired
   std::uint64_t delayed = 0;            // not yet claimable: a delayed send or a nack with delay
   std::uint64_t waiting_on_key = 0;     // behind an earlier message with the same key
   std::uint64_t dead = 0;               // in the dead-letter table
   double oldest_ready_age_seconds = 0;  // age of the oldest ready message; 0 when none
+  // The group's lag: age of its oldest unacknowledged message (ready, in flight, delayed or
+  // waiting on its key); 0 when none.
+  double lag_seconds = 0;
 };
 
 struct InFlightMessage {

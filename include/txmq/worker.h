@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "txmq/client.h"
@@ -29,6 +30,10 @@ struct WorkerOptions {
   std::uint64_t limit = 0;
   // Stop once a claim finds nothing claimable (for draining a topic), instead of waiting.
   bool stop_when_empty = false;
+  // The consumer group to consume for (empty: "default") and, optionally, the partitions to
+  // claim from (empty: all).
+  std::string group;
+  std::vector<int> partitions;
   // Told about what went wrong and what the worker did about it (a handler threw, a lease was
   // lost, the database is unreachable and the worker retries). Default: a line on stderr.
   std::function<void(std::string_view)> on_event;

@@ -3,7 +3,7 @@
 
 #include <bit>
 
-#include "queue/context.h"
+#include "queue/operations.h"
 
 namespace txmq::internal {
 
@@ -31,10 +31,29 @@ void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n) {
 void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_view topic) {
   if (error.code() == Errc::kNotFound) {
     catalog.forget(topic);
-    throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic),
+    throw Error(Errc::kNotFound,
+                fmt::format("topic '{}' does not exist, or a group or partition of it went while "
+                            "this was running",
+                            topic),
                 error.server_errno());
   }
   throw error;
+}
+
+Unit unit_of(std::string_view topic, unsigned group, unsigned partition) {
+  return Unit{std::string(topic), group, partition, topic_tables(topic, group, partition),
+              wait_channel(topic, group)};
+}
+
+const GroupEntry& TopicLayout::group(std::string_view name) const {
+  if (name.empty()) name = kDefaultGroup;
+  for (const GroupEntry& g : groups) {
+    if (g.name == name) return g;
+  }
+  check_group_name(name);
+  throw Error(Errc::kNotFound,
+              fmt::format("topic '{}' has no group '{}' (txmq group list {})", info.name, name,
+                          info.name));
 }
 
 namespace {
@@ -42,7 +61,7 @@ namespace {
 constexpr std::string_view kSelectTopic =
     "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
     "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
-    "retry_multiplier, retry_max_us, retry_jitter FROM txmq_topics";
+    "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout FROM txmq_topics";
 
 TopicInfo topic_from_row(const Row& row) {
   TopicInfo info;
@@ -56,6 +75,8 @@ TopicInfo topic_from_row(const Row& row) {
   info.options.retry.multiplier = row.f64(7);
   info.options.retry.max = Micros(row.i64(8));
   info.options.retry.jitter = row.f64(9);
+  info.options.partitions = static_cast<int>(row.i64(10));
+  info.options.archive = Micros(row.i64(11));
   return info;
 }
 
@@ -86,6 +107,13 @@ void check_options(const TopicOptions& o) {
   if (!(r.jitter >= 0.0 && r.jitter <= 1.0)) {
     throw Error(Errc::kInvalidArgument, "retry jitter must be from 0 to 1");
   }
+  if (o.partitions < 1 || o.partitions > kMaxPartitions) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("partitions must be from 1 to {}", kMaxPartitions));
+  }
+  if (o.archive < Micros{0} || o.archive > std::chrono::hours(24 * 3660)) {
+    throw Error(Errc::kInvalidArgument, "archive retention must be from 0 to 3660 days");
+  }
 }
 
 std::vector<Param> option_params(const TopicOptions& options) {
@@ -96,12 +124,14 @@ std::vector<Param> option_params(const TopicOptions& options) {
           static_cast<std::int64_t>(options.retry.initial.count()),
           options.retry.multiplier,
           static_cast<std::int64_t>(options.retry.max.count()),
-          options.retry.jitter};
+          options.retry.jitter,
+          static_cast<std::int64_t>(options.archive.count())};
 }
 
-// A topic's tables. Every statement is IF NOT EXISTS: DDL commits by itself, so a create that
-// was cut short is finished by the next one, and migrations can run it over existing topics.
-void create_topic_tables(Connection& c, const TopicTables& t) {
+// One queue's tables (a group's partition). Every statement is IF NOT EXISTS: DDL commits by
+// itself, so a create that was cut short is finished by the next one, and migrations can run it
+// over existing topics. Partition p's ids start at p << 48 (names.h).
+void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id) {
   // The claim walks the primary key in id order and filters on visible_at: no secondary index
   // (one on visible_at cost 60% of the drain rate, bench/). The lease columns are fixed-width
   // and NOT NULL so that a claim rewrites the row in place (+40% drain rate at batch 100).
@@ -115,8 +145,8 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
                   " enqueued_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL,"
-                  " PRIMARY KEY (id)) ENGINE=InnoDB",
-                  t.queue));
+                  " PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
+                  t.queue, first_id));
   c.query(
       fmt::format("CREATE TABLE IF NOT EXISTS {} ("
                   " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
@@ -127,15 +157,6 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL) ENGINE=InnoDB",
                   t.dead));
-  // One row per deduplication key still in its window (dedup.cc). The expiry index lets the
-  // purge of old keys read only what it deletes.
-  c.query(
-      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
-                  " dedup_key VARBINARY(255) NOT NULL PRIMARY KEY,"
-                  " message_id BIGINT UNSIGNED NOT NULL,"
-                  " expires_at DATETIME(6) NOT NULL,"
-                  " KEY (expires_at)) ENGINE=InnoDB",
-                  t.dedup));
   // Keyed FIFO (keys.cc): one row per key with messages not yet finished, and the messages that
   // wait behind their key's current one, in the order they were parked (which is the order
   // their sends committed: parking happens under the key row's lock).
@@ -155,6 +176,35 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
                   " payload LONGBLOB NOT NULL,"
                   " PRIMARY KEY (msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
                   t.parked));
+}
+
+// The tables a topic has once, whatever its groups and partitions.
+void create_shared_tables(Connection& c, const TopicTables& t) {
+  // One row per deduplication key still in its window (dedup.cc). The expiry index lets the
+  // purge of old keys read only what it deletes.
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " dedup_key VARBINARY(255) NOT NULL PRIMARY KEY,"
+                  " message_id BIGINT UNSIGNED NOT NULL,"
+                  " expires_at DATETIME(6) NOT NULL,"
+                  " KEY (expires_at)) ENGINE=InnoDB",
+                  t.dedup));
+  // Acknowledged messages, when the topic keeps them (settle.cc); the acked_at index lets the
+  // purge read only what it deletes.
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+                  " enqueued_at DATETIME(6) NOT NULL,"
+                  " acked_at DATETIME(6) NOT NULL,"
+                  " msg_key VARBINARY(255) NULL,"
+                  " payload LONGBLOB NOT NULL,"
+                  " KEY (acked_at)) ENGINE=InnoDB",
+                  t.archive));
+}
+
+void create_topic_tables(Connection& c, const TopicTables& t) {
+  create_queue_tables(c, t, 1);
+  create_shared_tables(c, t);
 }
 
 // Keys of messages sent before version 4 (when keys did not order delivery): every such message
@@ -193,6 +243,56 @@ void migrate_from_3(Connection& c) {
   }
   c.execute("UPDATE txmq_schema SET version = 4, updated_at = NOW(6) WHERE singleton = 1", {});
 }
+
+// Version 4 -> 5: topics gain partitions (1), an archive setting (off), a layout version and
+// their group "default" (number 0, whose tables are the version-4 ones), and an archive table.
+// Waiter registrations name a group's channel (up to 64 characters).
+void migrate_from_4(Connection& c) {
+  c.query(
+      "ALTER TABLE txmq_topics"
+      " ADD COLUMN IF NOT EXISTS partitions INT UNSIGNED NOT NULL DEFAULT 1,"
+      " ADD COLUMN IF NOT EXISTS archive_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+      " ADD COLUMN IF NOT EXISTS layout BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+      " ADD COLUMN IF NOT EXISTS next_group INT UNSIGNED NOT NULL DEFAULT 1");
+  c.query(
+      "INSERT IGNORE INTO txmq_groups (topic, name, number, created_at)"
+      " SELECT name, 'default', 0, created_at FROM txmq_topics");
+  Result topics = c.execute("SELECT name FROM txmq_topics", {});
+  for (const Row& row : topics.rows) create_shared_tables(c, topic_tables(row.bytes(0)));
+  c.query(
+      "ALTER TABLE txmq_waiters MODIFY topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin "
+      "NOT NULL");
+  c.execute("UPDATE txmq_schema SET version = 5, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Serialises changes of one topic's groups and partitions between clients.
+class LayoutLock {
+ public:
+  LayoutLock(Connection& c, std::string_view topic)
+      : c_(c), name_(fmt::format("txmq_layout:{}", topic)) {
+    Result r = c_.execute("SELECT GET_LOCK(?, 60)", {std::string_view(name_)});
+    if (r.rows.at(0).null(0) || r.rows.at(0).i64(0) != 1) {
+      throw Error(Errc::kUnavailable,
+                  fmt::format("another client has been changing the groups or partitions of "
+                              "topic '{}' for over a minute",
+                              topic));
+    }
+  }
+  ~LayoutLock() {
+    try {
+      if (!c_.broken()) c_.execute("DO RELEASE_LOCK(?)", {std::string_view(name_)});
+    } catch (const Error&) {
+    }
+  }
+  LayoutLock(const LayoutLock&) = delete;
+  LayoutLock& operator=(const LayoutLock&) = delete;
+
+ private:
+  Connection& c_;
+  std::string name_;
+};
+
+std::string unquoted(const std::string& quoted) { return quoted.substr(1, quoted.size() - 2); }
 
 std::int64_t schema_version(Connection& c) {
   return c.execute("SELECT version FROM txmq_schema WHERE singleton = 1", {}).rows.at(0).i64(0);
@@ -233,7 +333,19 @@ void TopicCatalog::bootstrap() {
         " retry_initial_us BIGINT UNSIGNED NOT NULL,"
         " retry_multiplier DOUBLE NOT NULL,"
         " retry_max_us BIGINT UNSIGNED NOT NULL,"
-        " retry_jitter DOUBLE NOT NULL) ENGINE=InnoDB");
+        " retry_jitter DOUBLE NOT NULL,"
+        " partitions INT UNSIGNED NOT NULL DEFAULT 1,"
+        " archive_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+        " layout BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+        " next_group INT UNSIGNED NOT NULL DEFAULT 1) ENGINE=InnoDB");
+    // Consumer groups; `number` names the group's tables and is never reused within a topic.
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_groups ("
+        " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " name VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " number INT UNSIGNED NOT NULL,"
+        " created_at DATETIME(6) NOT NULL,"
+        " PRIMARY KEY (topic, name), UNIQUE KEY (topic, number)) ENGINE=InnoDB");
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_consumers ("
         " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
@@ -245,7 +357,7 @@ void TopicCatalog::bootstrap() {
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_waiters ("
         " connection_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
-        " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
         " registered_at DATETIME(6) NOT NULL,"
         " KEY (topic)) ENGINE=MEMORY");
     if (version == kSchemaVersion) return;
@@ -257,6 +369,7 @@ void TopicCatalog::bootstrap() {
     try {
       if (schema_version(c) == 2) migrate_from_2(c);
       if (schema_version(c) == 3) migrate_from_3(c);
+      if (schema_version(c) == 4) migrate_from_4(c);
     } catch (...) {
       c.query("DO RELEASE_LOCK('txmq_schema_migration')");
       throw;
@@ -265,27 +378,49 @@ void TopicCatalog::bootstrap() {
   });
 }
 
-TopicInfo TopicCatalog::get(std::string_view name) {
-  check_topic_name(name);
-  std::string key(name);
-  {
-    std::lock_guard lock(mutex_);
-    auto it = cache_.find(key);
-    if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
-      return it->second.info;
-    }
+std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view name) {
+  // The version first: a group changed between the two reads then shows as a stale version,
+  // which a send's check catches, never as a current version with old groups.
+  Result r = c.execute(fmt::format("{} WHERE name = ?", kSelectTopic), {name});
+  if (r.rows.empty()) return std::nullopt;
+  TopicLayout layout;
+  layout.info = topic_from_row(r.rows[0]);
+  layout.version = r.rows[0].u64(12);
+  Result g = c.execute(fmt::format("SELECT name, number, {} FROM txmq_groups WHERE topic = ? "
+                                   "ORDER BY number",
+                                   micros_of("created_at")),
+                       {name});
+  for (const Row& row : g.rows) {
+    layout.groups.push_back(
+        {row.bytes(0), static_cast<unsigned>(row.u64(1)), time_from_micros(row.i64(2))});
   }
-  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    return c.execute(fmt::format("{} WHERE name = ?", kSelectTopic), {std::string_view(key)});
-  });
-  if (r.rows.empty()) {
+  if (layout.groups.empty()) return std::nullopt;  // being created or dropped
+  return layout;
+}
+
+TopicLayout TopicCatalog::reload(Connection& c, std::string_view name) {
+  check_topic_name(name);
+  std::optional<TopicLayout> layout = load(c, name);
+  if (!layout) {
     forget(name);
     throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
   }
-  TopicInfo info = topic_from_row(r.rows[0]);
   std::lock_guard lock(mutex_);
-  cache_[key] = Cached{info, std::chrono::steady_clock::now()};
-  return info;
+  cache_[std::string(name)] = Cached{*layout, std::chrono::steady_clock::now()};
+  return *layout;
+}
+
+TopicLayout TopicCatalog::layout(std::string_view name) {
+  check_topic_name(name);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = cache_.find(std::string(name));
+    if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
+      return it->second.layout;
+    }
+  }
+  return pool_.run(OnLostConnection::kRetry,
+                   [&](Connection& c, const Attempt&) { return reload(c, name); });
 }
 
 void TopicCatalog::forget(std::string_view name) {
@@ -295,45 +430,69 @@ void TopicCatalog::forget(std::string_view name) {
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
   check_options(options);
-  TopicTables t = topic_tables(name);
+  check_topic_name(name);
   bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    // DDL commits by itself, so the tables come first; the catalog row makes the topic exist.
-    create_topic_tables(c, t);
+    // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
+    for (int p = 0; p < options.partitions; ++p) {
+      const auto partition = static_cast<unsigned>(p);
+      create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition));
+    }
+    create_shared_tables(c, topic_tables(name));
     std::vector<Param> params = option_params(options);
     params.insert(params.begin(), name);
+    params.push_back(static_cast<std::int64_t>(options.partitions));
+    c.begin();
     Result r = c.execute(
         "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
         "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
-        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        "archive_us, partitions, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
         params);
+    if (r.affected_rows == 1) {
+      c.execute("INSERT IGNORE INTO txmq_groups (topic, name, number, created_at) "
+                "VALUES (?, ?, 0, NOW(6))",
+                {name, kDefaultGroup});
+    }
+    c.commit();
     return r.affected_rows == 1;
   });
   forget(name);
   if (created) return true;
-  TopicInfo existing = get(name);
-  if (existing.options != options) {
+  const TopicOptions existing = get(name).options;
+  if (existing != options) {
     throw Error(Errc::kAlreadyExists,
                 fmt::format("topic '{}' exists with other settings (lease {} ms, max attempts {}, "
                             "max payload {} bytes, dedup window {} s, retry {} ms x{} up to {} ms "
-                            "with {} jitter); change them with update_topic (txmq topic set)",
-                            name, existing.options.lease.count() / 1000,
-                            existing.options.max_attempts, existing.options.max_payload_bytes,
-                            existing.options.dedup_window.count() / 1000000,
-                            existing.options.retry.initial.count() / 1000,
-                            existing.options.retry.multiplier,
-                            existing.options.retry.max.count() / 1000,
-                            existing.options.retry.jitter));
+                            "with {} jitter, {} partitions, archive {} s); change them with "
+                            "update_topic (txmq topic set)",
+                            name, existing.lease.count() / 1000, existing.max_attempts,
+                            existing.max_payload_bytes, existing.dedup_window.count() / 1000000,
+                            existing.retry.initial.count() / 1000, existing.retry.multiplier,
+                            existing.retry.max.count() / 1000, existing.retry.jitter,
+                            existing.partitions, existing.archive.count() / 1000000));
   }
   return false;
 }
 
 void TopicCatalog::drop(std::string_view name) {
-  TopicTables t = topic_tables(name);
+  check_topic_name(name);
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    std::optional<TopicLayout> layout = load(c, name);
+    c.begin();
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
-    c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {name});
-    c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}, {}", t.queue, t.dead, t.dedup,
-                        t.keys, t.parked));
+    c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
+    c.commit();
+    if (!layout) return r.affected_rows == 1;
+    for (const GroupEntry& g : layout->groups) {
+      c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, g.number)});
+      for (unsigned p = 0; p < layout->partitions(); ++p) {
+        const TopicTables t = topic_tables(name, g.number, p);
+        c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys,
+                            t.parked));
+      }
+    }
+    const TopicTables t = topic_tables(name);
+    c.query(fmt::format("DROP TABLE IF EXISTS {}, {}", t.dedup, t.archive));
     return r.affected_rows == 1;
   });
   forget(name);
@@ -344,19 +503,38 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
   check_options(options);
   check_topic_name(name);
   std::vector<Param> params = option_params(options);
+  params.push_back(static_cast<std::int64_t>(options.partitions));
   params.push_back(name);
-  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    // found_rows is on: an update to the same values still counts the row.
-    return c.execute(
+  pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    std::optional<TopicLayout> layout = load(c, name);
+    if (!layout) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+    const int had = layout->info.options.partitions;
+    if (options.partitions < had) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' has {} partitions: partitions can be raised, not "
+                              "lowered",
+                              name, had));
+    }
+    // New partitions get their tables in every group before sends may use them.
+    for (int p = had; p < options.partitions; ++p) {
+      const auto partition = static_cast<unsigned>(p);
+      for (const GroupEntry& g : layout->groups) {
+        create_queue_tables(c, topic_tables(name, g.number, partition), first_id_of(partition));
+      }
+    }
+    c.execute(
         "UPDATE txmq_topics SET lease_us = ?, max_attempts = ?, max_payload_bytes = ?, "
         "dedup_window_us = ?, retry_initial_us = ?, retry_multiplier = ?, retry_max_us = ?, "
-        "retry_jitter = ? WHERE name = ?",
-        params);
+        "retry_jitter = ?, archive_us = ?, layout = layout + IF(partitions = ?, 0, 1), "
+        "partitions = ? WHERE name = ?",
+        [&] {
+          std::vector<Param> all = params;
+          all.insert(all.end() - 2, static_cast<std::int64_t>(options.partitions));
+          return all;
+        }());
   });
   forget(name);
-  if (r.affected_rows == 0) {
-    throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
-  }
 }
 
 std::vector<TopicInfo> TopicCatalog::list() {
@@ -366,6 +544,170 @@ std::vector<TopicInfo> TopicCatalog::list() {
   std::vector<TopicInfo> topics;
   for (const Row& row : r.rows) topics.push_back(topic_from_row(row));
   return topics;
+}
+
+// --- Consumer groups ----------------------------------------------------------------------------
+//
+// Every group has its own copy of each message, in its own queue tables: claims, leases, keyed
+// FIFO, retries and dead letters work per group exactly as for a topic with one group, and no
+// cursor can skip a message whose transaction committed late (DESIGN.md). A send inserts into
+// the allocating group's tables (ids) and copies into the others' in its transaction.
+//
+// A send must never miss a group that exists when it commits. Sends check the topic's layout
+// version in the statement or transaction that inserts (send.cc) and read the groups again when
+// it changed; a group change holds LOCK TABLES txmq_topics WRITE while it bumps the version, so
+// it waits for sends in progress (they hold the table's metadata lock until they commit) and
+// sends after it read the new version.
+
+namespace {
+
+// Runs fn with LOCK TABLES held (autocommit off, so that the writes commit before UNLOCK
+// TABLES), then commits. lock_wait_timeout bounds the wait behind long transactions.
+template <typename F>
+void with_tables_locked(Connection& c, const std::string& tables, F&& fn) {
+  c.query("SET SESSION lock_wait_timeout = 30");
+  c.begin();
+  try {
+    c.query(fmt::format("LOCK TABLES {}", tables));
+    fn();
+    c.commit();
+    c.query("UNLOCK TABLES");
+  } catch (...) {
+    if (!c.broken()) {
+      c.rollback();
+      try {
+        c.query("UNLOCK TABLES");
+        c.query("SET SESSION lock_wait_timeout = DEFAULT");
+      } catch (const Error&) {
+      }
+    }
+    throw;
+  }
+  c.query("SET SESSION lock_wait_timeout = DEFAULT");
+}
+
+}  // namespace
+
+bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
+                                GroupStart start) {
+  check_topic_name(topic);
+  check_group_name(group);
+  bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, topic);
+    std::optional<TopicLayout> layout = load(c, topic);
+    if (!layout) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
+    for (const GroupEntry& g : layout->groups) {
+      if (g.name == group) return false;
+    }
+    Result n = c.execute(
+        "UPDATE txmq_topics SET next_group = LAST_INSERT_ID(next_group) + 1 WHERE name = ?",
+        {topic});
+    const auto number = static_cast<unsigned>(n.insert_id);
+    if (number == 0 || number > kMaxGroupNumber) {
+      throw Error(Errc::kFailedPrecondition,
+                  fmt::format("topic '{}' has used all {} group numbers; create a new topic",
+                              topic, kMaxGroupNumber));
+    }
+    const unsigned partitions = layout->partitions();
+    const unsigned allocator = layout->allocator().number;
+    std::vector<TopicTables> fresh;
+    std::string locks = "txmq_topics WRITE, txmq_groups WRITE";
+    for (unsigned p = 0; p < partitions; ++p) {
+      fresh.push_back(topic_tables(topic, number, p));
+      create_queue_tables(c, fresh.back(), first_id_of(p));
+      locks += fmt::format(", {} WRITE, {} WRITE, {} WRITE", fresh.back().queue,
+                           fresh.back().keys, fresh.back().parked);
+    }
+    if (start == GroupStart::kEarliest) {
+      for (const GroupEntry& g : layout->groups) {
+        for (unsigned p = 0; p < partitions; ++p) {
+          const TopicTables t = topic_tables(topic, g.number, p);
+          locks += fmt::format(", {} READ, {} READ", t.queue, t.parked);
+        }
+      }
+      locks += fmt::format(", {} READ", topic_tables(topic).archive);
+    }
+    with_tables_locked(c, locks, [&] {
+      for (unsigned p = 0; p < partitions; ++p) {
+        const TopicTables& t = fresh[p];
+        // The new tables may allocate ids one day (when the groups before them are dropped):
+        // start their counter where the allocator's is, by a row inserted and deleted.
+        Result next = c.execute(
+            "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+            "DATABASE() AND TABLE_NAME = ?",
+            {unquoted(topic_tables(topic, allocator, p).queue)});
+        if (!next.rows.empty() && !next.rows[0].null(0) &&
+            next.rows[0].u64(0) > first_id_of(p)) {
+          const std::uint64_t last = next.rows[0].u64(0) - 1;
+          c.execute(fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, payload) VALUES "
+                                "(?, NOW(6), NOW(6), '')",
+                                t.queue),
+                    {last});
+          c.execute(fmt::format("DELETE FROM {} WHERE id = ?", t.queue), {last});
+        }
+        if (start != GroupStart::kEarliest) continue;
+        // Every message retained: unfinished in some group (waiting, in flight or parked
+        // behind its key) or archived. Copies start at attempt 1, claimable now.
+        const std::string insert = fmt::format(
+            "INSERT IGNORE INTO {} (id, visible_at, attempts, lease_token, owner_id, enqueued_at, "
+            "msg_key, payload) ",
+            t.queue);
+        for (const GroupEntry& g : layout->groups) {
+          const TopicTables from = topic_tables(topic, g.number, p);
+          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload "
+                                       "FROM {}",
+                                       from.queue));
+          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload "
+                                       "FROM {}",
+                                       from.parked));
+        }
+        c.execute(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload "
+                                       "FROM {} WHERE id BETWEEN ? AND ?",
+                                       topic_tables(topic).archive),
+                  {first_id_of(p), first_id_of(p + 1) - 1});
+        // Keyed messages wait behind their key's first one, in id order.
+        Result keyed = c.execute(fmt::format(
+            "SELECT msg_key, id FROM {} WHERE msg_key IS NOT NULL ORDER BY id", t.queue), {});
+        std::vector<std::pair<std::string_view, std::uint64_t>> pairs;
+        for (const Row& row : keyed.rows) pairs.emplace_back(row.bytes(0), row.u64(1));
+        order_keyed(c, t, pairs);
+      }
+      c.execute("UPDATE txmq_topics SET layout = layout + 1 WHERE name = ?", {topic});
+      c.execute("INSERT INTO txmq_groups (topic, name, number, created_at) VALUES (?, ?, ?, "
+                "NOW(6))",
+                {topic, group, static_cast<std::int64_t>(number)});
+    });
+    return true;
+  });
+  forget(topic);
+  return created;
+}
+
+void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
+  check_topic_name(topic);
+  check_group_name(group);
+  pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, topic);
+    std::optional<TopicLayout> layout = load(c, topic);
+    if (!layout) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
+    const GroupEntry g = layout->group(group);
+    if (layout->groups.size() == 1) {
+      throw Error(Errc::kFailedPrecondition,
+                  fmt::format("'{}' is the last group of topic '{}': drop the topic instead",
+                              group, topic));
+    }
+    with_tables_locked(c, "txmq_topics WRITE, txmq_groups WRITE", [&] {
+      c.execute("UPDATE txmq_topics SET layout = layout + 1 WHERE name = ?", {topic});
+      c.execute("DELETE FROM txmq_groups WHERE topic = ? AND name = ?", {topic, group});
+    });
+    c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(topic, g.number)});
+    for (unsigned p = 0; p < layout->partitions(); ++p) {
+      const TopicTables t = topic_tables(topic, g.number, p);
+      c.query(
+          fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys, t.parked));
+    }
+  });
+  forget(topic);
 }
 
 }  // namespace txmq::internal

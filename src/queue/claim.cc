@@ -41,14 +41,15 @@ struct ClaimResult {
   std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
 };
 
-ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
+ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit,
                        int max_messages, Micros lease) {
+  const TopicTables& t = unit.tables;
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
   return q.pool.run(
       OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
         ClaimResult result;
         c.begin();
-        Result r = select_claimable(q, c, topic.name, t, max_messages);
+        Result r = select_claimable(q, c, t, max_messages);
         if (r.rows.empty()) {
           c.commit();
           return result;
@@ -88,7 +89,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
         result.messages.reserve(live.size());
         for (Row* row : live) {
           Message m = message_from_row(*row);
-          m.receipt = Receipt{m.id, m.key ? keyed_token : token}.str();
+          m.receipt = Receipt{m.id, m.key ? keyed_token : token, unit.group}.str();
           // The expiry is counted from the claim's first statement: never later than the server's.
           m.lease_expires_at = time_from_micros(now_us + lease.count());
           result.messages.push_back(std::move(m));
@@ -99,8 +100,8 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const TopicTable
 
 }  // namespace
 
-Result select_claimable(QueueContext& q, Connection& c, std::string_view topic,
-                        const TopicTables& t, int max_messages) {
+Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages) {
+  const std::string& topic = t.queue;  // scan hints are per queue table
   // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
   // are taken; a plan that sorted a range first would lock every row it sorted.
   const std::string sql = fmt::format(
@@ -178,26 +179,60 @@ void check_claim_options(int max_messages, Micros wait) {
   }
 }
 
+std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
+                              const std::vector<int>& only) {
+  std::vector<Unit> units;
+  if (only.empty()) {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      units.push_back(unit_of(layout.info.name, group.number, p));
+    }
+    return units;
+  }
+  for (int p : only) {
+    if (p < 0 || p >= layout.info.options.partitions) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}",
+                              layout.info.name, layout.info.options.partitions - 1, p));
+    }
+    units.push_back(unit_of(layout.info.name, group.number, static_cast<unsigned>(p)));
+  }
+  return units;
+}
+
+std::vector<std::string> queue_tables_of(const std::vector<Unit>& units) {
+  std::vector<std::string> tables;
+  for (const Unit& u : units) tables.push_back(u.tables.queue);
+  return tables;
+}
+
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
                              const ReceiveOptions& options) {
   check_claim_options(options.max_messages, options.wait);
-  TopicInfo info = q.catalog.get(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const GroupEntry& group = layout.group(options.group);
   Micros lease = options.lease.value_or(info.options.lease);
   if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
-  const TopicTables tables = topic_tables(topic);
+  const std::vector<Unit> units = claim_units(layout, group, options.partitions);
+  const auto wanted = static_cast<std::size_t>(options.max_messages);
   std::vector<Message> messages;
-  claim_within(q, topic, options.wait, [&] {
-    ClaimResult claimed = on_topic(
-        q, topic, [&] { return claim_once(q, info, tables, options.max_messages, lease); });
-    made_claimable(q, topic, claimed.promoted);
-    if (!claimed.messages.empty()) {
-      messages = std::move(claimed.messages);
-      return messages.size() == static_cast<std::size_t>(options.max_messages) ? ClaimTry::kGotAll
-                                                                                : ClaimTry::kGot;
+  claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
+    // Partitions in turn, from a different one each time, until the batch is full.
+    const std::size_t first = q.turn.fetch_add(1) % units.size();
+    std::size_t dead_lettered = 0;
+    for (std::size_t i = 0; i < units.size() && messages.size() < wanted; ++i) {
+      const Unit& unit = units[(first + i) % units.size()];
+      ClaimResult claimed = on_topic(q, topic, [&] {
+        return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease);
+      });
+      made_claimable(q, unit, claimed.promoted);
+      dead_lettered += claimed.dead_lettered;
+      for (Message& m : claimed.messages) messages.push_back(std::move(m));
     }
-    return claimed.dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
+    if (!messages.empty()) return messages.size() == wanted ? ClaimTry::kGotAll : ClaimTry::kGot;
+    return dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
   });
   return messages;
 }

@@ -52,25 +52,42 @@ bool Error::retryable() const noexcept {
 Receipt Receipt::parse(std::string_view text) {
   auto refuse = [&] {
     return Error(Errc::kInvalidArgument,
-                 fmt::format("malformed receipt '{}': expected ID.TOKEN as printed by receive",
+                 fmt::format("malformed receipt '{}': expected ID.TOKEN or ID.TOKEN.GROUP as "
+                             "printed by receive",
                              text.substr(0, 64)));
   };
-  std::size_t dot = text.find('.');
-  if (dot == std::string_view::npos || dot == 0 || text.size() - dot - 1 != 16) throw refuse();
   Receipt r;
+  std::size_t dot = text.find('.');
+  if (dot == std::string_view::npos || dot == 0) throw refuse();
+  std::size_t group_dot = text.find('.', dot + 1);
+  std::string_view token_text = text.substr(dot + 1, group_dot == std::string_view::npos
+                                                         ? std::string_view::npos
+                                                         : group_dot - dot - 1);
+  if (token_text.size() != 16) throw refuse();
   const char* end = text.data() + dot;
   auto [p1, e1] = std::from_chars(text.data(), end, r.id);
   if (e1 != std::errc() || p1 != end || r.id == 0) throw refuse();
-  const char* tok = text.data() + dot + 1;
-  auto [p2, e2] = std::from_chars(tok, text.data() + text.size(), r.token, 16);
-  if (e2 != std::errc() || p2 != text.data() + text.size() || r.token == 0) throw refuse();
-  for (const char* c = tok; c != p2; ++c) {
-    if (*c >= 'A' && *c <= 'F') throw refuse();  // one spelling per receipt
+  const char* tok_end = token_text.data() + token_text.size();
+  auto [p2, e2] = std::from_chars(token_text.data(), tok_end, r.token, 16);
+  if (e2 != std::errc() || p2 != tok_end || r.token == 0) throw refuse();
+  for (char c : token_text) {
+    if (c >= 'A' && c <= 'F') throw refuse();  // one spelling per receipt
+  }
+  if (group_dot != std::string_view::npos) {
+    std::string_view g = text.substr(group_dot + 1);
+    auto [p3, e3] = std::from_chars(g.data(), g.data() + g.size(), r.group);
+    if (g.empty() || e3 != std::errc() || p3 != g.data() + g.size() || r.group == 0 ||
+        g[0] == '0' || g[0] == '+' || r.group > 999) {
+      throw refuse();
+    }
   }
   return r;
 }
 
-std::string Receipt::str() const { return fmt::format("{}.{:016x}", id, token); }
+std::string Receipt::str() const {
+  return group == 0 ? fmt::format("{}.{:016x}", id, token)
+                    : fmt::format("{}.{:016x}.{}", id, token, group);
+}
 
 // --- Client ------------------------------------------------------------------------------------
 
@@ -158,7 +175,6 @@ bool Client::create_topic(std::string_view name, const TopicOptions& options) {
 }
 void Client::drop_topic(std::string_view name) {
   impl_->queue.catalog.drop(name);
-  impl_->queue.hints.forget(name);
 }
 void Client::update_topic(std::string_view name, const TopicOptions& options) {
   impl_->queue.catalog.update(name, options);
@@ -226,18 +242,49 @@ Settle Client::extend(std::string_view topic, std::string_view receipt, Micros l
   return internal::extend(impl_->queue, topic, receipt, lease);
 }
 
-TopicStats Client::stats(std::string_view topic) { return internal::stats(impl_->queue, topic); }
-
-std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size_t limit) {
-  return internal::in_flight(impl_->queue, topic, limit);
+TopicStats Client::stats(std::string_view topic, std::string_view group) {
+  return internal::stats(impl_->queue, topic, group);
 }
 
-std::vector<DeadLetter> Client::dead_letters(std::string_view topic, std::size_t limit) {
-  return internal::dead_letters(impl_->queue, topic, limit);
+std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size_t limit,
+                                               std::string_view group) {
+  return internal::in_flight(impl_->queue, topic, group, limit);
 }
 
-std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids) {
-  return internal::requeue_dead(impl_->queue, topic, ids);
+std::vector<DeadLetter> Client::dead_letters(std::string_view topic, std::size_t limit,
+                                             std::string_view group) {
+  return internal::dead_letters(impl_->queue, topic, group, limit);
+}
+
+std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids,
+                                 std::string_view group) {
+  return internal::requeue_dead(impl_->queue, topic, group, ids);
+}
+
+bool Client::create_group(std::string_view topic, std::string_view group, GroupStart start) {
+  return impl_->queue.catalog.create_group(topic, group, start);
+}
+
+void Client::drop_group(std::string_view topic, std::string_view group) {
+  impl_->queue.catalog.drop_group(topic, group);
+}
+
+std::vector<GroupInfo> Client::list_groups(std::string_view topic) {
+  impl_->queue.catalog.forget(topic);  // a listing is read fresh
+  std::vector<GroupInfo> out;
+  for (const internal::GroupEntry& g : impl_->queue.catalog.layout(topic).groups) {
+    out.push_back({g.name, g.created_at});
+  }
+  return out;
+}
+
+std::vector<ArchivedMessage> Client::archived(std::string_view topic, std::uint64_t from_id,
+                                              std::size_t limit) {
+  return internal::archived(impl_->queue, topic, from_id, limit);
+}
+
+std::uint64_t Client::purge_archive(std::string_view topic) {
+  return internal::purge_archive(impl_->queue, topic);
 }
 
 const std::string& Client::consumer_name() const { return impl_->queue.owner; }

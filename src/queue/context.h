@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -25,6 +27,28 @@ std::size_t in_list_size(std::size_t n);
 std::string placeholders(std::size_t n);
 void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n);
 
+// A topic's group, by the number its tables carry.
+struct GroupEntry {
+  std::string name;
+  unsigned number = 0;
+  Clock::time_point created_at;
+};
+
+// A topic's settings, groups and partitions. `version` changes with every change of groups or
+// partitions; sends check it inside their statement or transaction (send.cc), so that no send
+// misses a group created since this copy was read.
+struct TopicLayout {
+  TopicInfo info;
+  std::vector<GroupEntry> groups;  // by number; never empty
+  std::uint64_t version = 0;
+
+  // Throws kNotFound naming the topic. Empty: the default group.
+  const GroupEntry& group(std::string_view name) const;
+  // The group whose queue tables allocate the ids (the lowest number); the others get copies.
+  const GroupEntry& allocator() const { return groups.front(); }
+  unsigned partitions() const { return static_cast<unsigned>(info.options.partitions); }
+};
+
 // Topic settings, cached for a few seconds so that sends do not read the catalog each time.
 class TopicCatalog {
  public:
@@ -33,19 +57,27 @@ class TopicCatalog {
   // Creates txmq_schema and txmq_topics when missing; refuses a newer schema version.
   void bootstrap();
   // Throws kNotFound when the topic does not exist, kInvalidArgument for a bad name.
-  TopicInfo get(std::string_view name);
+  TopicInfo get(std::string_view name) { return layout(name).info; }
+  TopicLayout layout(std::string_view name);
+  // Reads the layout through c (inside the caller's transaction) and caches it.
+  TopicLayout reload(Connection& c, std::string_view name);
   bool create(std::string_view name, const TopicOptions& options);
   void update(std::string_view name, const TopicOptions& options);
   void drop(std::string_view name);
   std::vector<TopicInfo> list();
   void forget(std::string_view name);
 
+  // Consumer groups (catalog.cc). create_group returns false when the group existed.
+  bool create_group(std::string_view topic, std::string_view group, GroupStart start);
+  void drop_group(std::string_view topic, std::string_view group);
+
  private:
   static constexpr auto kCacheFor = std::chrono::seconds(5);
   struct Cached {
-    TopicInfo info;
+    TopicLayout layout;
     std::chrono::steady_clock::time_point fetched;
   };
+  std::optional<TopicLayout> load(Connection& c, std::string_view name);
 
   Pool& pool_;
   std::mutex mutex_;
@@ -104,6 +136,20 @@ class DedupPurges {
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> next_;
 };
 
+// One queue: a group's partition of a topic, with its own tables.
+struct Unit {
+  std::string topic;
+  unsigned group = 0;
+  unsigned partition = 0;
+  TopicTables tables;
+  std::string channel;  // where the group's waiting consumers register
+};
+Unit unit_of(std::string_view topic, unsigned group, unsigned partition);
+
+// Partition choice (send.cc): a key's partition is a jump consistent hash of its FNV-1a hash,
+// so raising the partition count moves as few keys as possible.
+unsigned partition_of_key(std::string_view key, unsigned partitions);
+
 // What every queue operation needs.
 struct QueueContext {
   QueueContext(Dsn dsn, int pool_size, std::string owner_name)
@@ -115,6 +161,8 @@ struct QueueContext {
   ConsumerRegistration registration;
   ScanHints hints;
   DedupPurges dedup_purges;
+  DedupPurges archive_purges;  // the same pacing for purging the archive (settle.cc)
+  std::atomic<std::uint64_t> turn{0};  // rotates partitions between sends and between claims
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
   Waiters waiters{pool};  // after pool: stopped before the pool goes
 };
@@ -134,7 +182,7 @@ auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn())
   }
 }
 
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;
 // Set in the lease token of a keyed message: its receipt says that acknowledging it must also

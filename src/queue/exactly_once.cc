@@ -25,7 +25,7 @@ struct Outcome {
 void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
                           std::vector<Param> ids) {
   if (ids.empty()) return;
-  q.hints.lower(topic.name, std::get<std::uint64_t>(ids.front()));
+  q.hints.lower(t.queue, std::get<std::uint64_t>(ids.front()));
   try {
     const std::size_t n = in_list_size(ids.size());
     pad_ids(ids, 0, n);
@@ -53,7 +53,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           handed.clear();
           handler_failed = false;
           c.begin();
-          Result r = select_claimable(q, c, topic.name, t, max_messages);
+          Result r = select_claimable(q, c, t, max_messages);
           std::vector<Param> dead_ids;
           for (const Row& row : r.rows) {
             if (row.i64(1) >= topic.options.max_attempts) dead_ids.push_back(row.u64(0));
@@ -86,6 +86,14 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           std::vector<Param> ids = handed;
           const std::size_t n = in_list_size(ids.size());
           pad_ids(ids, 0, n);
+          if (topic.options.archive > Micros{0}) {
+            c.execute(fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload) "
+                                  "SELECT id, enqueued_at, NOW(6), msg_key, payload FROM {} "
+                                  "WHERE id IN {} ON DUPLICATE KEY UPDATE acked_at = "
+                                  "VALUES(acked_at)",
+                                  t.archive, t.queue, placeholders(n)),
+                      ids);
+          }
           Result deleted = c.execute(
               fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
           if (deleted.affected_rows != messages.size()) {
@@ -122,17 +130,28 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
                     const TransactionalHandler& handler) {
   check_claim_options(options.max_messages, options.wait);
   if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
-  const TopicInfo info = q.catalog.get(topic);
-  const TopicTables tables = topic_tables(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const std::vector<Unit> units =
+      claim_units(layout, layout.group(options.group), options.partitions);
   std::size_t processed = 0;
-  claim_within(q, topic, options.wait, [&] {
-    Outcome outcome = on_topic(
-        q, topic, [&] { return process_once(q, info, tables, options.max_messages, handler); });
-    made_claimable(q, topic, outcome.promoted);
-    processed = outcome.processed;
-    if (processed == static_cast<std::size_t>(options.max_messages)) return ClaimTry::kGotAll;
-    if (processed > 0) return ClaimTry::kGot;
-    return outcome.dead_lettered ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
+  claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
+    // One transaction holds one partition's messages: the first partition, in turn, that has
+    // some.
+    const std::size_t first = q.turn.fetch_add(1) % units.size();
+    bool dead_lettered = false;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const Unit& unit = units[(first + i) % units.size()];
+      Outcome outcome = on_topic(q, topic, [&] {
+        return process_once(q, info, unit.tables, options.max_messages, handler);
+      });
+      made_claimable(q, unit, outcome.promoted);
+      dead_lettered = dead_lettered || outcome.dead_lettered;
+      processed = outcome.processed;
+      if (processed == static_cast<std::size_t>(options.max_messages)) return ClaimTry::kGotAll;
+      if (processed > 0) return ClaimTry::kGot;
+    }
+    return dead_lettered ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
   });
   return processed;
 }

@@ -1,6 +1,9 @@
 // Read-side views (stats, in-flight, dead letters) and the requeue of dead letters.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "queue/operations.h"
 
 namespace txmq::internal {
@@ -14,11 +17,23 @@ auto run_on_topic(QueueContext& q, std::string_view topic, F&& fn) {
 }
 
 constexpr std::size_t kRequeueChunk = 1000;
+constexpr std::uint64_t kArchivePurgeBatch = 1000;
 
-}  // namespace
 
-TopicStats stats(QueueContext& q, std::string_view topic) {
-  const TopicTables t = topic_tables(topic);
+// The group's queues, one per partition.
+std::vector<Unit> group_units(QueueContext& q, std::string_view topic, std::string_view group) {
+  const TopicLayout layout = q.catalog.layout(topic);
+  return claim_units(layout, layout.group(group), {});
+}
+
+// Sorted by id, the first `limit` of several partitions' sorted lists.
+template <typename T>
+void keep_lowest(std::vector<T>& all, std::size_t limit) {
+  std::sort(all.begin(), all.end(), [](const T& a, const T& b) { return a.id < b.id; });
+  if (all.size() > limit) all.resize(limit);
+}
+
+TopicStats stats_of(QueueContext& q, std::string_view topic, const TopicTables& t) {
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(
         fmt::format("SELECT CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
@@ -27,12 +42,16 @@ TopicStats stats(QueueContext& q, std::string_view topic) {
                     " CAST(COALESCE(SUM(visible_at > n.now AND lease_token = 0), 0)"
                     " AS UNSIGNED),"
                     " TIMESTAMPDIFF(MICROSECOND, MIN(IF(visible_at <= n.now, enqueued_at, NULL)),"
-                    " n.now)"
+                    " n.now),"
+                    " TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), n.now)"
                     " FROM {} CROSS JOIN (SELECT NOW(6) AS now) AS n",
                     t.queue),
         {});
     Result d = c.execute(fmt::format("SELECT COUNT(*) FROM {}", t.dead), {});
-    Result p = c.execute(fmt::format("SELECT COUNT(*) FROM {}", t.parked), {});
+    Result p = c.execute(
+        fmt::format("SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), NOW(6)) FROM {}",
+                    t.parked),
+        {});
     TopicStats s;
     s.topic = std::string(topic);
     const Row& row = r.rows.at(0);
@@ -42,14 +61,40 @@ TopicStats stats(QueueContext& q, std::string_view topic) {
     s.oldest_ready_age_seconds = row.null(3) ? 0.0 : static_cast<double>(row.i64(3)) / 1e6;
     s.dead = d.rows.at(0).u64(0);
     s.waiting_on_key = p.rows.at(0).u64(0);
+    const auto age = [](const Row& at, std::size_t i) {
+      return at.null(i) ? 0.0 : static_cast<double>(at.i64(i)) / 1e6;
+    };
+    s.lag_seconds = std::max(age(row, 4), age(p.rows.at(0), 1));
     return s;
   });
 }
 
+}  // namespace
+
+TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group) {
+  TopicStats total;
+  total.topic = std::string(topic);
+  total.group = std::string(group.empty() ? kDefaultGroup : group);
+  for (const Unit& unit : group_units(q, topic, group)) {
+    const TopicStats s = stats_of(q, topic, unit.tables);
+    total.ready += s.ready;
+    total.in_flight += s.in_flight;
+    total.delayed += s.delayed;
+    total.dead += s.dead;
+    total.waiting_on_key += s.waiting_on_key;
+    total.oldest_ready_age_seconds =
+        std::max(total.oldest_ready_age_seconds, s.oldest_ready_age_seconds);
+    total.lag_seconds = std::max(total.lag_seconds, s.lag_seconds);
+  }
+  return total;
+}
+
 std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
-                                       std::size_t limit) {
-  const TopicTables t = topic_tables(topic);
-  return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+                                       std::string_view group, std::size_t limit) {
+  std::vector<InFlightMessage> all;
+  for (const Unit& unit : group_units(q, topic, group)) {
+  const TopicTables& t = unit.tables;
+  auto part = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(fmt::format("SELECT q.id, COALESCE(c.name, CONCAT('consumer #', q.owner_id)),"
                                      " q.attempts, {} FROM {} AS q LEFT JOIN txmq_consumers AS c ON"
                                      " c.id = q.owner_id WHERE q.lease_token <> 0 AND q.visible_at >"
@@ -63,11 +108,18 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
     }
     return out;
   });
+  all.insert(all.end(), part.begin(), part.end());
+  }
+  keep_lowest(all, limit);
+  return all;
 }
 
-std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic, std::size_t limit) {
-  const TopicTables t = topic_tables(topic);
-  return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
+                                     std::string_view group, std::size_t limit) {
+  std::vector<DeadLetter> all;
+  for (const Unit& unit : group_units(q, topic, group)) {
+  const TopicTables& t = unit.tables;
+  auto part = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(
         fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {} FROM {} ORDER BY id "
                     "LIMIT ?",
@@ -87,11 +139,17 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic, st
     }
     return out;
   });
+  std::move(part.begin(), part.end(), std::back_inserter(all));
+  }
+  keep_lowest(all, limit);
+  return all;
 }
 
-std::size_t requeue_dead(QueueContext& q, std::string_view topic,
-                         std::span<const std::uint64_t> ids) {
-  const TopicTables t = topic_tables(topic);
+namespace {
+
+std::size_t requeue_in(QueueContext& q, std::string_view topic, const Unit& unit,
+                       std::span<const std::uint64_t> ids) {
+  const TopicTables& t = unit.tables;
   std::size_t total = 0;
   std::size_t next = 0;  // position in ids when ids are given
   for (;;) {
@@ -141,15 +199,77 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic,
       }
       order_keyed(c, t, keyed);
       c.commit();
-      announce(q, topic, count);
+      q.waiters.announce(unit.channel, count);
       return count;
     });
     total += moved;
     if (ids.empty() && moved == 0) break;
   }
   // Requeued rows keep their old ids, below where this client's claims start: sweep next time.
-  if (total > 0) q.hints.forget(topic);
+  if (total > 0) q.hints.forget(t.queue);
   return total;
+}
+
+}  // namespace
+
+std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
+                         std::span<const std::uint64_t> ids) {
+  std::size_t total = 0;
+  for (const Unit& unit : group_units(q, topic, group)) {
+    if (ids.empty()) {
+      total += requeue_in(q, topic, unit, ids);
+      continue;
+    }
+    std::vector<std::uint64_t> mine;
+    for (std::uint64_t id : ids) {
+      if (partition_of(id) == unit.partition) mine.push_back(id);
+    }
+    if (!mine.empty()) total += requeue_in(q, topic, unit, mine);
+  }
+  return total;
+}
+
+std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
+                                      std::uint64_t from_id, std::size_t limit) {
+  const TopicTables t = topic_tables(topic);
+  return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+    Result r = c.execute(fmt::format("SELECT id, msg_key, payload, {}, {} FROM {} WHERE id >= ? "
+                                     "ORDER BY id LIMIT ?",
+                                     micros_of("enqueued_at"), micros_of("acked_at"), t.archive),
+                         {from_id, static_cast<std::uint64_t>(limit)});
+    std::vector<ArchivedMessage> out;
+    for (Row& row : r.rows) {
+      ArchivedMessage m;
+      m.id = row.u64(0);
+      m.key = row.opt_bytes(1);
+      m.payload = row.take_bytes(2);
+      m.enqueued_at = time_from_micros(row.i64(3));
+      m.acked_at = time_from_micros(row.i64(4));
+      out.push_back(std::move(m));
+    }
+    return out;
+  });
+}
+
+std::uint64_t purge_archive(QueueContext& q, std::string_view topic) {
+  const TopicInfo info = q.catalog.get(topic);
+  const TopicTables t = topic_tables(topic);
+  // With no retention (archive off), everything archived earlier is past it.
+  const std::int64_t keep = info.options.archive.count();
+  std::uint64_t total = 0;
+  // Bounded statements in autocommit, each a short walk of the acked_at index: no long lock.
+  for (;;) {
+    const std::uint64_t gone = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+      return c
+          .execute(fmt::format("DELETE FROM {} WHERE acked_at < NOW(6) - INTERVAL ? MICROSECOND "
+                               "ORDER BY acked_at LIMIT {}",
+                               t.archive, kArchivePurgeBatch),
+                   {keep})
+          .affected_rows;
+    });
+    total += gone;
+    if (gone < kArchivePurgeBatch) return total;
+  }
 }
 
 }  // namespace txmq::internal

@@ -33,26 +33,42 @@ std::string printable(std::string_view name) {
 }
 }  // namespace
 
-void check_topic_name(std::string_view name) {
+namespace {
+void check_name(std::string_view what, std::string_view name) {
   if (is_valid_topic_name(name)) return;
-  if (name.empty()) throw Error(Errc::kInvalidArgument, "invalid topic name: it is empty");
+  if (name.empty()) throw Error(Errc::kInvalidArgument, fmt::format("invalid {} name: it is empty", what));
   throw Error(Errc::kInvalidArgument,
-              fmt::format("invalid topic name '{}': use 1 to {} characters from a-z, 0-9 and _, "
+              fmt::format("invalid {} name '{}': use 1 to {} characters from a-z, 0-9 and _, "
                           "starting with a letter",
-                          printable(name), kMaxTopicName));
+                          what, printable(name), kMaxTopicName));
 }
+}  // namespace
+
+void check_topic_name(std::string_view name) { check_name("topic", name); }
+void check_group_name(std::string_view name) { check_name("group", name); }
 
 std::string quote_identifier(std::string_view identifier) {
   return fmt::format("`{}`", identifier);
 }
 
-TopicTables topic_tables(std::string_view name) {
+TopicTables topic_tables(std::string_view name, unsigned group, unsigned partition) {
   check_topic_name(name);
-  return {quote_identifier(fmt::format("txmq_q_{}", name)),
-          quote_identifier(fmt::format("txmq_dlq_{}", name)),
+  if (group > kMaxGroupNumber || partition >= static_cast<unsigned>(kMaxPartitions)) {
+    throw Error(Errc::kInternal, fmt::format("group {} or partition {} out of range", group,
+                                             partition));
+  }
+  const std::string suffix =
+      group == 0 && partition == 0 ? "" : fmt::format("${}_{}", group, partition);
+  return {quote_identifier(fmt::format("txmq_q_{}{}", name, suffix)),
+          quote_identifier(fmt::format("txmq_dlq_{}{}", name, suffix)),
           quote_identifier(fmt::format("txmq_dd_{}", name)),
-          quote_identifier(fmt::format("txmq_k_{}", name)),
-          quote_identifier(fmt::format("txmq_kp_{}", name))};
+          quote_identifier(fmt::format("txmq_k_{}{}", name, suffix)),
+          quote_identifier(fmt::format("txmq_kp_{}{}", name, suffix)),
+          quote_identifier(fmt::format("txmq_a_{}", name))};
+}
+
+std::string wait_channel(std::string_view topic, unsigned group) {
+  return group == 0 ? std::string(topic) : fmt::format("{}${}", topic, group);
 }
 
 }  // namespace txmq::internal

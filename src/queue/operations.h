@@ -74,8 +74,7 @@ std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables
 void announce(QueueContext& q, std::string_view topic, std::size_t count);
 // After a commit that moved keyed messages into the queue table (or made others claimable
 // below this client's scan hint): lowers the hint and announces them.
-void made_claimable(QueueContext& q, std::string_view topic,
-                    const std::vector<std::uint64_t>& ids);
+void made_claimable(QueueContext& q, const Unit& unit, const std::vector<std::uint64_t>& ids);
 
 // Retry delays (retry.cc). retry_delay_sql is an SQL expression for the delay in microseconds
 // after a failed delivery that had `failures_before` failed deliveries before it, with four
@@ -87,8 +86,11 @@ Micros retry_delay(const RetryPolicy& policy, std::int64_t failures_before);
 // Locks up to max_messages claimable rows (FOR UPDATE SKIP LOCKED, in the transaction open on
 // c) from the client's scan hint, sweeping from the lowest id when nothing is past it. Columns:
 // id, attempts, enqueued_at and NOW(6) as microseconds, msg_key, payload.
-Result select_claimable(QueueContext& q, Connection& c, std::string_view topic,
-                        const TopicTables& t, int max_messages);
+Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages);
+// The queues a claim of `group` walks: all partitions, or the ones given (checked).
+std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
+                              const std::vector<int>& only);
+std::vector<std::string> queue_tables_of(const std::vector<Unit>& units);
 // The fields of a message from a select_claimable row (not the receipt or lease expiry).
 Message message_from_row(Row& row);
 
@@ -106,10 +108,11 @@ enum class ClaimTry {
 // waiter between tries (waiting.cc): woken at once by announced sends, at the latest within a
 // second for anything else. Returns whether it got something.
 template <typename Try>
-bool claim_within(QueueContext& q, std::string_view topic, Micros wait, Try&& try_once) {
+bool claim_within(QueueContext& q, std::string_view channel, const std::vector<std::string>& tables,
+                  Micros wait, Try&& try_once) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   std::shared_ptr<TopicWaiter> waiter;
-  if (wait > Micros{0}) waiter = q.waiters.enter(topic);
+  if (wait > Micros{0}) waiter = q.waiters.enter(channel, tables);
   struct Leave {
     std::shared_ptr<TopicWaiter>& waiter;
     ~Leave() {
@@ -143,10 +146,18 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             std::optional<Micros> delay);
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);
 
-TopicStats stats(QueueContext& q, std::string_view topic);
-std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic, std::size_t limit);
-std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic, std::size_t limit);
-std::size_t requeue_dead(QueueContext& q, std::string_view topic,
+TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group);
+std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
+                                       std::string_view group, std::size_t limit);
+std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
+                                     std::string_view group, std::size_t limit);
+std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
                          std::span<const std::uint64_t> ids);
+
+// The archive (settle.cc): rows from from_id on, in id order; purge deletes rows past the
+// topic's retention in bounded batches and returns how many went.
+std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
+                                      std::uint64_t from_id, std::size_t limit);
+std::uint64_t purge_archive(QueueContext& q, std::string_view topic);
 
 }  // namespace txmq::internal

@@ -123,6 +123,37 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
   return ids;
 }
 
+// The topic's layout as of this transaction (which now holds txmq_topics' metadata lock until it
+// ends, so no group can be created or dropped before it commits): the cached copy when its
+// version is current, else read again through c.
+TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topic) {
+  TopicLayout layout = q.catalog.layout(topic);
+  // On an enlisted connection, a locking read: under REPEATABLE READ a plain one could see a
+  // snapshot from before a group was created.
+  Result r = c.execute(c.borrowed()
+                           ? "SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE"
+                           : "SELECT layout FROM txmq_topics WHERE name = ?",
+                       {topic});
+  if (r.rows.empty()) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
+  if (r.rows[0].u64(0) == layout.version) return layout;
+  return q.catalog.reload(c, topic);
+}
+
+// Copies messages just inserted into the allocating group's queue table into another group's.
+void copy_to_group(Connection& c, const TopicTables& from, const TopicTables& to,
+                   const std::vector<std::uint64_t>& ids) {
+  for (std::size_t begin = 0; begin < ids.size(); begin += kMaxRowsPerStatement) {
+    const std::size_t end = std::min(ids.size(), begin + kMaxRowsPerStatement);
+    std::vector<Param> params(ids.begin() + begin, ids.begin() + end);
+    const std::size_t n = in_list_size(params.size());
+    pad_ids(params, 0, n);
+    c.execute(fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, msg_key, payload) SELECT "
+                          "id, visible_at, enqueued_at, msg_key, payload FROM {} WHERE id IN {}",
+                          to.queue, from.queue, placeholders(n)),
+              params);
+  }
+}
+
 // Keyed FIFO for messages just inserted (keys.cc).
 void order_fresh(Connection& c, const TopicTables& t, const std::vector<const OutgoingMessage*>& rows,
                  const std::vector<std::uint64_t>& ids) {
@@ -133,6 +164,23 @@ void order_fresh(Connection& c, const TopicTables& t, const std::vector<const Ou
   order_keyed(c, t, keyed);
 }
 
+// Inserts new messages into partition p of every group: the allocating group's table gives the
+// ids, the other groups get copies; then each group orders its keyed ones.
+std::vector<std::uint64_t> insert_fresh(QueueContext& q, Connection& c, const TopicLayout& layout,
+                                        unsigned p,
+                                        const std::vector<const OutgoingMessage*>& rows) {
+  const std::string& topic = layout.info.name;
+  const TopicTables from = topic_tables(topic, layout.allocator().number, p);
+  std::vector<std::uint64_t> ids = insert_rows(c, from.queue, rows, q.max_statement_bytes);
+  for (const GroupEntry& g : layout.groups) {
+    if (g.number != layout.allocator().number) {
+      copy_to_group(c, from, topic_tables(topic, g.number, p), ids);
+    }
+  }
+  for (const GroupEntry& g : layout.groups) order_fresh(c, topic_tables(topic, g.number, p), rows, ids);
+  return ids;
+}
+
 // Deletes a bounded number of keys whose window ended over a minute ago, inside the sending
 // transaction (keys that recent are left alone, so that the purge and a producer reusing a key
 // rarely want the same row). An expired key still present is treated as absent, so the purge
@@ -140,7 +188,8 @@ void order_fresh(Connection& c, const TopicTables& t, const std::vector<const Ou
 // found more than it could take. Not on an enlisted connection: under the application's
 // REPEATABLE READ, the range delete could gap-lock the end of the expiry index and hold up
 // every producer's new keys until the application commits.
-void purge_dedup(QueueContext& q, Connection& c, const TopicInfo& topic, const TopicTables& t) {
+void purge_dedup(QueueContext& q, Connection& c, const TopicInfo& topic) {
+  const TopicTables t = topic_tables(topic.name);
   if (c.borrowed() || !q.dedup_purges.due(topic.name)) return;
   Result r = c.execute(
       fmt::format("DELETE FROM {} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
@@ -160,13 +209,15 @@ void purge_dedup(QueueContext& q, Connection& c, const TopicInfo& topic, const T
 //     each key in a batch only: later ones with the same key get its id;
 //  4. write the new messages' ids into their keys.
 std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
-                                               const TopicInfo& topic, const TopicTables& t,
-                                               std::span<const OutgoingMessage> messages) {
+                                               const TopicLayout& layout, unsigned partition,
+                                               const std::vector<const OutgoingMessage*>& messages) {
+  const TopicInfo& topic = layout.info;
+  const TopicTables t = topic_tables(topic.name);
   std::map<std::string_view, std::uint64_t> keys;  // dedup key -> message id (0: new)
-  for (const OutgoingMessage& m : messages) {
-    if (m.dedup_key) keys.emplace(*m.dedup_key, 0);
+  for (const OutgoingMessage* m : messages) {
+    if (m->dedup_key) keys.emplace(*m->dedup_key, 0);
   }
-  purge_dedup(q, c, topic, t);
+  purge_dedup(q, c, topic);
   const std::int64_t window = topic.options.dedup_window.count();
   std::vector<std::string_view> sorted;
   sorted.reserve(keys.size());
@@ -202,7 +253,7 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
   std::vector<std::pair<std::size_t, std::size_t>> repeats;  // (message, first with its key)
   std::vector<std::uint64_t> ids(messages.size(), 0);
   for (std::size_t i = 0; i < messages.size(); ++i) {
-    const OutgoingMessage& m = messages[i];
+    const OutgoingMessage& m = *messages[i];
     if (m.dedup_key) {
       if (const std::uint64_t existing = keys.at(*m.dedup_key); existing != 0) {
         ids[i] = existing;
@@ -218,10 +269,9 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
   }
   std::vector<const OutgoingMessage*> rows;
   rows.reserve(fresh.size());
-  for (std::size_t i : fresh) rows.push_back(&messages[i]);
-  const std::vector<std::uint64_t> fresh_ids = insert_rows(c, t.queue, rows, q.max_statement_bytes);
+  for (std::size_t i : fresh) rows.push_back(messages[i]);
+  const std::vector<std::uint64_t> fresh_ids = insert_fresh(q, c, layout, partition, rows);
   for (std::size_t f = 0; f < fresh.size(); ++f) ids[fresh[f]] = fresh_ids[f];
-  order_fresh(c, t, rows, fresh_ids);
   for (auto [i, first] : repeats) ids[i] = ids[first];
 
   std::vector<std::pair<std::string_view, std::uint64_t>> taken;
@@ -234,11 +284,6 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
               params.push_back(taken[i].second);
             });
   return ids;
-}
-
-bool any_dedup_key(std::span<const OutgoingMessage> messages) {
-  return std::any_of(messages.begin(), messages.end(),
-                     [](const OutgoingMessage& m) { return m.dedup_key.has_value(); });
 }
 
 bool all_dedup_keys(std::span<const OutgoingMessage> messages) {
@@ -269,16 +314,53 @@ TopicInfo check_send(QueueContext& q, std::string_view topic,
   return info;
 }
 
+unsigned partition_of_key(std::string_view key, unsigned partitions) {
+  // FNV-1a (64 bits) of the key's bytes...
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char byte : key) {
+    hash ^= byte;
+    hash *= 0x100000001b3ULL;
+  }
+  // ...then Lamping and Veach's jump consistent hash: raising the partition count from n to m
+  // moves only (m - n) / m of the keys.
+  std::int64_t b = -1;
+  std::int64_t j = 0;
+  while (j < static_cast<std::int64_t>(partitions)) {
+    b = j;
+    hash = hash * 2862933555777941757ULL + 1;
+    j = static_cast<std::int64_t>(static_cast<double>(b + 1) *
+                                  (static_cast<double>(1LL << 31) /
+                                   static_cast<double>((hash >> 33) + 1)));
+  }
+  return static_cast<unsigned>(b);
+}
+
 std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const TopicInfo& topic,
                                            std::span<const OutgoingMessage> messages) {
   if (messages.empty()) return {};
-  const TopicTables t = topic_tables(topic.name);
-  if (any_dedup_key(messages)) return insert_deduplicated(q, c, topic, t, messages);
-  std::vector<const OutgoingMessage*> all;
-  all.reserve(messages.size());
-  for (const OutgoingMessage& m : messages) all.push_back(&m);
-  std::vector<std::uint64_t> ids = insert_rows(c, t.queue, all, q.max_statement_bytes);
-  order_fresh(c, t, all, ids);
+  const TopicLayout layout = current_layout(q, c, topic.name);
+  const unsigned partitions = layout.partitions();
+  // Keyed messages go to their key's partition; the others of the call to one partition, a
+  // different one each call.
+  const unsigned spread = static_cast<unsigned>(q.turn.fetch_add(1) % partitions);
+  std::vector<std::vector<std::size_t>> by_partition(partitions);
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const unsigned p =
+        messages[i].key ? partition_of_key(*messages[i].key, partitions) : spread;
+    by_partition[p].push_back(i);
+  }
+  std::vector<std::uint64_t> ids(messages.size(), 0);
+  for (unsigned p = 0; p < partitions; ++p) {
+    if (by_partition[p].empty()) continue;
+    std::vector<const OutgoingMessage*> rows;
+    rows.reserve(by_partition[p].size());
+    for (std::size_t i : by_partition[p]) rows.push_back(&messages[i]);
+    const bool dedup = std::any_of(rows.begin(), rows.end(),
+                                   [](const OutgoingMessage* m) { return m->dedup_key.has_value(); });
+    const std::vector<std::uint64_t> got = dedup ? insert_deduplicated(q, c, layout, p, rows)
+                                                 : insert_fresh(q, c, layout, p, rows);
+    for (std::size_t k = 0; k < got.size(); ++k) ids[by_partition[p][k]] = got[k];
+  }
   return ids;
 }
 
@@ -293,22 +375,42 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
     OutgoingMessage m{std::string(payload), options.key, options.delay, options.dedup_key};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
-  // Without a dedup key, one INSERT in autocommit: one round trip, and the payload is not copied.
-  const TopicInfo info = q.catalog.get(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  if (layout.groups.size() > 1) {  // copies for the other groups need a transaction
+    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt};
+    return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
+  }
+  // Otherwise one INSERT in autocommit: one round trip, and the payload is not copied. It
+  // inserts only while the layout version is the one read (a group created since then needs a
+  // copy too: read the layout again and send again).
   const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt};
-  check_message(info, payload, fields, 0, false);
+  check_message(layout.info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, false};
-  const std::string sql = insert_sql(topic_tables(topic).queue, 1, shape, false);
+  const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
+  const std::string sql = fmt::format(
+      "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) SELECT {}, UTC_TIMESTAMP(6), "
+      "NULL, ? FROM txmq_topics WHERE name = ? AND layout = ?",
+      topic_tables(topic, layout.allocator().number, p).queue,
+      shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)");
   std::vector<Param> params;
   bind_row(params, shape, fields, payload);
-  return on_topic(q, topic, [&] {
+  params.push_back(topic);
+  params.push_back(layout.version);
+  const std::uint64_t id = on_topic(q, topic, [&] {
     // A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
-      const std::uint64_t id = c.execute(sql, params).insert_id;
-      if (options.delay == Micros{0}) announce(q, topic, 1);
-      return id;
+      Result r = c.execute(sql, params);
+      return r.affected_rows == 1 ? r.insert_id : std::uint64_t{0};
     });
   });
+  if (id == 0) {
+    // The layout changed since it was read: the transaction path reads it again.
+    q.catalog.forget(topic);
+    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt};
+    return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
+  }
+  if (options.delay == Micros{0}) announce(q, topic, 1);
+  return id;
 }
 
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,

@@ -1,6 +1,9 @@
 // ack, nack and extend: each applies only while the receipt's lease token is still the row's.
 #include <fmt/format.h>
 
+#include <map>
+#include <optional>
+#include <tuple>
 #include <unordered_set>
 
 #include "queue/operations.h"
@@ -39,13 +42,15 @@ std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables
 
 namespace {
 
+constexpr std::uint64_t kArchivePurgeRows = 1000;
+
 // Acknowledges parsed[from, to) in one DELETE: in autocommit for messages without a key; in a
 // transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
 // Returns the ids moved in.
 std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                                      const std::vector<Receipt>& parsed,
                                      const std::vector<std::size_t>& which, bool keyed,
-                                     std::vector<Settle>& results) {
+                                     bool archive, std::vector<Settle>& results) {
   const std::size_t count = which.size();
   const std::size_t n = in_list_size(count);
   // id IN (...) lets the server walk the primary key; the row IN (...) is the fence.
@@ -60,9 +65,9 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   std::string pairs = "(";
   for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
   pairs += ")";
-  const std::string sql = fmt::format(
-      "DELETE FROM {} WHERE id IN {} AND (id, lease_token) IN {} RETURNING id, msg_key", t.queue,
-      placeholders(n), pairs);
+  const std::string where =
+      fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
+  const std::string sql = fmt::format("DELETE FROM {} {} RETURNING id, msg_key", t.queue, where);
   auto classify = [&](Connection& c, const Attempt& attempt, const Result& r) {
     if (r.rows.size() == count) return;
     // Some were not ours any more: say which. A fenced row still there is another lease's.
@@ -83,10 +88,22 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
     }
     return keys;
   };
-  if (keyed) {
+  if (keyed || archive) {
     return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
                       [&](Connection& c, const Attempt& attempt) {
                         c.begin();
+                        if (archive) {
+                          // Lock the rows this lease holds, then copy them: a consistent read
+                          // could copy a row another consumer leases before the delete.
+                          c.execute(fmt::format("SELECT id FROM {} {} FOR UPDATE", t.queue, where),
+                                    params);
+                          c.execute(fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, "
+                                                "msg_key, payload) SELECT id, enqueued_at, NOW(6), "
+                                                "msg_key, payload FROM {} {} ON DUPLICATE KEY "
+                                                "UPDATE acked_at = VALUES(acked_at)",
+                                                t.archive, t.queue, where),
+                                    params);
+                        }
                         Result r = c.execute(sql, params);
                         classify(c, attempt, r);
                         std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys_of(r));
@@ -112,31 +129,71 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                     });
 }
 
+
+// The queue a receipt's message is in; none when its group or partition does not exist (a
+// dropped group's receipts find nothing to settle).
+std::optional<Unit> unit_of_receipt(const TopicLayout& layout, const Receipt& r) {
+  const unsigned partition = partition_of(r.id);
+  if (partition >= layout.partitions()) return std::nullopt;
+  if (std::none_of(layout.groups.begin(), layout.groups.end(),
+                   [&](const GroupEntry& g) { return g.number == r.group; })) {
+    return std::nullopt;
+  }
+  return unit_of(layout.info.name, r.group, partition);
+}
+
+// Deletes a bounded batch of archive rows past the topic's retention, at most every 10 s per
+// client and topic (at once again when it found a full batch). Never throws: the acks are done.
+void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic) {
+  if (topic.options.archive == Micros{0} || !q.archive_purges.due(topic.name)) return;
+  try {
+    q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      Result r = c.execute(fmt::format("DELETE FROM {} WHERE acked_at < NOW(6) - INTERVAL ? "
+                                       "MICROSECOND ORDER BY acked_at LIMIT {}",
+                                       topic_tables(topic.name).archive, kArchivePurgeRows),
+                           {static_cast<std::int64_t>(topic.options.archive.count())});
+      q.archive_purges.done(topic.name, r.affected_rows == kArchivePurgeRows);
+    });
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts) {
-  const TopicTables t = topic_tables(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const bool archive = layout.info.options.archive > Micros{0};
   std::vector<Receipt> parsed;
   parsed.reserve(receipts.size());
   for (const std::string& r : receipts) parsed.push_back(Receipt::parse(r));
   std::vector<Settle> results(parsed.size(), Settle::kOk);
   if (parsed.empty()) return results;
+  // By queue (group and partition), unkeyed and keyed apart.
+  std::map<std::tuple<unsigned, unsigned, bool>, std::vector<std::size_t>> by_queue;
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    if (!unit_of_receipt(layout, parsed[i])) {
+      results[i] = Settle::kNotFound;
+      continue;
+    }
+    const bool keyed = (parsed[i].token & kKeyedTokenBit) != 0;
+    by_queue[{parsed[i].group, partition_of(parsed[i].id), keyed}].push_back(i);
+  }
   constexpr std::size_t kChunk = 512;
-  return on_topic(q, topic, [&] {
-    for (const bool keyed : {false, true}) {
-      std::vector<std::size_t> which;
-      for (std::size_t i = 0; i < parsed.size(); ++i) {
-        if (((parsed[i].token & kKeyedTokenBit) != 0) == keyed) which.push_back(i);
-      }
+  on_topic(q, topic, [&] {
+    for (const auto& [where, which] : by_queue) {
+      const Unit unit = unit_of(topic, std::get<0>(where), std::get<1>(where));
       for (std::size_t from = 0; from < which.size(); from += kChunk) {
         std::vector<std::size_t> chunk(which.begin() + from,
                                        which.begin() + std::min(which.size(), from + kChunk));
-        made_claimable(q, topic, ack_chunk(q, t, parsed, chunk, keyed, results));
+        made_claimable(q, unit,
+                       ack_chunk(q, unit.tables, parsed, chunk, std::get<2>(where), archive,
+                                 results));
       }
     }
-    return results;
   });
+  purge_archive_now_and_then(q, layout.info);
+  return results;
 }
 
 Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
@@ -145,8 +202,11 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
     throw Error(Errc::kInvalidArgument, "nack delay must be from 0 to 366 days");
   }
   const Receipt r = Receipt::parse(receipt);
-  const TopicInfo info = q.catalog.get(topic);
-  const TopicTables t = topic_tables(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const std::optional<Unit> unit = unit_of_receipt(layout, r);
+  if (!unit) return Settle::kNotFound;
+  const TopicTables& t = unit->tables;
   std::vector<std::uint64_t> promoted;
   Micros applied{0};
   const Settle settle = on_topic(q, topic, [&] {
@@ -181,10 +241,10 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
         });
   });
   if (settle == Settle::kOk) {
-    q.hints.lower(topic, r.id);
-    made_claimable(q, topic, promoted);
+    q.hints.lower(t.queue, r.id);
+    made_claimable(q, *unit, promoted);
     // Claimable at once: wake a waiting consumer (a delayed one is seen when it falls due).
-    if (applied == Micros{0} && promoted.empty()) announce(q, topic, 1);
+    if (applied == Micros{0} && promoted.empty()) q.waiters.announce(unit->channel, 1);
   }
   return settle;
 }
@@ -194,8 +254,11 @@ Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt,
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
   const Receipt r = Receipt::parse(receipt);
-  const TopicInfo info = q.catalog.get(topic);
-  const TopicTables t = topic_tables(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const std::optional<Unit> unit = unit_of_receipt(layout, r);
+  if (!unit) return Settle::kNotFound;
+  const TopicTables& t = unit->tables;
   // As at the claim: peers may take it at the new lease end plus the retry delay.
   std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
   bind_retry_delay(params, info.options.retry);

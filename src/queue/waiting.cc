@@ -62,8 +62,11 @@ double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count
 
 }  // namespace
 
-TopicWaiter::TopicWaiter(Dsn dsn, std::string topic)
-    : dsn_(std::move(dsn)), topic_(std::move(topic)), last_receiver_(SteadyClock::now()) {
+TopicWaiter::TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables)
+    : dsn_(std::move(dsn)),
+      topic_(std::move(channel)),
+      tables_(std::move(tables)),
+      last_receiver_(SteadyClock::now()) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -164,9 +167,14 @@ void TopicWaiter::pause(std::chrono::milliseconds how_long) {
 }
 
 void TopicWaiter::run() {
-  const TopicTables tables = topic_tables(topic_);
-  const std::string look_sql = fmt::format(
-      "SELECT IF(EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6)), 2, SLEEP(?))", tables.queue);
+  // One look covers the group's partitions.
+  std::string any_claimable;
+  for (const std::string& table : tables_) {
+    if (!any_claimable.empty()) any_claimable += " OR ";
+    any_claimable +=
+        fmt::format("EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6))", table);
+  }
+  const std::string look_sql = fmt::format("SELECT IF({}, 2, SLEEP(?))", any_claimable);
   std::unique_ptr<Connection> c;
   bool registered = false;
   SteadyClock::time_point registered_at;
@@ -328,17 +336,19 @@ Waiters::~Waiters() {
   all.clear();  // joins the threads
 }
 
-std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view topic) {
+std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view topic,
+                                            const std::vector<std::string>& tables) {
   std::lock_guard lock(mutex_);
   auto it = waiters_.find(topic);
   if (it != waiters_.end()) {
-    if (it->second->enter()) return it->second;
+    // A waiter that watches other tables (the topic gained partitions) retires.
+    if (it->second->tables() == tables && it->second->enter()) return it->second;
     retired_.push_back(std::move(it->second));
     waiters_.erase(it);
   }
   // Threads of retired waiters have finished or are finishing: join them now.
   std::erase_if(retired_, [](const std::shared_ptr<TopicWaiter>& w) { return w.use_count() == 1; });
-  auto waiter = std::make_shared<TopicWaiter>(pool_.dsn(), std::string(topic));
+  auto waiter = std::make_shared<TopicWaiter>(pool_.dsn(), std::string(topic), tables);
   waiter->enter();
   waiters_.emplace(std::string(topic), waiter);
   return waiter;
@@ -432,14 +442,21 @@ void Waiters::wake_waiters(Connection& c, const std::string& topic, std::size_t 
 }
 
 void announce(QueueContext& q, std::string_view topic, std::size_t count) {
-  q.waiters.announce(topic, count);
+  if (count == 0) return;
+  try {
+    // Every group got the messages.
+    for (const GroupEntry& g : q.catalog.layout(topic).groups) {
+      q.waiters.announce(wait_channel(topic, g.number), count);
+    }
+  } catch (const Error&) {
+    // The topic went, or the catalog cannot be read now: waiters see the messages within 1 s.
+  }
 }
 
-void made_claimable(QueueContext& q, std::string_view topic,
-                    const std::vector<std::uint64_t>& ids) {
+void made_claimable(QueueContext& q, const Unit& unit, const std::vector<std::uint64_t>& ids) {
   if (ids.empty()) return;
-  q.hints.lower(topic, *std::min_element(ids.begin(), ids.end()));
-  announce(q, topic, ids.size());
+  q.hints.lower(unit.tables.queue, *std::min_element(ids.begin(), ids.end()));
+  q.waiters.announce(unit.channel, ids.size());
 }
 
 }  // namespace txmq::internal

@@ -21,7 +21,8 @@ namespace txmq::internal {
 // the database for all of the client's receivers of that topic that are waiting.
 class TopicWaiter {
  public:
-  TopicWaiter(Dsn dsn, std::string topic);
+  // Watches `tables` (a group's queue tables) for the consumers registered under `channel`.
+  TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables);
   ~TopicWaiter();
   TopicWaiter(const TopicWaiter&) = delete;
   TopicWaiter& operator=(const TopicWaiter&) = delete;
@@ -42,6 +43,7 @@ class TopicWaiter {
   void stop(bool interrupted);
   // The watch connection's id on the server; 0 while it has none.
   std::uint64_t connection_id();
+  const std::vector<std::string>& tables() const { return tables_; }
 
  private:
   void run();
@@ -50,7 +52,8 @@ class TopicWaiter {
   void pause(std::chrono::milliseconds how_long);
 
   const Dsn dsn_;
-  const std::string topic_;
+  const std::string topic_;  // the channel
+  const std::vector<std::string> tables_;
   std::mutex mutex_;
   std::condition_variable woken_;
   std::size_t waiting_ = 0;   // receivers in await()
@@ -76,7 +79,8 @@ class Waiters {
   ~Waiters();
 
   // A running waiter for the topic, with the caller counted in (leave() when done).
-  std::shared_ptr<TopicWaiter> enter(std::string_view topic);
+  std::shared_ptr<TopicWaiter> enter(std::string_view channel,
+                                     const std::vector<std::string>& tables);
   // The topic's waiter if one runs (for announcements made by this client).
   std::shared_ptr<TopicWaiter> find(std::string_view topic);
   // Wakes up to `count` of the topic's waiting consumers: this client's at once, those of every

@@ -158,6 +158,8 @@ struct Worker::Impl {
         r.max_messages = want;
         r.lease = lease;
         r.wait = options.stop_when_empty ? Micros{0} : Micros(kWaitSlice);
+        r.group = options.group;
+        r.partitions = options.partitions;
         messages = client.receive(topic, r);
         if (outages > 0) event(fmt::format("topic {}: receiving again", topic));
         outages = 0;
