@@ -66,7 +66,9 @@ void add_bench_consumer_command(CLI::App& app, Globals& g) {
     for (int i = 0; i < a->threads; ++i) {
       threads.emplace_back([&] {
         for (;;) {
-          std::vector<Message> got = client->receive(a->topic, {.wait = wait});
+          ReceiveOptions options;
+          options.wait = wait;
+          std::vector<Message> got = client->receive(a->topic, options);
           timespec now{};
           clock_gettime(CLOCK_MONOTONIC, &now);
           const long long ns = static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;

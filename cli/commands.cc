@@ -35,6 +35,25 @@ int report_settle(Settle s, std::string_view receipt) {
   return kExitDatabase;
 }
 
+// --group on ack and nack: receipts name their group, so the option is a check that it exists.
+void check_group(Client& client, const std::string& topic, const std::string& group) {
+  if (group.empty()) return;
+  for (const GroupInfo& g : client.list_groups(topic)) {
+    if (g.name == group) return;
+  }
+  throw Error(Errc::kNotFound, fmt::format("topic '{}' has no group '{}'", topic, group));
+}
+
+json payload_json(json j, const std::optional<std::string>& key, const std::string& payload) {
+  j["key"] = key ? json(is_valid_utf8(*key) ? *key : base64(*key)) : json(nullptr);
+  if (is_valid_utf8(payload)) {
+    j["payload"] = payload;
+  } else {
+    j["payload_base64"] = base64(payload);
+  }
+  return j;
+}
+
 int worse(int a, int b) {
   // lease lost (4) outranks not found (3): it is the one that says "your work may be repeated".
   auto rank = [](int c) { return c == kExitLeaseLost ? 2 : c == kExitNotFound ? 1 : 0; };
@@ -64,8 +83,9 @@ json message_json(const Message& m) {
 struct TopicSettingArgs {
   std::optional<double> lease, dedup_window, retry_initial, retry_max, retry_multiplier,
       retry_jitter;
-  std::optional<int> max_attempts;
+  std::optional<int> max_attempts, partitions;
   std::optional<std::uint64_t> max_payload;
+  std::optional<double> archive;
 };
 
 void add_topic_setting_options(CLI::App* cmd, TopicSettingArgs& a) {
@@ -81,6 +101,10 @@ void add_topic_setting_options(CLI::App* cmd, TopicSettingArgs& a) {
   cmd->add_option("--retry-max", a.retry_max, "longest retry delay in seconds (300)");
   cmd->add_option("--retry-jitter", a.retry_jitter,
                   "each delay is shortened at random by up to this fraction (0.2)");
+  cmd->add_option("--partitions", a.partitions,
+                  "partitions, 1 to 64 (1); can be raised later, not lowered");
+  cmd->add_option("--archive", a.archive,
+                  "seconds to keep acknowledged messages in the archive (0: no archive)");
 }
 
 void apply_topic_settings(const TopicSettingArgs& a, TopicOptions& o) {
@@ -92,6 +116,8 @@ void apply_topic_settings(const TopicSettingArgs& a, TopicOptions& o) {
   if (a.retry_max) o.retry.max = seconds_to_micros(*a.retry_max, "--retry-max");
   if (a.retry_multiplier) o.retry.multiplier = *a.retry_multiplier;
   if (a.retry_jitter) o.retry.jitter = *a.retry_jitter;
+  if (a.partitions) o.partitions = *a.partitions;
+  if (a.archive) o.archive = seconds_to_micros(*a.archive, "--archive");
   // A lower initial delay than the default cap is fine; a cap below the initial one is not,
   // unless the user set both.
   if (a.retry_initial && !a.retry_max && o.retry.max < o.retry.initial) o.retry.max = o.retry.initial;
@@ -107,6 +133,8 @@ nlohmann::json topic_json(const TopicInfo& t) {
           {"retry_multiplier", t.options.retry.multiplier},
           {"retry_max_seconds", t.options.retry.max.count() / 1e6},
           {"retry_jitter", t.options.retry.jitter},
+          {"partitions", t.options.partitions},
+          {"archive_seconds", t.options.archive.count() / 1e6},
           {"created_at", iso_time(t.created_at)}};
 }
 
@@ -166,16 +194,18 @@ void add_topic_commands(CLI::App& app, Globals& g) {
       std::printf("no topics\n");
       return;
     }
-    std::printf("%-32s %8s %12s %11s %8s %-22s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS",
-                "MAX_PAYLOAD", "DEDUP_S", "RETRY(S,xMULT,MAX_S,J)", "CREATED");
+    std::printf("%-32s %8s %12s %11s %8s %-22s %5s %9s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS",
+                "MAX_PAYLOAD", "DEDUP_S", "RETRY(S,xMULT,MAX_S,J)", "PARTS", "ARCHIVE_S",
+                "CREATED");
     for (const TopicInfo& t : topics) {
       const RetryPolicy& r = t.options.retry;
       const std::string retry = fmt::format("{:g},x{:g},{:g},{:g}", r.initial.count() / 1e6,
                                             r.multiplier, r.max.count() / 1e6, r.jitter);
-      std::printf("%-32s %8g %12d %11zu %8g %-22s  %s\n", t.name.c_str(),
+      std::printf("%-32s %8g %12d %11zu %8g %-22s %5d %9g  %s\n", t.name.c_str(),
                   t.options.lease.count() / 1e6, t.options.max_attempts,
                   t.options.max_payload_bytes, t.options.dedup_window.count() / 1e6,
-                  retry.c_str(), iso_time(t.created_at).c_str());
+                  retry.c_str(), t.options.partitions, t.options.archive.count() / 1e6,
+                  iso_time(t.created_at).c_str());
     }
   });
 
@@ -267,6 +297,8 @@ void add_message_commands(CLI::App& app, Globals& g) {
     std::string topic;
     int max = 1;
     double lease = 0, wait = 0;
+    std::string group;
+    std::vector<int> partitions;
   };
   auto ra = std::make_shared<ReceiveArgs>();
   CLI::App* receive = app.add_subcommand("receive", "lease up to --max messages");
@@ -274,11 +306,16 @@ void add_message_commands(CLI::App& app, Globals& g) {
   receive->add_option("--max", ra->max, "most messages to lease (1)");
   CLI::Option* lease_opt = receive->add_option("--lease", ra->lease, "lease seconds (topic's)");
   receive->add_option("--wait", ra->wait, "seconds to wait for a message (0)");
+  receive->add_option("--group", ra->group, "consumer group (default)");
+  receive->add_option("--partition", ra->partitions,
+                      "claim only from this partition (repeatable; default: all)");
   receive->callback([&g, ra, lease_opt] {
     ReceiveOptions options;
     options.max_messages = ra->max;
     if (lease_opt->count() > 0) options.lease = seconds_to_micros(ra->lease, "--lease");
     options.wait = seconds_to_micros(ra->wait, "--wait");
+    options.group = ra->group;
+    options.partitions = ra->partitions;
     auto messages = connect(g)->receive(ra->topic, options);
     for (const Message& m : messages) {
       if (g.json) {
@@ -292,15 +329,19 @@ void add_message_commands(CLI::App& app, Globals& g) {
   });
 
   struct AckArgs {
-    std::string topic;
+    std::string topic, group;
     std::vector<std::string> receipts;
   };
   auto aa = std::make_shared<AckArgs>();
   CLI::App* ack = app.add_subcommand("ack", "acknowledge (delete) messages by receipt");
   ack->add_option("topic", aa->topic)->required();
   ack->add_option("receipts", aa->receipts)->required();
+  ack->add_option("--group", aa->group,
+                  "the group that received them (checked to exist; receipts name their group)");
   ack->callback([&g, aa] {
-    auto results = connect(g)->ack(aa->topic, aa->receipts);
+    auto client = connect(g);
+    check_group(*client, aa->topic, aa->group);
+    auto results = client->ack(aa->topic, aa->receipts);
     int code = kExitOk;
     for (std::size_t i = 0; i < results.size(); ++i) {
       if (g.json) print_json({{"receipt", aa->receipts[i]}, {"result", settle_name(results[i])}});
@@ -310,7 +351,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
   });
 
   struct NackArgs {
-    std::string topic, receipt;
+    std::string topic, receipt, group;
     std::optional<double> delay;
   };
   auto na = std::make_shared<NackArgs>();
@@ -319,10 +360,14 @@ void add_message_commands(CLI::App& app, Globals& g) {
   nack->add_option("receipt", na->receipt)->required();
   nack->add_option("--delay", na->delay,
                    "seconds before it can be received again (default: the topic's retry delay)");
+  nack->add_option("--group", na->group,
+                   "the group that received it (checked to exist; receipts name their group)");
   nack->callback([&g, na] {
     std::optional<Micros> delay;
     if (na->delay) delay = seconds_to_micros(*na->delay, "--delay");
-    Settle s = connect(g)->nack(na->topic, na->receipt, delay);
+    auto client = connect(g);
+    check_group(*client, na->topic, na->group);
+    Settle s = client->nack(na->topic, na->receipt, delay);
     if (g.json) print_json({{"receipt", na->receipt}, {"result", settle_name(s)}});
     g.exit_code = report_settle(s, na->receipt);
   });
@@ -345,12 +390,16 @@ void add_message_commands(CLI::App& app, Globals& g) {
 
 void add_inspect_commands(CLI::App& app, Globals& g) {
   auto stats_topic = std::make_shared<std::string>();
-  CLI::App* stats = app.add_subcommand("stats", "counts of a topic's messages");
+  auto stats_group = std::make_shared<std::string>();
+  CLI::App* stats = app.add_subcommand("stats", "counts of a topic's messages, for one group");
   stats->add_option("topic", *stats_topic)->required();
-  stats->callback([&g, stats_topic] {
-    TopicStats s = connect(g)->stats(*stats_topic);
+  stats->add_option("--group", *stats_group, "consumer group (default)");
+  stats->callback([&g, stats_topic, stats_group] {
+    TopicStats s = connect(g)->stats(*stats_topic, *stats_group);
     if (g.json) {
       print_json({{"topic", s.topic},
+                  {"group", s.group},
+                  {"lag_seconds", s.lag_seconds},
                   {"ready", s.ready},
                   {"in_flight", s.in_flight},
                   {"delayed", s.delayed},
@@ -359,25 +408,27 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
                   {"oldest_ready_age_seconds", s.oldest_ready_age_seconds}});
     } else {
       std::printf(
-          "topic      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\nwaiting_on_key "
-          "%llu\ndead       %llu\noldest_ready_age_seconds %.3f\n",
-          s.topic.c_str(), static_cast<unsigned long long>(s.ready),
+          "topic      %s\ngroup      %s\nready      %llu\nin_flight  %llu\ndelayed    %llu\n"
+          "waiting_on_key %llu\ndead       %llu\noldest_ready_age_seconds %.3f\nlag_seconds "
+          "%.3f\n",
+          s.topic.c_str(), s.group.c_str(), static_cast<unsigned long long>(s.ready),
           static_cast<unsigned long long>(s.in_flight), static_cast<unsigned long long>(s.delayed),
           static_cast<unsigned long long>(s.waiting_on_key),
-          static_cast<unsigned long long>(s.dead), s.oldest_ready_age_seconds);
+          static_cast<unsigned long long>(s.dead), s.oldest_ready_age_seconds, s.lag_seconds);
     }
   });
 
   struct ListArgs {
-    std::string topic;
+    std::string topic, group;
     std::size_t limit = 1000;
   };
   auto ia = std::make_shared<ListArgs>();
   CLI::App* inflight = app.add_subcommand("inflight", "leased messages with owner and expiry");
   inflight->add_option("topic", ia->topic)->required();
   inflight->add_option("--limit", ia->limit, "most rows (1000)");
+  inflight->add_option("--group", ia->group, "consumer group (default)");
   inflight->callback([&g, ia] {
-    auto rows = connect(g)->in_flight(ia->topic, ia->limit);
+    auto rows = connect(g)->in_flight(ia->topic, ia->limit, ia->group);
     if (!g.json) std::printf("%-20s %-40s %8s  %s\n", "ID", "OWNER", "ATTEMPT", "LEASE_EXPIRES");
     for (const InFlightMessage& m : rows) {
       if (g.json) {
@@ -398,8 +449,9 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
   CLI::App* dlist = dead->add_subcommand("list", "list dead letters");
   dlist->add_option("topic", da->topic)->required();
   dlist->add_option("--limit", da->limit, "most rows (1000)");
+  dlist->add_option("--group", da->group, "consumer group (default)");
   dlist->callback([&g, da] {
-    auto rows = connect(g)->dead_letters(da->topic, da->limit);
+    auto rows = connect(g)->dead_letters(da->topic, da->limit, da->group);
     if (!g.json) {
       std::printf("%-20s %8s %-30s %-28s  %s\n", "ID", "ATTEMPTS", "LAST_OWNER", "DIED_AT",
                   "PAYLOAD");
@@ -428,15 +480,16 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
   });
 
   struct RequeueArgs {
-    std::string topic;
+    std::string topic, group;
     std::vector<std::uint64_t> ids;
   };
   auto rq = std::make_shared<RequeueArgs>();
   CLI::App* requeue = dead->add_subcommand("requeue", "move dead letters back (all without ids)");
   requeue->add_option("topic", rq->topic)->required();
   requeue->add_option("ids", rq->ids, "dead letter ids (default: all)");
+  requeue->add_option("--group", rq->group, "consumer group (default)");
   requeue->callback([&g, rq] {
-    std::size_t n = connect(g)->requeue_dead(rq->topic, rq->ids);
+    std::size_t n = connect(g)->requeue_dead(rq->topic, rq->ids, rq->group);
     if (g.json) {
       print_json({{"topic", rq->topic}, {"requeued", n}});
     } else {
@@ -446,6 +499,126 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
       print_error(fmt::format("{} of the {} ids given were not dead letters of {}",
                               rq->ids.size() - n, rq->ids.size(), rq->topic));
       g.exit_code = kExitNotFound;
+    }
+  });
+}
+
+void add_group_commands(CLI::App& app, Globals& g) {
+  CLI::App* group = app.add_subcommand("group", "consumer groups: create, list, drop");
+  group->require_subcommand(1);
+
+  struct GroupArgs {
+    std::string topic, group, from = "now";
+  };
+  auto ca = std::make_shared<GroupArgs>();
+  CLI::App* create = group->add_subcommand(
+      "create", "create a group: it receives every message sent from now on (or retained)");
+  create->add_option("topic", ca->topic)->required();
+  create->add_option("group", ca->group, "group name: [a-z][a-z0-9_]{0,47}")->required();
+  create->add_option("--from", ca->from,
+                     "now: messages sent from now on; earliest: also every message retained");
+  create->callback([&g, ca] {
+    if (ca->from != "now" && ca->from != "earliest") {
+      throw Error(Errc::kInvalidArgument, "--from must be 'now' or 'earliest'");
+    }
+    bool created = connect(g)->create_group(
+        ca->topic, ca->group, ca->from == "now" ? GroupStart::kNow : GroupStart::kEarliest);
+    if (g.json) {
+      print_json({{"topic", ca->topic}, {"group", ca->group}, {"created", created}});
+    } else {
+      std::printf("%s group %s of topic %s\n", created ? "created" : "exists already:",
+                  ca->group.c_str(), ca->topic.c_str());
+    }
+  });
+
+  auto la = std::make_shared<GroupArgs>();
+  CLI::App* list = group->add_subcommand("list", "list a topic's groups with their counts");
+  list->add_option("topic", la->topic)->required();
+  list->callback([&g, la] {
+    auto client = connect(g);
+    auto groups = client->list_groups(la->topic);
+    if (!g.json) {
+      std::printf("%-32s %10s %10s %10s %10s %10s  %s\n", "GROUP", "READY", "IN_FLIGHT",
+                  "DELAYED", "DEAD", "LAG_S", "CREATED");
+    }
+    for (const GroupInfo& info : groups) {
+      const TopicStats s = client->stats(la->topic, info.name);
+      if (g.json) {
+        print_json({{"group", info.name},
+                    {"ready", s.ready},
+                    {"in_flight", s.in_flight},
+                    {"delayed", s.delayed},
+                    {"waiting_on_key", s.waiting_on_key},
+                    {"dead", s.dead},
+                    {"lag_seconds", s.lag_seconds},
+                    {"created_at", iso_time(info.created_at)}});
+      } else {
+        std::printf("%-32s %10llu %10llu %10llu %10llu %10.3f  %s\n", info.name.c_str(),
+                    static_cast<unsigned long long>(s.ready),
+                    static_cast<unsigned long long>(s.in_flight),
+                    static_cast<unsigned long long>(s.delayed),
+                    static_cast<unsigned long long>(s.dead), s.lag_seconds,
+                    iso_time(info.created_at).c_str());
+      }
+    }
+  });
+
+  auto da = std::make_shared<GroupArgs>();
+  CLI::App* drop = group->add_subcommand("drop", "drop a group with its messages and dead letters");
+  drop->add_option("topic", da->topic)->required();
+  drop->add_option("group", da->group)->required();
+  drop->callback([&g, da] {
+    connect(g)->drop_group(da->topic, da->group);
+    if (g.json) {
+      print_json({{"topic", da->topic}, {"group", da->group}, {"dropped", true}});
+    } else {
+      std::printf("dropped group %s of topic %s\n", da->group.c_str(), da->topic.c_str());
+    }
+  });
+}
+
+void add_archive_commands(CLI::App& app, Globals& g) {
+  CLI::App* archive = app.add_subcommand("archive", "acknowledged messages kept: list, purge");
+  archive->require_subcommand(1);
+
+  struct ArchiveArgs {
+    std::string topic;
+    std::uint64_t from = 0;
+    std::size_t limit = 1000;
+  };
+  auto la = std::make_shared<ArchiveArgs>();
+  CLI::App* list = archive->add_subcommand("list", "list archived messages in id order");
+  list->add_option("topic", la->topic)->required();
+  list->add_option("--from", la->from, "first id (0)");
+  list->add_option("--limit", la->limit, "most rows (1000)");
+  list->callback([&g, la] {
+    auto rows = connect(g)->archived(la->topic, la->from, la->limit);
+    if (!g.json) std::printf("%-20s %-28s %-28s  %s\n", "ID", "ENQUEUED_AT", "ACKED_AT", "PAYLOAD");
+    for (const ArchivedMessage& m : rows) {
+      if (g.json) {
+        print_json(payload_json({{"id", m.id},
+                                 {"enqueued_at", iso_time(m.enqueued_at)},
+                                 {"acked_at", iso_time(m.acked_at)}},
+                                m.key, m.payload));
+      } else {
+        std::printf("%-20llu %-28s %-28s  %s\n", static_cast<unsigned long long>(m.id),
+                    iso_time(m.enqueued_at).c_str(), iso_time(m.acked_at).c_str(),
+                    printable(m.payload, 60).c_str());
+      }
+    }
+  });
+
+  auto pa = std::make_shared<ArchiveArgs>();
+  CLI::App* purge = archive->add_subcommand(
+      "purge", "delete archived messages past the topic's retention, 1,000 rows at a time");
+  purge->add_option("topic", pa->topic)->required();
+  purge->callback([&g, pa] {
+    const std::uint64_t n = connect(g)->purge_archive(pa->topic);
+    if (g.json) {
+      print_json({{"topic", pa->topic}, {"purged", n}});
+    } else {
+      std::printf("purged %llu archived messages of topic %s\n",
+                  static_cast<unsigned long long>(n), pa->topic.c_str());
     }
   });
 }

@@ -28,7 +28,7 @@ std::atomic<bool> g_stop{false};
 void on_stop_signal(int) { g_stop.store(true); }
 
 struct ConsumeArgs {
-  std::string topic;
+  std::string topic, group;
   std::string exec;
   int concurrency = 1;
   double lease = 0;
@@ -140,6 +140,7 @@ void add_consume_command(CLI::App& app, Globals& g) {
   consume->add_option("--max-messages", args->max_messages, "stop after this many (no limit)");
   consume->add_flag("--exit-when-empty", args->exit_when_empty,
                     "stop when nothing is claimable");
+  consume->add_option("--group", args->group, "consumer group (default)");
   consume->callback([&g, args, lease_opt] {
     if (args->concurrency < 1 || args->concurrency > 256) {
       throw Error(Errc::kInvalidArgument, "--concurrency must be from 1 to 256");
@@ -151,6 +152,7 @@ void add_consume_command(CLI::App& app, Globals& g) {
     if (lease_opt->count() > 0) options.lease = seconds_to_micros(args->lease, "--lease");
     options.limit = static_cast<std::uint64_t>(args->max_messages);
     options.stop_when_empty = args->exit_when_empty;
+    options.group = args->group;
     options.on_event = [](std::string_view text) { print_error(std::string(text)); };
 
     struct sigaction sa {};

@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
   add_topic_commands(app, globals);
   add_message_commands(app, globals);
   add_inspect_commands(app, globals);
+  add_group_commands(app, globals);
+  add_archive_commands(app, globals);
   add_consume_command(app, globals);
   add_local_commands(app, globals);
   add_demo_command(app, globals);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -162,7 +163,9 @@ struct QueueContext {
   ScanHints hints;
   DedupPurges dedup_purges;
   DedupPurges archive_purges;  // the same pacing for purging the archive (settle.cc)
-  std::atomic<std::uint64_t> turn{0};  // rotates partitions between sends and between claims
+  // Rotates partitions between sends and between claims; from a random start, so that
+  // short-lived processes do not all begin with partition 0.
+  std::atomic<std::uint64_t> turn{std::random_device{}()};
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
   Waiters waiters{pool};  // after pool: stopped before the pool goes
 };
