@@ -81,7 +81,8 @@ constexpr std::size_t kSmall = 100;
 constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
-                                            "depth", "claim", "keys", "wake", "idle"};
+                                            "depth", "claim", "keys", "wake", "idle",
+                                            "partitions"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -191,6 +192,7 @@ class Bench {
     if (wanted("keys")) keys(client);
     if (wanted("wake")) wake(client);
     if (wanted("idle")) idle(client);
+    if (wanted("partitions")) partitions(client);
     for (const char* t : kTopics) drop_if_exists(client, t);
     drop_reference_tables(dsn_);
     report_.finish(targets());
@@ -201,7 +203,7 @@ class Bench {
                                             "txmq_bench_drain", "txmq_bench_e2e",
                                             "txmq_bench_depth", "txmq_bench_claim",
                                             "txmq_bench_keys",  "txmq_bench_wake",
-                                            "txmq_bench_idle"};
+                                            "txmq_bench_idle",  "txmq_bench_partitions"};
 
   bool wanted(const std::string& section) const {
     return options_.sections.empty() ||
@@ -411,6 +413,35 @@ class Bench {
     inflight.latency_ratio = true;
     report_.add(std::move(inflight),
                 claim_latency(client, topic, sizes_.claim_samples, kInFlight));
+    drop_if_exists(client, topic);
+  }
+
+  // What partitions buy on one server: send() from 8 producer threads, and a drain by 8
+  // consumers (receive 100 + ack) of a backlog, for 1, 4 and 16 partitions. Ratios are to P = 1.
+  void partitions(Client& client) {
+    report_.section("Partitions: 8 producers (send), then 8 consumers (receive 100 + ack)");
+    const std::string topic = "txmq_bench_partitions";
+    const int backlog = options_.quick ? 20000 : 100000;
+    for (int p : {1, 4, 16}) {
+      TopicOptions options;
+      options.partitions = p;
+      drop_if_exists(client, topic);
+      client.create_topic(topic, options);
+      report_.add(row(fmt::format("partitions.send.{}", p),
+                      fmt::format("send, 8 producers, {} partition{}", p, p == 1 ? "" : "s"),
+                      p == 1 ? "" : "partitions.send.1"),
+                  send_rate(client, topic, 8, sizes_.timed_seconds, kSmall));
+      drop_if_exists(client, topic);
+      client.create_topic(topic, options);
+      // Batches of 500: each batch goes to one partition, so the backlog spreads over all.
+      for (int done = 0; done < backlog; done += 500) fill(client, topic, 500, kSmall);
+      report_.add(row(fmt::format("partitions.drain.{}", p),
+                      fmt::format("drain {}k, 8 consumers, {} partition{}", backlog / 1000, p,
+                                  p == 1 ? "" : "s"),
+                      p == 1 ? "" : "partitions.drain.1"),
+                  drain(client, topic, 8, 100, static_cast<std::uint64_t>(backlog),
+                        sizes_.drain_cap_seconds * 4));
+    }
     drop_if_exists(client, topic);
   }
 

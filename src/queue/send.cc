@@ -387,20 +387,30 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   check_message(layout.info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, false};
   const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
+  // The check is a subquery in VALUES, not INSERT ... SELECT: the latter takes InnoDB's
+  // table-level AUTO-INC lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at
+  // 16 threads to 0.40x of a raw INSERT. A stale version makes the payload NULL, which the
+  // NOT NULL column refuses (error 1048) before anything is written.
   const std::string sql = fmt::format(
-      "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) SELECT {}, UTC_TIMESTAMP(6), "
-      "NULL, ? FROM txmq_topics WHERE name = ? AND layout = ?",
+      "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ({}, UTC_TIMESTAMP(6), "
+      "NULL, IF((SELECT layout FROM txmq_topics WHERE name = ?) = ?, ?, NULL))",
       topic_tables(topic, layout.allocator().number, p).queue,
       shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)");
   std::vector<Param> params;
-  bind_row(params, shape, fields, payload);
+  if (shape.delay) params.push_back(static_cast<std::int64_t>(options.delay.count()));
   params.push_back(topic);
   params.push_back(layout.version);
+  params.push_back(payload);
+  constexpr unsigned kBadNull = 1048;
   const std::uint64_t id = on_topic(q, topic, [&] {
     // A reply lost on the way back is reported as kCommitUnknown.
     return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
-      Result r = c.execute(sql, params);
-      return r.affected_rows == 1 ? r.insert_id : std::uint64_t{0};
+      try {
+        return c.execute(sql, params).insert_id;
+      } catch (const Error& e) {
+        if (e.server_errno() == kBadNull) return std::uint64_t{0};
+        throw;
+      }
     });
   });
   if (id == 0) {
