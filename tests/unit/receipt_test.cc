@@ -18,7 +18,11 @@ TEST(ReceiptTest, RefusesMalformed) {
   for (const char* text : {"", "42", "42.", ".deadbeef01234567", "x.deadbeef01234567",
                            "42.deadbeef0123456", "42.deadbeef012345678", "42.DEADBEEF01234567",
                            "0.deadbeef01234567", "42.0000000000000000", "-1.deadbeef01234567",
-                           "42.deadbeef0123456g", "42;drop.deadbeef01234567"}) {
+                           "42.deadbeef0123456g", "42;drop.deadbeef01234567",
+                           "42.deadbeef01234567.", "42.deadbeef01234567.0",
+                           "42.deadbeef01234567.01", "42.deadbeef01234567.1000",
+                           "42.deadbeef01234567.-1", "42.deadbeef01234567.1.2",
+                           "42.deadbeef01234567.x"}) {
     try {
       Receipt::parse(text);
       FAIL() << "accepted '" << text << "'";
@@ -26,6 +30,17 @@ TEST(ReceiptTest, RefusesMalformed) {
       EXPECT_EQ(e.code(), Errc::kInvalidArgument) << text;
     }
   }
+}
+
+// Receipts of other groups than "default" name the group's number.
+TEST(ReceiptTest, CarriesItsGroup) {
+  Receipt r = Receipt::parse("281474976710657.deadbeef01234567.12");
+  EXPECT_EQ(r.id, 281474976710657u);
+  EXPECT_EQ(r.token, 0xdeadbeef01234567ULL);
+  EXPECT_EQ(r.group, 12u);
+  EXPECT_EQ(r.str(), "281474976710657.deadbeef01234567.12");
+  EXPECT_EQ(Receipt::parse("5.deadbeef01234567").group, 0u);
+  EXPECT_EQ((Receipt{5, 0xdeadbeef01234567ULL, 0}).str(), "5.deadbeef01234567");
 }
 
 }  // namespace
