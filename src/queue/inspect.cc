@@ -26,11 +26,21 @@ std::vector<Unit> group_units(QueueContext& q, std::string_view topic, std::stri
   return claim_units(layout, layout.group(group), {});
 }
 
-// Sorted by id, the first `limit` of several partitions' sorted lists.
-template <typename T>
-void keep_lowest(std::vector<T>& all, std::size_t limit) {
-  std::sort(all.begin(), all.end(), [](const T& a, const T& b) { return a.id < b.id; });
+// The `limit` lowest ids of a group over its partitions: read(c, tables) lists one partition's
+// lowest, sorted by id.
+template <typename Read>
+auto lowest_of_group(QueueContext& q, std::string_view topic, std::string_view group,
+                     std::size_t limit, Read&& read) {
+  decltype(read(std::declval<Connection&>(), std::declval<const TopicTables&>())) all;
+  for (const Unit& unit : group_units(q, topic, group)) {
+    auto part = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+      return read(c, unit.tables);
+    });
+    std::move(part.begin(), part.end(), std::back_inserter(all));
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   if (all.size() > limit) all.resize(limit);
+  return all;
 }
 
 TopicStats stats_of(QueueContext& q, std::string_view topic, const TopicTables& t) {
@@ -91,10 +101,7 @@ TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group
 
 std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::string_view group, std::size_t limit) {
-  std::vector<InFlightMessage> all;
-  for (const Unit& unit : group_units(q, topic, group)) {
-  const TopicTables& t = unit.tables;
-  auto part = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+  return lowest_of_group(q, topic, group, limit, [&](Connection& c, const TopicTables& t) {
     Result r = c.execute(fmt::format("SELECT q.id, COALESCE(c.name, CONCAT('consumer #', q.owner_id)),"
                                      " q.attempts, {} FROM {} AS q LEFT JOIN txmq_consumers AS c ON"
                                      " c.id = q.owner_id WHERE q.lease_token <> 0 AND q.visible_at >"
@@ -108,18 +115,11 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
     }
     return out;
   });
-  all.insert(all.end(), part.begin(), part.end());
-  }
-  keep_lowest(all, limit);
-  return all;
 }
 
 std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
                                      std::string_view group, std::size_t limit) {
-  std::vector<DeadLetter> all;
-  for (const Unit& unit : group_units(q, topic, group)) {
-  const TopicTables& t = unit.tables;
-  auto part = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+  return lowest_of_group(q, topic, group, limit, [&](Connection& c, const TopicTables& t) {
     Result r = c.execute(
         fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {} FROM {} ORDER BY id "
                     "LIMIT ?",
@@ -139,10 +139,6 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
     }
     return out;
   });
-  std::move(part.begin(), part.end(), std::back_inserter(all));
-  }
-  keep_lowest(all, limit);
-  return all;
 }
 
 namespace {
