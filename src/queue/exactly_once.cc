@@ -87,12 +87,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           const std::size_t n = in_list_size(ids.size());
           pad_ids(ids, 0, n);
           if (topic.options.archive > Micros{0}) {
-            c.execute(fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload) "
-                                  "SELECT id, enqueued_at, NOW(6), msg_key, payload FROM {} "
-                                  "WHERE id IN {} ON DUPLICATE KEY UPDATE acked_at = "
-                                  "VALUES(acked_at)",
-                                  t.archive, t.queue, placeholders(n)),
-                      ids);
+            c.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
           }
           Result deleted = c.execute(
               fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);

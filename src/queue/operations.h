@@ -62,6 +62,10 @@ void order_keyed(Connection& c, const TopicTables& t,
 std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
                                         const std::vector<std::string>& finished_keys);
 
+// Copies the queue table's rows matching `where` (which the caller's transaction has locked)
+// into the archive, once per message: a later group's acknowledgement renews acked_at.
+std::string archive_sql(const TopicTables& t, std::string_view where);
+
 // Moves the given rows from the queue table to the dead-letter table; inside the caller's
 // transaction, which holds their row locks, and moves their keys' next messages in (returns
 // their ids, for made_claimable after the commit). REQUIRES: ids is not empty.

@@ -19,6 +19,13 @@ Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
 
 }  // namespace
 
+std::string archive_sql(const TopicTables& t, std::string_view where) {
+  return fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload) SELECT id, "
+                     "enqueued_at, NOW(6), msg_key, payload FROM {} {} ON DUPLICATE KEY UPDATE "
+                     "acked_at = VALUES(acked_at)",
+                     t.archive, t.queue, where);
+}
+
 std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables& t,
                                                 std::vector<Param> ids) {
   const std::size_t n = in_list_size(ids.size());
@@ -97,12 +104,7 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                           // could copy a row another consumer leases before the delete.
                           c.execute(fmt::format("SELECT id FROM {} {} FOR UPDATE", t.queue, where),
                                     params);
-                          c.execute(fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, "
-                                                "msg_key, payload) SELECT id, enqueued_at, NOW(6), "
-                                                "msg_key, payload FROM {} {} ON DUPLICATE KEY "
-                                                "UPDATE acked_at = VALUES(acked_at)",
-                                                t.archive, t.queue, where),
-                                    params);
+                          c.execute(archive_sql(t, where), params);
                         }
                         Result r = c.execute(sql, params);
                         classify(c, attempt, r);

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -402,10 +403,15 @@ TEST(Archive, PurgeRemovesExactlyWhatIsPastRetention) {
     EXPECT_GE(m.acked_at, m.enqueued_at);
   }
   EXPECT_EQ(left, new_wave);
+  // Exactly-once processing archives what it deletes, in its transaction.
+  const std::uint64_t processed_id = c->send(topic, "processed");
+  EXPECT_EQ(c->process(topic, {}, [](Transaction&, std::span<const Message>) {}), 1u);
+  EXPECT_EQ(c->archived(topic, processed_id).at(0).payload, "processed");
+  EXPECT_EQ(c->purge_archive(topic), 0u);
   // The archive off: everything in it is past retention.
   options.archive = Micros{0};
   c->update_topic(topic, options);
-  EXPECT_EQ(c->purge_archive(topic), 10u);
+  EXPECT_EQ(c->purge_archive(topic), 11u);
   EXPECT_TRUE(c->archived(topic).empty());
   c->send(topic, "not archived");
   auto got = c->receive(topic);
