@@ -28,6 +28,21 @@ void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n) {
   while (params.size() - from < n) params.push_back(last);
 }
 
+Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values) {
+  constexpr std::size_t kChunk = 1000;
+  Result all;
+  for (std::size_t from = 0; from < values.size(); from += kChunk) {
+    const std::size_t to = std::min(values.size(), from + kChunk);
+    const std::size_t n = in_list_size(to - from);
+    std::vector<Param> params(values.begin() + from, values.begin() + to);
+    pad_ids(params, 0, n);
+    Result r = c.execute(fmt::vformat(sql, fmt::make_format_args(placeholders(n))), params);
+    all.affected_rows += r.affected_rows;
+    for (Row& row : r.rows) all.rows.push_back(std::move(row));
+  }
+  return all;
+}
+
 void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_view topic) {
   if (error.code() == Errc::kNotFound) {
     catalog.forget(topic);
@@ -502,7 +517,9 @@ void TopicCatalog::drop(std::string_view name) {
 void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
   check_options(options);
   check_topic_name(name);
+  // The partition count twice: whether it changed (the layout version moves), and its value.
   std::vector<Param> params = option_params(options);
+  params.push_back(static_cast<std::int64_t>(options.partitions));
   params.push_back(static_cast<std::int64_t>(options.partitions));
   params.push_back(name);
   pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
@@ -528,11 +545,7 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
         "dedup_window_us = ?, retry_initial_us = ?, retry_multiplier = ?, retry_max_us = ?, "
         "retry_jitter = ?, archive_us = ?, layout = layout + IF(partitions = ?, 0, 1), "
         "partitions = ? WHERE name = ?",
-        [&] {
-          std::vector<Param> all = params;
-          all.insert(all.end() - 2, static_cast<std::int64_t>(options.partitions));
-          return all;
-        }());
+        params);
   });
   forget(name);
 }

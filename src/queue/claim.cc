@@ -101,21 +101,21 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
 }  // namespace
 
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages) {
-  const std::string& topic = t.queue;  // scan hints are per queue table
+  const std::string& hint_key = t.queue;  // scan hints are per queue table
   // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
   // are taken; a plan that sorted a range first would lock every row it sorted.
   const std::string sql = fmt::format(
       "SELECT id, attempts, {}, {}, msg_key, payload FROM {} FORCE INDEX (PRIMARY) "
       "WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
       micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
-  ScanHints::Start start = q.hints.start(topic);
+  ScanHints::Start start = q.hints.start(hint_key);
   const auto limit = static_cast<std::int64_t>(max_messages);
   Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
   if (r.rows.empty() && !start.sweep) {
     start.sweep = true;
     r = c.execute(sql, {std::uint64_t{0}, limit});
   }
-  q.hints.claimed(topic, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
+  q.hints.claimed(hint_key, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
   return r;
 }
 

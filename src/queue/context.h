@@ -27,6 +27,9 @@ Clock::time_point time_from_micros(std::int64_t micros);
 std::size_t in_list_size(std::size_t n);
 std::string placeholders(std::size_t n);
 void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n);
+// Runs `sql` (which holds one "{}" for an IN list) over `values` (keys or ids) in chunks of at
+// most 1,000; returns all rows and the total of affected rows.
+Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values);
 
 // A topic's group, by the number its tables carry.
 struct GroupEntry {
@@ -97,7 +100,8 @@ class ConsumerRegistration {
   std::chrono::steady_clock::time_point registered_;
 };
 
-// Where this client's claims of each topic start walking the primary key (claim.cc): past the
+// Where this client's claims of each queue table (a topic's group's partition; keyed by its
+// quoted name) start walking the primary key (claim.cc): past the
 // ids it already claimed, so that thousands of messages in flight at the head of a topic are not
 // walked by every claim. Lower ids (expired leases, nacks, due delays) are swept regularly.
 class ScanHints {
@@ -124,11 +128,12 @@ class ScanHints {
   std::unordered_map<std::string, Hint> hints_;
 };
 
-// When this client last purged each topic's expired deduplication keys (send.cc).
-class DedupPurges {
+// When this client last purged each topic's expired rows, at most every 10 s per topic: dedup
+// keys (send.cc) and archived messages (settle.cc).
+class PurgeSchedule {
  public:
   bool due(std::string_view topic);
-  // more_left: the purge took as many rows as it may; the next send purges again.
+  // more_left: the purge took as many rows as it may; the next one is due at once.
   void done(std::string_view topic, bool more_left);
 
  private:
@@ -161,8 +166,8 @@ struct QueueContext {
   std::string owner;
   ConsumerRegistration registration;
   ScanHints hints;
-  DedupPurges dedup_purges;
-  DedupPurges archive_purges;  // the same pacing for purging the archive (settle.cc)
+  PurgeSchedule dedup_purges;
+  PurgeSchedule archive_purges;  // settle.cc
   // Rotates partitions between sends and between claims; from a random start, so that
   // short-lived processes do not all begin with partition 0.
   std::atomic<std::uint64_t> turn{std::random_device{}()};

@@ -17,7 +17,6 @@ auto run_on_topic(QueueContext& q, std::string_view topic, F&& fn) {
 }
 
 constexpr std::size_t kRequeueChunk = 1000;
-constexpr std::uint64_t kArchivePurgeBatch = 1000;
 
 
 // The group's queues, one per partition.
@@ -247,24 +246,26 @@ std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
   });
 }
 
+std::uint64_t purge_archive_rows(Connection& c, const TopicTables& t, Micros keep) {
+  return c
+      .execute(fmt::format("DELETE FROM {} WHERE acked_at < NOW(6) - INTERVAL ? MICROSECOND "
+                           "ORDER BY acked_at LIMIT {}",
+                           t.archive, kArchivePurgeRows),
+               {static_cast<std::int64_t>(keep.count())})
+      .affected_rows;
+}
+
 std::uint64_t purge_archive(QueueContext& q, std::string_view topic) {
   const TopicInfo info = q.catalog.get(topic);
   const TopicTables t = topic_tables(topic);
   // With no retention (archive off), everything archived earlier is past it.
-  const std::int64_t keep = info.options.archive.count();
   std::uint64_t total = 0;
-  // Bounded statements in autocommit, each a short walk of the acked_at index: no long lock.
   for (;;) {
     const std::uint64_t gone = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
-      return c
-          .execute(fmt::format("DELETE FROM {} WHERE acked_at < NOW(6) - INTERVAL ? MICROSECOND "
-                               "ORDER BY acked_at LIMIT {}",
-                               t.archive, kArchivePurgeBatch),
-                   {keep})
-          .affected_rows;
+      return purge_archive_rows(c, t, info.options.archive);
     });
     total += gone;
-    if (gone < kArchivePurgeBatch) return total;
+    if (gone < kArchivePurgeRows) return total;
   }
 }
 

@@ -19,22 +19,6 @@
 namespace txmq::internal {
 namespace {
 
-// Runs `sql` (which holds one "{}" for an IN list) over `values` (keys or ids) in chunks;
-// returns all rows.
-Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values) {
-  Result all;
-  for (std::size_t from = 0; from < values.size(); from += kMaxRowsPerStatement) {
-    const std::size_t to = std::min(values.size(), from + kMaxRowsPerStatement);
-    const std::size_t n = in_list_size(to - from);
-    std::vector<Param> params(values.begin() + from, values.begin() + to);
-    pad_ids(params, 0, n);
-    Result r = c.execute(fmt::vformat(sql, fmt::make_format_args(placeholders(n))), params);
-    all.affected_rows += r.affected_rows;
-    for (Row& row : r.rows) all.rows.push_back(std::move(row));
-  }
-  return all;
-}
-
 Result for_keys(Connection& c, std::string_view sql, const std::vector<std::string_view>& keys) {
   return in_lists(c, sql, std::vector<Param>(keys.begin(), keys.end()));
 }

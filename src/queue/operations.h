@@ -76,6 +76,8 @@ std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables
 // (waiting.cc), this client's at once and others' from a background thread. Never throws: the
 // commit succeeded, whatever happens here.
 void announce(QueueContext& q, std::string_view topic, std::size_t count);
+// The same, with the topic's layout already at hand (its groups are announced to).
+void announce(QueueContext& q, const TopicLayout& layout, std::size_t count);
 // After a commit that moved keyed messages into the queue table (or made others claimable
 // below this client's scan hint): lowers the hint and announces them.
 void made_claimable(QueueContext& q, const Unit& unit, const std::vector<std::uint64_t>& ids);
@@ -163,5 +165,9 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_vi
 std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
                                       std::uint64_t from_id, std::size_t limit);
 std::uint64_t purge_archive(QueueContext& q, std::string_view topic);
+// One bounded purge statement: deletes up to kArchivePurgeRows archived rows acknowledged over
+// `keep` ago, walking the acked_at index in autocommit; returns how many went.
+constexpr std::uint64_t kArchivePurgeRows = 1000;
+std::uint64_t purge_archive_rows(Connection& c, const TopicTables& t, Micros keep);
 
 }  // namespace txmq::internal

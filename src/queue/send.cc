@@ -142,16 +142,11 @@ TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topi
 // Copies messages just inserted into the allocating group's queue table into another group's.
 void copy_to_group(Connection& c, const TopicTables& from, const TopicTables& to,
                    const std::vector<std::uint64_t>& ids) {
-  for (std::size_t begin = 0; begin < ids.size(); begin += kMaxRowsPerStatement) {
-    const std::size_t end = std::min(ids.size(), begin + kMaxRowsPerStatement);
-    std::vector<Param> params(ids.begin() + begin, ids.begin() + end);
-    const std::size_t n = in_list_size(params.size());
-    pad_ids(params, 0, n);
-    c.execute(fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, msg_key, payload) SELECT "
-                          "id, visible_at, enqueued_at, msg_key, payload FROM {} WHERE id IN {}",
-                          to.queue, from.queue, placeholders(n)),
-              params);
-  }
+  in_lists(c,
+           fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, msg_key, payload) SELECT id, "
+                       "visible_at, enqueued_at, msg_key, payload FROM {} WHERE id IN {{}}",
+                       to.queue, from.queue),
+           std::vector<Param>(ids.begin(), ids.end()));
 }
 
 // Keyed FIFO for messages just inserted (keys.cc).
@@ -293,13 +288,13 @@ bool all_dedup_keys(std::span<const OutgoingMessage> messages) {
 
 }  // namespace
 
-void DedupPurges::done(std::string_view topic, bool more_left) {
+void PurgeSchedule::done(std::string_view topic, bool more_left) {
   std::lock_guard lock(mutex_);
   next_[std::string(topic)] = more_left ? std::chrono::steady_clock::time_point{}
                                         : std::chrono::steady_clock::now() + kEvery;
 }
 
-bool DedupPurges::due(std::string_view topic) {
+bool PurgeSchedule::due(std::string_view topic) {
   std::lock_guard lock(mutex_);
   auto it = next_.find(std::string(topic));
   return it == next_.end() || std::chrono::steady_clock::now() >= it->second;
@@ -419,7 +414,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
     OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
-  if (options.delay == Micros{0}) announce(q, topic, 1);
+  if (options.delay == Micros{0}) announce(q, layout, 1);
   return id;
 }
 

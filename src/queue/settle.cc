@@ -1,6 +1,7 @@
 // ack, nack and extend: each applies only while the receipt's lease token is still the row's.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -48,8 +49,6 @@ std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables
 }
 
 namespace {
-
-constexpr std::uint64_t kArchivePurgeRows = 1000;
 
 // Acknowledges parsed[from, to) in one DELETE: in autocommit for messages without a key; in a
 // transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
@@ -132,16 +131,18 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
 }
 
 
-// The queue a receipt's message is in; none when its group or partition does not exist (a
-// dropped group's receipts find nothing to settle).
+// Whether the receipt's group and partition exist (a dropped group's receipts find nothing to
+// settle).
+bool in_layout(const TopicLayout& layout, const Receipt& r) {
+  return partition_of(r.id) < layout.partitions() &&
+         std::any_of(layout.groups.begin(), layout.groups.end(),
+                     [&](const GroupEntry& g) { return g.number == r.group; });
+}
+
+// The queue a receipt's message is in; none when it is not in the layout.
 std::optional<Unit> unit_of_receipt(const TopicLayout& layout, const Receipt& r) {
-  const unsigned partition = partition_of(r.id);
-  if (partition >= layout.partitions()) return std::nullopt;
-  if (std::none_of(layout.groups.begin(), layout.groups.end(),
-                   [&](const GroupEntry& g) { return g.number == r.group; })) {
-    return std::nullopt;
-  }
-  return unit_of(layout.info.name, r.group, partition);
+  if (!in_layout(layout, r)) return std::nullopt;
+  return unit_of(layout.info.name, r.group, partition_of(r.id));
 }
 
 // Deletes a bounded batch of archive rows past the topic's retention, at most every 10 s per
@@ -150,11 +151,9 @@ void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic) {
   if (topic.options.archive == Micros{0} || !q.archive_purges.due(topic.name)) return;
   try {
     q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      Result r = c.execute(fmt::format("DELETE FROM {} WHERE acked_at < NOW(6) - INTERVAL ? "
-                                       "MICROSECOND ORDER BY acked_at LIMIT {}",
-                                       topic_tables(topic.name).archive, kArchivePurgeRows),
-                           {static_cast<std::int64_t>(topic.options.archive.count())});
-      q.archive_purges.done(topic.name, r.affected_rows == kArchivePurgeRows);
+      const std::uint64_t gone =
+          purge_archive_rows(c, topic_tables(topic.name), topic.options.archive);
+      q.archive_purges.done(topic.name, gone == kArchivePurgeRows);
     });
   } catch (const Error&) {
   }
@@ -174,7 +173,7 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
   // By queue (group and partition), unkeyed and keyed apart.
   std::map<std::tuple<unsigned, unsigned, bool>, std::vector<std::size_t>> by_queue;
   for (std::size_t i = 0; i < parsed.size(); ++i) {
-    if (!unit_of_receipt(layout, parsed[i])) {
+    if (!in_layout(layout, parsed[i])) {
       results[i] = Settle::kNotFound;
       continue;
     }

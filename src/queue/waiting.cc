@@ -441,13 +441,18 @@ void Waiters::wake_waiters(Connection& c, const std::string& topic, std::size_t 
   }
 }
 
+void announce(QueueContext& q, const TopicLayout& layout, std::size_t count) {
+  if (count == 0) return;
+  // Every group got the messages.
+  for (const GroupEntry& g : layout.groups) {
+    q.waiters.announce(wait_channel(layout.info.name, g.number), count);
+  }
+}
+
 void announce(QueueContext& q, std::string_view topic, std::size_t count) {
   if (count == 0) return;
   try {
-    // Every group got the messages.
-    for (const GroupEntry& g : q.catalog.layout(topic).groups) {
-      q.waiters.announce(wait_channel(topic, g.number), count);
-    }
+    announce(q, q.catalog.layout(topic), count);
   } catch (const Error&) {
     // The topic went, or the catalog cannot be read now: waiters see the messages within 1 s.
   }
