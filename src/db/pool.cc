@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace txmq::internal {
 
 namespace {
@@ -39,7 +41,15 @@ Pool::Handle Pool::acquire(Work work) {
       ++open_;
       lock.unlock();
       try {
-        return Handle(this, std::make_unique<Connection>(dsn_));
+        auto connection = std::make_unique<Connection>(dsn_);
+        connected();
+        return Handle(this, std::move(connection));
+      } catch (const Error& error) {
+        if (error.code() == Errc::kUnavailable) connection_lost(error);
+        lock.lock();
+        --open_;
+        available_.notify_one();
+        throw;
       } catch (...) {
         lock.lock();
         --open_;
@@ -59,6 +69,31 @@ void Pool::discard_idle() {
     open_ -= static_cast<int>(closing.size());
   }
   available_.notify_all();
+}
+
+void Pool::connection_lost(const Error& error) {
+  {
+    std::lock_guard lock(outage_mutex_);
+    // Failing to connect at all is the caller's error to report, not an outage.
+    if (outage_since_ || !ever_connected_) return;
+    outage_since_ = std::chrono::steady_clock::now();
+  }
+  if (report_) report_(fmt::format("database connection lost: {}; reconnecting", error.what()));
+}
+
+void Pool::connected() {
+  std::chrono::steady_clock::duration down{};
+  {
+    std::lock_guard lock(outage_mutex_);
+    ever_connected_ = true;
+    if (!outage_since_) return;
+    down = std::chrono::steady_clock::now() - *outage_since_;
+    outage_since_.reset();
+  }
+  if (report_) {
+    report_(fmt::format("connected to {} again after {:.1f} s", dsn_.describe(),
+                        std::chrono::duration<double>(down).count()));
+  }
 }
 
 void Pool::release(std::unique_ptr<Connection> connection) {

@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <optional>
+#include <string_view>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -79,11 +82,20 @@ class Pool {
   // failover), its idle siblings are most likely lost too.
   void discard_idle();
 
+  // Told once when connections start failing (a restart, a failover, a killed connection) and
+  // once when a new connection succeeds again, so that long-running consumers can say so.
+  // Set before the pool is shared between threads.
+  void set_outage_reporter(std::function<void(std::string_view)> report) {
+    report_ = std::move(report);
+  }
+  void connection_lost(const Error& error);
+
  private:
   static constexpr int kMaxConflictRetries = 8;
   static constexpr int kMaxReconnects = 3;
 
   void release(std::unique_ptr<Connection> connection);
+  void connected();
 
   Dsn dsn_;
   int max_size_;
@@ -91,6 +103,11 @@ class Pool {
   std::condition_variable available_;
   std::vector<std::unique_ptr<Connection>> idle_;
   int open_ = 0;
+
+  std::function<void(std::string_view)> report_;
+  std::mutex outage_mutex_;
+  std::optional<std::chrono::steady_clock::time_point> outage_since_;
+  bool ever_connected_ = false;
 };
 
 template <typename F>
@@ -108,6 +125,7 @@ auto Pool::run(OnLostConnection policy, Work work, F&& fn)
       if (connection->in_transaction()) connection->rollback();
       if (error.code() == Errc::kCommitUnknown) throw;
       if (connection->broken()) {
+        connection_lost(error);
         // CR_SERVER_GONE_ERROR (2006) means the request was never sent.
         if (policy == OnLostConnection::kCommitUnknown && error.server_errno() != 2006) {
           throw Error(Errc::kCommitUnknown,

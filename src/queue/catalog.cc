@@ -315,8 +315,25 @@ std::int64_t schema_version(Connection& c) {
 
 }  // namespace
 
+// True when the catalog is complete and current. Then nothing is created, so that clients
+// need no DDL privileges (README "Privileges"); only the first client and upgrades do.
+bool catalog_is_current(Connection& c) {
+  try {
+    Result r = c.execute(
+        "SELECT version, (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+        "DATABASE() AND table_name IN ('txmq_topics', 'txmq_groups', 'txmq_consumers', "
+        "'txmq_waiters')) FROM txmq_schema WHERE singleton = 1",
+        {});
+    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 4;
+  } catch (const Error& e) {
+    if (e.code() == Errc::kNotFound) return false;  // a new database
+    throw;
+  }
+}
+
 void TopicCatalog::bootstrap() {
   pool_.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
+    if (catalog_is_current(c)) return;
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_schema ("
         " singleton TINYINT UNSIGNED NOT NULL PRIMARY KEY,"

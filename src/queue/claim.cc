@@ -41,61 +41,74 @@ struct ClaimResult {
   std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
 };
 
-ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit,
-                       int max_messages, Micros lease) {
+ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit, int max_messages,
+                       Micros lease) {
   const TopicTables& t = unit.tables;
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
-  return q.pool.run(
-      OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
-        ClaimResult result;
-        c.begin();
-        Result r = select_claimable(q, c, t, max_messages);
-        if (r.rows.empty()) {
-          c.commit();
-          return result;
-        }
-        const std::int64_t now_us = r.rows[0].i64(3);
-        std::vector<Param> dead_ids;
-        std::vector<Row*> live;
-        for (Row& row : r.rows) {
-          if (row.i64(1) >= topic.options.max_attempts) {
-            dead_ids.push_back(row.u64(0));
-          } else {
-            live.push_back(&row);
+  try {
+    return q.pool.run(
+        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          ClaimResult result;
+          c.begin();
+          Result r = select_claimable(q, c, t, max_messages);
+          if (r.rows.empty()) {
+            c.commit();
+            return result;
           }
-        }
-        result.dead_lettered = dead_ids.size();
-        if (!dead_ids.empty()) result.promoted = move_to_dead_letters(c, t, std::move(dead_ids));
-        if (live.empty()) {
+          const std::int64_t now_us = r.rows[0].i64(3);
+          std::vector<Param> dead_ids;
+          std::vector<Row*> live;
+          for (Row& row : r.rows) {
+            if (row.i64(1) >= topic.options.max_attempts) {
+              dead_ids.push_back(row.u64(0));
+            } else {
+              live.push_back(&row);
+            }
+          }
+          result.dead_lettered = dead_ids.size();
+          if (!dead_ids.empty()) result.promoted = move_to_dead_letters(c, t, std::move(dead_ids));
+          if (live.empty()) {
+            c.commit();
+            return result;
+          }
+          const std::uint64_t token = new_lease_token();
+          const std::uint64_t keyed_token = token | kKeyedTokenBit;
+          std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+          bind_retry_delay(params, topic.options.retry);
+          params.insert(params.end(), {token, keyed_token, owner_id});
+          const std::size_t first_id = params.size();
+          for (const Row* row : live) params.push_back(row->u64(0));
+          std::size_t n = in_list_size(live.size());
+          pad_ids(params, first_id, n);
+          // visible_at first: it reads attempts before the increment (assignments run in order).
+          c.execute(
+              fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
+                          "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
+                          "owner_id = ? WHERE id IN {}",
+                          t.queue, retry_delay_sql("attempts"), placeholders(n)),
+              params);
           c.commit();
+          result.messages.reserve(live.size());
+          for (Row* row : live) {
+            Message m = message_from_row(*row);
+            m.receipt = Receipt{m.id, m.key ? keyed_token : token, unit.group}.str();
+            // The expiry is counted from the claim's first statement: never later than the
+            // server's.
+            m.lease_expires_at = time_from_micros(now_us + lease.count());
+            result.messages.push_back(std::move(m));
+          }
           return result;
-        }
-        const std::uint64_t token = new_lease_token();
-        const std::uint64_t keyed_token = token | kKeyedTokenBit;
-        std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
-        bind_retry_delay(params, topic.options.retry);
-        params.insert(params.end(), {token, keyed_token, owner_id});
-        const std::size_t first_id = params.size();
-        for (const Row* row : live) params.push_back(row->u64(0));
-        std::size_t n = in_list_size(live.size());
-        pad_ids(params, first_id, n);
-        // visible_at first: it reads attempts before the increment (assignments run in order).
-        c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
-                              "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
-                              "owner_id = ? WHERE id IN {}",
-                              t.queue, retry_delay_sql("attempts"), placeholders(n)),
-                  params);
-        c.commit();
-        result.messages.reserve(live.size());
-        for (Row* row : live) {
-          Message m = message_from_row(*row);
-          m.receipt = Receipt{m.id, m.key ? keyed_token : token, unit.group}.str();
-          // The expiry is counted from the claim's first statement: never later than the server's.
-          m.lease_expires_at = time_from_micros(now_us + lease.count());
-          result.messages.push_back(std::move(m));
-        }
-        return result;
-      });
+        });
+  } catch (const Error& e) {
+    // Not the caller's concern: a claim that did commit leased messages no one received, and
+    // they are delivered again when the lease ends. Trying again is safe.
+    if (e.code() != Errc::kCommitUnknown) throw;
+    throw Error(Errc::kUnavailable,
+                fmt::format("the connection broke while a claim committed (messages it may have "
+                            "leased are delivered again when their lease ends): {}",
+                            e.what()),
+                e.server_errno());
+  }
 }
 
 }  // namespace

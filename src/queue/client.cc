@@ -164,6 +164,13 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(o
   impl_->queue.waiters.warn = [impl = impl_.get()](std::string_view text) {
     warn_once(impl->options.on_warning, std::string(text));
   };
+  impl_->queue.pool.set_outage_reporter([impl = impl_.get()](std::string_view text) {
+    if (impl->options.on_warning) {
+      impl->options.on_warning(text);
+    } else {
+      std::fprintf(stderr, "txmq: %.*s\n", static_cast<int>(text.size()), text.data());
+    }
+  });
   impl_->check_server();
   impl_->queue.catalog.bootstrap();
 }

@@ -1,0 +1,363 @@
+// Judges a fault run from the histories (fault.h), in the manner of Jepsen's total-queue
+// checker: every message whose send was acknowledged is delivered (lost = 0), nothing is
+// delivered that was never sent (unexpected = 0), and more that a queue's users count on.
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "fault.h"
+
+namespace txmq::fault {
+namespace {
+
+enum class Outcome { kOk, kFail, kUnknown };
+
+struct Attempt {
+  char kind = '?';  // S single send, B batch, T transaction (exactly-once topic)
+  std::size_t count = 0;
+  Outcome outcome = Outcome::kUnknown;  // no outcome line: the producer was killed meanwhile
+};
+
+struct Delivery {
+  std::int64_t time = -1;  // -1: not timed (txmq consume's handlers)
+  std::uint64_t id = 0;
+  std::string receipt, key, payload;
+};
+
+struct Acks {
+  std::unordered_map<std::string, std::int64_t> started;  // receipt → time the ack began
+  std::unordered_map<std::string, std::int64_t> ok;       // receipt → time it returned kOk
+};
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+template <typename T>
+T number(const std::string& text) {
+  T value{};
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// payload → (tag of its attempt, index); false when it is not of a form any producer sends.
+bool parse_payload(const std::string& payload, std::string& tag, std::size_t& index) {
+  if (payload.empty()) return false;
+  if (payload[0] == 's') {
+    tag = payload;
+    index = 0;
+    return true;
+  }
+  std::size_t dot = payload.rfind('.');
+  if (dot == std::string::npos) return false;
+  tag = payload.substr(0, dot);
+  auto [end, ec] = std::from_chars(payload.data() + dot + 1, payload.data() + payload.size(), index);
+  return ec == std::errc() && end == payload.data() + payload.size();
+}
+
+struct GroupResult {
+  std::string name;
+  std::uint64_t deliveries = 0, distinct = 0, lost = 0, unexpected = 0, failed_delivered = 0,
+                duplicates = 0, partial = 0, order_violations = 0, stale_acks = 0,
+                redelivered_after_ack = 0;
+  bool timed = false, acks_logged = false;
+};
+
+class Checker {
+ public:
+  explicit Checker(const RunRecord& run) : run_(run) {
+    for (const std::string& path : run.producer_histories) read_producer(path);
+    for (const auto& [tag, a] : attempts_) {
+      if (a.outcome == Outcome::kOk) ++sent_ok_;
+      if (a.outcome == Outcome::kFail) ++sent_failed_;
+      if (a.outcome == Outcome::kUnknown) ++sent_unknown_;
+    }
+  }
+
+  bool judge() {
+    std::vector<GroupResult> groups;
+    {
+      std::vector<Delivery> deliveries;
+      Acks acks;
+      for (const std::string& path : run_.consumer_histories) read_consumer(path, deliveries, acks);
+      groups.push_back(judge_group(fmt::format("{} (receive+ack)", kRawGroup), deliveries, &acks));
+    }
+    {
+      std::vector<Delivery> deliveries;
+      for (const std::string& path : run_.worker_histories) {
+        read_worker(path, deliveries);
+      }
+      groups.push_back(judge_group(fmt::format("{} (Worker)", kWorkerGroup), deliveries, nullptr));
+    }
+    {
+      std::vector<Delivery> deliveries;
+      for (const std::string& line : lines_of(run_.cli_deliveries)) {
+        std::vector<std::string> w = split(line);
+        if (w.size() < 4 || w[0] != "C") continue;
+        deliveries.push_back({-1, number<std::uint64_t>(w[1]), {}, "-", w[3]});
+      }
+      groups.push_back(judge_group(fmt::format("{} (txmq consume)", kCliGroup), deliveries, nullptr));
+    }
+    GroupResult eo = judge_exactly_once();
+    print(groups, eo);
+
+    bool ok = run_.faults.drained && run_.faults.dead_letters == 0 &&
+              run_.faults.unbidden_exits.empty() && run_.faults.partial_batches_seen == 0 &&
+              eo.duplicates == 0 && torn_transactions_ == 0;
+    for (const GroupResult* g : {&groups[0], &groups[1], &groups[2], &eo}) {
+      ok = ok && g->lost == 0 && g->unexpected == 0 && g->failed_delivered == 0 &&
+           g->partial == 0 && g->order_violations == 0 && g->stale_acks == 0 &&
+           g->redelivered_after_ack == 0;
+    }
+    ok = ok && resilience_ok();
+    return ok;
+  }
+
+ private:
+  void read_producer(const std::string& path) {
+    for (const std::string& line : lines_of(path)) {
+      std::vector<std::string> w = split(line);
+      if (w.size() >= 5 && w[1] == "A") {
+        attempts_[w[3]] = Attempt{w[2][0], number<std::size_t>(w[4]), Outcome::kUnknown};
+      } else if (w.size() >= 4 && w[1] == "O") {
+        auto it = attempts_.find(w[2]);
+        if (it == attempts_.end()) continue;
+        it->second.outcome = w[3] == "ok" ? Outcome::kOk
+                             : w[3] == "fail" ? Outcome::kFail
+                                              : Outcome::kUnknown;
+      }
+    }
+  }
+
+  static Delivery delivery_of(const std::vector<std::string>& w) {
+    // TIME D id attempt receipt key payload
+    return {number<std::int64_t>(w[0]), number<std::uint64_t>(w[2]), w[4], w[5], w[6]};
+  }
+
+  void read_consumer(const std::string& path, std::vector<Delivery>& deliveries, Acks& acks) {
+    for (const std::string& line : lines_of(path)) {
+      std::vector<std::string> w = split(line);
+      if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
+      if (w.size() >= 4 && w[1] == "S") acks.started[w[3]] = number<std::int64_t>(w[0]);
+      if (w.size() >= 5 && w[1] == "K" && w[4] == "ok") acks.ok[w[3]] = number<std::int64_t>(w[0]);
+      if (w.size() >= 5 && w[1] == "K" && w[4] == "lease_lost") ++late_acks_refused_;
+    }
+  }
+
+  void read_worker(const std::string& path, std::vector<Delivery>& deliveries) {
+    for (const std::string& line : lines_of(path)) {
+      std::vector<std::string> w = split(line);
+      if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
+      if (reports_outage(line)) ++worker_outages_;
+      if (reports_recovery(line)) ++worker_recoveries_;
+      if (line.find(" V ") != std::string::npos && line.find("lease was lost") != std::string::npos) {
+        ++late_acks_refused_;
+      }
+    }
+  }
+
+  // What the client (W lines, "txmq: ...") and the Worker (V lines) say about an outage.
+  static bool reports_outage(const std::string& line) {
+    return line.find("connection lost") != std::string::npos ||
+           line.find("retrying") != std::string::npos;
+  }
+  static bool reports_recovery(const std::string& line) {
+    return line.find("again after") != std::string::npos ||
+           line.find("receiving again") != std::string::npos;
+  }
+
+  GroupResult judge_group(std::string name, std::vector<Delivery>& deliveries, const Acks* acks) {
+    GroupResult g;
+    g.name = std::move(name);
+    g.deliveries = deliveries.size();
+    g.timed = !deliveries.empty() && deliveries.front().time >= 0;
+    g.acks_logged = acks != nullptr;
+    std::stable_sort(deliveries.begin(), deliveries.end(),
+                     [](const Delivery& a, const Delivery& b) { return a.time < b.time; });
+    std::unordered_map<std::string, std::uint64_t> count;  // payload → deliveries
+    std::map<std::string, std::set<std::size_t>> batches;  // batch tag → indexes delivered
+    for (const Delivery& d : deliveries) {
+      if (count[d.payload]++ > 0) {
+        ++g.duplicates;
+        continue;
+      }
+      std::string tag;
+      std::size_t index = 0;
+      auto it = parse_payload(d.payload, tag, index) ? attempts_.find(tag) : attempts_.end();
+      if (it == attempts_.end() || it->second.kind == 'T' || index >= it->second.count) {
+        ++g.unexpected;
+        continue;
+      }
+      if (it->second.outcome == Outcome::kFail) ++g.failed_delivered;
+      if (it->second.kind == 'B') batches[tag].insert(index);
+    }
+    g.distinct = count.size();
+    for (const auto& [tag, a] : attempts_) {
+      if (a.kind == 'T') continue;
+      if (a.kind == 'B') {
+        auto it = batches.find(tag);
+        const std::size_t got = it == batches.end() ? 0 : it->second.size();
+        if (got != 0 && got != a.count) ++g.partial;
+        if (a.outcome == Outcome::kOk) g.lost += a.count - got;
+      } else if (a.outcome == Outcome::kOk && count.find(tag) == count.end()) {
+        ++g.lost;
+      }
+    }
+    if (g.timed) g.order_violations = key_order_violations(deliveries);
+    if (acks != nullptr) check_acks(deliveries, *acks, g);
+    return g;
+  }
+
+  // Keyed FIFO: the next message of a key is not delivered before the one before it (by id)
+  // was first delivered.
+  static std::uint64_t key_order_violations(const std::vector<Delivery>& deliveries) {
+    std::map<std::string, std::map<std::uint64_t, std::int64_t>> first;  // key → id → time
+    for (const Delivery& d : deliveries) {
+      if (d.key == "-") continue;
+      first[d.key].emplace(d.id, d.time);  // sorted by time: the first one stays
+    }
+    std::uint64_t violations = 0;
+    for (const auto& [key, by_id] : first) {
+      std::int64_t last = -1;
+      for (const auto& [id, time] : by_id) {
+        if (time < last) ++violations;
+        last = std::max(last, time);
+      }
+    }
+    return violations;
+  }
+
+  // A receipt's ack may succeed only while no one else was given the message (a late ack from a
+  // paused or slow consumer must be refused), and a message acknowledged is not delivered again.
+  static void check_acks(const std::vector<Delivery>& deliveries, const Acks& acks, GroupResult& g) {
+    std::unordered_map<std::uint64_t, std::vector<const Delivery*>> by_id;
+    for (const Delivery& d : deliveries) by_id[d.id].push_back(&d);
+    for (const auto& [id, list] : by_id) {
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        auto ok = acks.ok.find(list[i]->receipt);
+        if (ok == acks.ok.end()) continue;
+        auto started = acks.started.find(list[i]->receipt);
+        for (std::size_t j = i + 1; j < list.size(); ++j) {
+          if (list[j]->receipt == list[i]->receipt) continue;
+          if (started != acks.started.end() && list[j]->time < started->second) ++g.stale_acks;
+          if (list[j]->time > ok->second) ++g.redelivered_after_ack;
+        }
+      }
+    }
+  }
+
+  GroupResult judge_exactly_once() {
+    GroupResult g;
+    g.name = "exactly-once (process)";
+    g.deliveries = run_.effects.size();
+    std::unordered_map<std::string, std::uint64_t> count;
+    for (const std::string& payload : run_.effects) {
+      if (count[payload]++ > 0) ++g.duplicates;
+    }
+    g.distinct = count.size();
+    std::set<std::string> orders(run_.orders.begin(), run_.orders.end());
+    for (const auto& [payload, n] : count) {
+      std::string tag;
+      std::size_t index = 0;
+      auto it = parse_payload(payload, tag, index) ? attempts_.find(tag) : attempts_.end();
+      if (it == attempts_.end() || it->second.kind != 'T' || index >= it->second.count) {
+        ++g.unexpected;
+      } else if (it->second.outcome == Outcome::kFail) {
+        ++g.failed_delivered;
+      }
+    }
+    for (const std::string& tag : orders) {
+      auto it = attempts_.find(tag);
+      if (it == attempts_.end()) ++g.unexpected;
+    }
+    for (const auto& [tag, a] : attempts_) {
+      if (a.kind != 'T') continue;
+      std::size_t got = 0;
+      for (std::size_t i = 0; i < a.count; ++i) got += count.count(fmt::format("{}.{}", tag, i));
+      const bool ordered = orders.count(tag) > 0;
+      // The business row and the messages commit together or not at all.
+      if ((got != 0 && got != a.count) || ordered != (got == a.count)) ++torn_transactions_;
+      if (got != 0 && got != a.count) ++g.partial;
+      if (a.outcome == Outcome::kOk) g.lost += a.count - got + (ordered ? 0 : 1);
+      if (a.outcome == Outcome::kFail && ordered) ++g.failed_delivered;
+    }
+    return g;
+  }
+
+  bool resilience_ok() const {
+    if (run_.faults.server_kills < 2) return true;
+    return worker_outages_ > 0 && worker_recoveries_ > 0 && cli_outages() > 0 &&
+           cli_recoveries() > 0;
+  }
+  std::size_t cli_count(bool (*matches)(const std::string&)) const {
+    std::size_t n = 0;
+    for (const std::string& path : run_.cli_logs) {
+      for (const std::string& line : lines_of(path)) n += matches(line);
+    }
+    return n;
+  }
+  std::size_t cli_outages() const { return cli_count(reports_outage); }
+  std::size_t cli_recoveries() const { return cli_count(reports_recovery); }
+
+  void print(const std::vector<GroupResult>& groups, const GroupResult& eo) const {
+    const Faults& f = run_.faults;
+    fmt::print("\nsend attempts: {} acknowledged, {} failed, {} unknown (killed mid-send or "
+               "commit unknown)\n\n",
+               sent_ok_, sent_failed_, sent_unknown_);
+    fmt::print("{:<28} {:>10} {:>10} {:>6} {:>10} {:>16} {:>10} {:>8} {:>10} {:>11} {:>14}\n",
+               "group", "deliveries", "messages", "lost", "unexpected", "failed-delivered",
+               "duplicates", "partial", "key-order", "stale-acks", "acked-redeliv");
+    auto row = [](const GroupResult& g) {
+      fmt::print("{:<28} {:>10} {:>10} {:>6} {:>10} {:>16} {:>10} {:>8} {:>10} {:>11} {:>14}\n",
+                 g.name, g.deliveries, g.distinct, g.lost, g.unexpected, g.failed_delivered,
+                 g.duplicates, g.partial, g.timed ? std::to_string(g.order_violations) : "-",
+                 g.acks_logged ? std::to_string(g.stale_acks) : "-",
+                 g.acks_logged ? std::to_string(g.redelivered_after_ack) : "-");
+    };
+    for (const GroupResult& g : groups) row(g);
+    row(eo);
+    fmt::print("\nexactly-once: {} transactions torn (business row without its messages or the "
+               "reverse)\n",
+               torn_transactions_);
+    fmt::print("faults: {} consumer kills (mid-claim {}, mid-handler {}, mid-ack {}), {} producer "
+               "kills ({} mid-send), {} server kills, {} connections killed in {} rounds, {} "
+               "consumers paused past their lease ({} holding messages)\n",
+               f.consumer_kills, f.consumer_kills_mid_claim, f.consumer_kills_mid_handler,
+               f.consumer_kills_mid_ack, f.producer_kills, f.producer_kills_mid_send,
+               f.server_kills, f.connection_kills, f.connection_kill_rounds, f.pauses,
+               f.pauses_holding_messages);
+    fmt::print("late acks refused: {}; partly visible batches in {} snapshots: {}\n",
+               late_acks_refused_, f.observations, f.partial_batches_seen);
+    fmt::print("outages reported / recoveries reported: Worker {} / {}, txmq consume {} / {}\n",
+               worker_outages_, worker_recoveries_, cli_outages(), cli_recoveries());
+    fmt::print("drained: {}; dead letters: {}; children that exited unbidden: {}\n",
+               f.drained ? "yes" : "NO", f.dead_letters, f.unbidden_exits.size());
+    for (const std::string& e : f.unbidden_exits) fmt::print("  {}\n", e);
+  }
+
+  const RunRecord& run_;
+  std::unordered_map<std::string, Attempt> attempts_;
+  std::uint64_t sent_ok_ = 0, sent_failed_ = 0, sent_unknown_ = 0;
+  std::uint64_t late_acks_refused_ = 0, worker_outages_ = 0, worker_recoveries_ = 0;
+  std::uint64_t torn_transactions_ = 0;
+};
+
+}  // namespace
+
+bool check(const RunRecord& run) { return Checker(run).judge(); }
+
+}  // namespace txmq::fault

@@ -1,0 +1,249 @@
+// The children of the fault suite. Each writes its history (fault.h) and runs until SIGTERM;
+// none exits on a database error: it logs it, waits a little and goes on.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "fault.h"
+#include "txmq/client.h"
+#include "txmq/worker.h"
+
+namespace txmq::fault {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stop{false};
+
+void on_term(int) { g_stop.store(true); }
+
+void install_stop_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_term;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::string_view settle_name(Settle s) {
+  switch (s) {
+    case Settle::kOk: return "ok";
+    case Settle::kLeaseLost: return "lease_lost";
+    case Settle::kNotFound: return "not_found";
+  }
+  return "?";
+}
+
+// Connects as TXMQ_DSN says, retrying while the server is away (it may be restarting).
+std::unique_ptr<Client> connect(History& history, const std::string& name, int pool_size) {
+  for (;;) {
+    try {
+      ClientOptions options;
+      options.dsn = std::getenv("TXMQ_DSN");
+      options.consumer_name = name;
+      options.pool_size = pool_size;
+      options.on_warning = [&history](std::string_view text) { history.line("W {}", text); };
+      return std::make_unique<Client>(std::move(options));
+    } catch (const Error& e) {
+      history.line("E connect {} {}", errc_name(e.code()), e.what());
+      if (!e.retryable()) throw;
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+}
+
+void sleep_ms(std::mt19937_64& rng, int max_ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(rng() % static_cast<unsigned>(max_ms)));
+}
+
+}  // namespace
+
+// Sends single messages (half of them keyed), batches of 1 to 50 (sometimes 1,000 to 2,000)
+// and transactions that insert a business row with 1 to 3 messages. Every attempt is written
+// before it is made ("A kind tag count key") and its outcome after ("O tag ok|fail|unknown").
+// Messages' payloads are the tag (single sends) or "tag.index".
+int run_producer(const RoleArgs& args) {
+  install_stop_handler();
+  History history(args.history);
+  history.line("START producer {} {}", args.id, args.generation);
+  auto client = connect(history, fmt::format("producer-{}", args.id), 2);
+  std::mt19937_64 rng(args.seed);
+  const std::string insert_order = fmt::format("INSERT INTO {} (tag) VALUES (?)", kOrdersTable);
+  for (std::uint64_t seq = 0; !g_stop.load(); ++seq) {
+    const unsigned dice = rng() % 100;
+    std::string tag;
+    auto attempt = [&](auto&& send) {
+      try {
+        std::string detail = send();
+        history.line("O {} ok {}", tag, detail);
+      } catch (const Error& e) {
+        history.line("O {} {} {}", tag, e.code() == Errc::kCommitUnknown ? "unknown" : "fail",
+                     errc_name(e.code()));
+        std::this_thread::sleep_for(100ms);
+      }
+    };
+    if (dice < 40) {
+      SendOptions options;
+      std::string key = "-";
+      if (rng() % 2 == 0) {
+        key = fmt::format("k{}_{}", args.id, rng() % 8);
+        options.key = key;
+      }
+      tag = fmt::format("s{}g{}n{}", args.id, args.generation, seq);
+      history.line("A S {} 1 {}", tag, key);
+      attempt([&] { return std::to_string(client->send(kTopic, tag, options)); });
+    } else if (dice < 80) {
+      const std::size_t n = rng() % 100 == 0 ? 1000 + rng() % 1001 : 1 + rng() % 50;
+      tag = fmt::format("b{}g{}n{}x{}", args.id, args.generation, seq, n);
+      std::vector<OutgoingMessage> batch(n);
+      for (std::size_t i = 0; i < n; ++i) batch[i].payload = fmt::format("{}.{}", tag, i);
+      history.line("A B {} {} -", tag, n);
+      attempt([&] { return std::to_string(client->send_batch(kTopic, batch).front()); });
+    } else {
+      const std::size_t n = 1 + rng() % 3;
+      tag = fmt::format("t{}g{}n{}x{}", args.id, args.generation, seq, n);
+      history.line("A T {} {} -", tag, n);
+      attempt([&] {
+        client->transact([&](Transaction& tx) {
+          tx.execute(insert_order, {tag});
+          for (std::size_t i = 0; i < n; ++i) {
+            tx.send(kExactlyOnceTopic, fmt::format("{}.{}", tag, i));
+          }
+        });
+        return std::string("-");
+      });
+    }
+    sleep_ms(rng, 100);
+  }
+  history.line("STOP");
+  return 0;
+}
+
+// receive + ack, with everything written down: "D id attempt receipt key payload" per delivery,
+// "S id receipt" before the ack and "K id receipt outcome" after it.
+int run_consumer(const RoleArgs& args) {
+  install_stop_handler();
+  History history(args.history);
+  history.line("START consumer {} {}", args.id, args.generation);
+  auto client = connect(history, fmt::format("consumer-{}-{}", args.id, args.generation), 2);
+  std::mt19937_64 rng(args.seed);
+  ReceiveOptions options;
+  options.max_messages = 10;
+  options.wait = 500ms;
+  options.group = args.group;
+  while (!g_stop.load()) {
+    std::vector<Message> got;
+    try {
+      got = client->receive(kTopic, options);
+    } catch (const Error& e) {
+      history.line("E receive {}", errc_name(e.code()));
+      std::this_thread::sleep_for(200ms);
+      continue;
+    }
+    if (got.empty()) continue;
+    for (const Message& m : got) {
+      history.line("D {} {} {} {} {}", m.id, m.attempt, m.receipt, m.key.value_or("-"),
+                   m.payload);
+    }
+    sleep_ms(rng, 30);  // the handler's work
+    std::vector<std::string> receipts;
+    for (const Message& m : got) {
+      receipts.push_back(m.receipt);
+      history.line("S {} {}", m.id, m.receipt);
+    }
+    try {
+      std::vector<Settle> outcomes = client->ack(kTopic, receipts);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        history.line("K {} {} {}", got[i].id, got[i].receipt, settle_name(outcomes.at(i)));
+      }
+    } catch (const Error& e) {
+      for (const Message& m : got) {
+        history.line("K {} {} {}", m.id, m.receipt, errc_name(e.code()));
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+  history.line("STOP");
+  return 0;
+}
+
+// The library's Worker, 2 threads: "D ..." per delivery, "V text" per event it reports.
+int run_worker(const RoleArgs& args) {
+  install_stop_handler();
+  History history(args.history);
+  history.line("START worker {} {}", args.id, args.generation);
+  auto client = connect(history, fmt::format("worker-{}-{}", args.id, args.generation), 4);
+  WorkerOptions options;
+  options.threads = 2;
+  options.batch = 5;
+  options.group = args.group;
+  options.on_event = [&history](std::string_view text) { history.line("V {}", text); };
+  std::mt19937_64 rng(args.seed);
+  std::mutex rng_mutex;
+  Worker worker(
+      *client, std::string(kTopic),
+      [&](const Message& m) {
+        history.line("D {} {} {} {} {}", m.id, m.attempt, m.receipt, m.key.value_or("-"),
+                     m.payload);
+        unsigned work_ms = 0;
+        {
+          std::lock_guard lock(rng_mutex);
+          work_ms = rng() % 20;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(work_ms));
+      },
+      options);
+  while (!g_stop.load() && !worker.stopping()) std::this_thread::sleep_for(50ms);
+  const bool failed = worker.stopping() && !g_stop.load();
+  worker.stop();
+  try {
+    worker.join();
+  } catch (const std::exception& e) {
+    history.line("FAILED {}", e.what());
+    return 1;
+  }
+  if (failed) {
+    history.line("FAILED stopped by itself");
+  } else {
+    history.line("STOP");
+  }
+  return failed ? 1 : 0;
+}
+
+// Client::process: each message's effect is a row of the effects table, written in the
+// transaction that deletes the message. The table, not this history, is the record.
+int run_exactly_once(const RoleArgs& args) {
+  install_stop_handler();
+  History history(args.history);
+  history.line("START exactly-once {} {}", args.id, args.generation);
+  const std::string name = fmt::format("exactly-once-{}-{}", args.id, args.generation);
+  auto client = connect(history, name, 2);
+  const std::string record =
+      fmt::format("INSERT INTO {} (tag, msg_id, consumer) VALUES (?, ?, ?)", kEffectsTable);
+  ProcessOptions options;
+  options.max_messages = 10;
+  options.wait = 500ms;
+  while (!g_stop.load()) {
+    try {
+      client->process(kExactlyOnceTopic, options,
+                      [&](Transaction& tx, std::span<const Message> messages) {
+                        for (const Message& m : messages) {
+                          tx.execute(record, {m.payload, m.id, name});
+                        }
+                      });
+    } catch (const Error& e) {
+      history.line("E process {}", errc_name(e.code()));
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+  history.line("STOP");
+  return 0;
+}
+
+}  // namespace txmq::fault
