@@ -43,6 +43,8 @@ void add_bench_consumer_command(CLI::App& app, Globals& globals);
 
 // Output helpers (output.cc).
 std::string read_all(std::FILE* in);
+// send-batch's input: one message per line ('\n' ends a line; the last one may lack it).
+std::vector<OutgoingMessage> batch_lines(std::string_view data);
 bool is_valid_utf8(std::string_view bytes);
 std::string base64(std::string_view bytes);
 std::string iso_time(Clock::time_point t);

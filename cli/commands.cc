@@ -272,14 +272,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
     } else {
       data = read_all(stdin);
     }
-    std::vector<OutgoingMessage> messages;
-    std::size_t start = 0;
-    while (start < data.size()) {
-      std::size_t nl = data.find('\n', start);
-      if (nl == std::string::npos) nl = data.size();
-      messages.push_back({data.substr(start, nl - start), std::nullopt, Micros{0}, std::nullopt});
-      start = nl + 1;
-    }
+    std::vector<OutgoingMessage> messages = batch_lines(data);
     auto ids = connect(g)->send_batch(ba->topic, messages);
     std::uint64_t first = ids.empty() ? 0 : *std::min_element(ids.begin(), ids.end());
     std::uint64_t last = ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end());

@@ -19,6 +19,19 @@ std::string read_all(std::FILE* in) {
   return out;
 }
 
+std::vector<OutgoingMessage> batch_lines(std::string_view data) {
+  std::vector<OutgoingMessage> messages;
+  std::size_t start = 0;
+  while (start < data.size()) {
+    std::size_t nl = data.find('\n', start);
+    if (nl == std::string_view::npos) nl = data.size();
+    messages.push_back({std::string(data.substr(start, nl - start)), std::nullopt, Micros{0},
+                        std::nullopt});
+    start = nl + 1;
+  }
+  return messages;
+}
+
 bool is_valid_utf8(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {

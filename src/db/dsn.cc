@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "db/printable.h"
 #include "txmq/error.h"
 
 namespace txmq::internal {
@@ -42,7 +43,10 @@ T parse_number(std::string_view text, T min, T max, std::string_view what) {
   T value{};
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
-    refuse(fmt::format("{} must be a number from {} to {}, not '{}'", what, min, max, text));
+    // Echo only digits: "user:secret/db" (no '@') would otherwise show the password as a port.
+    const bool digits = text.size() <= 20 && text.find_first_not_of("0123456789") == text.npos;
+    refuse(digits ? fmt::format("{} must be a number from {} to {}, not {}", what, min, max, text)
+                  : fmt::format("{} must be a number from {} to {}", what, min, max));
   }
   return value;
 }
@@ -57,14 +61,14 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
         value != "verify-identity") {
       refuse(fmt::format("ssl-mode must be disabled, required, verify-ca or verify-identity, "
                          "not '{}'",
-                         value));
+                         printable(value)));
     }
     dsn.ssl_mode = value;
   } else if (name == "ssl-ca" || name == "ssl_ca") {
     dsn.ssl_ca = percent_decode(value, "ssl-ca");
   } else {
     refuse(fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca)",
-                       name));
+                       printable(name)));
   }
 }
 
@@ -78,7 +82,7 @@ Dsn parse_dsn(std::string_view text) {
   }
   std::string_view scheme = text.substr(0, scheme_end);
   if (scheme != "mysql" && scheme != "mariadb") {
-    refuse(fmt::format("scheme must be mysql:// or mariadb://, not '{}://'", scheme));
+    refuse(fmt::format("scheme must be mysql:// or mariadb://, not '{}://'", printable(scheme)));
   }
   std::string_view rest = text.substr(scheme_end + 3);
 
@@ -128,7 +132,7 @@ Dsn parse_dsn(std::string_view text) {
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     if (pair.empty()) continue;
     std::size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) refuse(fmt::format("parameter '{}' has no value", pair));
+    if (eq == std::string_view::npos) refuse(fmt::format("parameter '{}' has no value", printable(pair)));
     apply_parameter(dsn, pair.substr(0, eq), pair.substr(eq + 1));
   }
   return dsn;

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "db/printable.h"
 #include "db/dsn.h"
 #include "queue/operations.h"
 #include "queue/transaction_impl.h"
@@ -54,11 +55,12 @@ Receipt Receipt::parse(std::string_view text) {
     return Error(Errc::kInvalidArgument,
                  fmt::format("malformed receipt '{}': expected ID.TOKEN or ID.TOKEN.GROUP as "
                              "printed by receive",
-                             text.substr(0, 64)));
+                             internal::printable(text)));
   };
   Receipt r;
   std::size_t dot = text.find('.');
-  if (dot == std::string_view::npos || dot == 0) throw refuse();
+  // One spelling per receipt: no leading zeros (found by tests/fuzz/fuzz_receipt.cc).
+  if (dot == std::string_view::npos || dot == 0 || text[0] == '0') throw refuse();
   std::size_t group_dot = text.find('.', dot + 1);
   std::string_view token_text = text.substr(dot + 1, group_dot == std::string_view::npos
                                                          ? std::string_view::npos

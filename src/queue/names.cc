@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "db/printable.h"
 #include "txmq/error.h"
 
 namespace txmq::internal {
@@ -16,22 +17,6 @@ bool is_valid_topic_name(std::string_view name) noexcept {
   return true;
 }
 
-namespace {
-// Shows a refused name safely: printable ASCII as is, other bytes escaped, long names cut.
-std::string printable(std::string_view name) {
-  std::string out;
-  for (std::size_t i = 0; i < name.size() && i < 64; ++i) {
-    unsigned char c = static_cast<unsigned char>(name[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  if (name.size() > 64) out += fmt::format("... ({} bytes)", name.size());
-  return out;
-}
-}  // namespace
 
 namespace {
 void check_name(std::string_view what, std::string_view name) {

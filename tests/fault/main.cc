@@ -147,7 +147,8 @@ class Orchestrator {
     std::vector<std::string> argv;
     if (child.role == "cli") {
       // One line per message, written by the handler itself.
-      argv = {TXMQ_BINARY, "consume", std::string(kTopic), "--group", child.group,
+      const char* txmq = std::getenv("TXMQ_BINARY");  // another build's, for A/B runs
+      argv = {txmq != nullptr ? txmq : TXMQ_BINARY, "consume", std::string(kTopic), "--group", child.group,
               "--concurrency", "4", "--exec",
               fmt::format("printf 'C %s %s %s\\n' \"$TXMQ_MESSAGE_ID\" \"$TXMQ_ATTEMPT\" "
                           "\"$(cat)\" >> {}",
@@ -384,7 +385,7 @@ class Orchestrator {
     const auto end = SteadyClock::now() + std::chrono::seconds(options_.seconds);
     auto next_fault = SteadyClock::now() + 2s;
     auto next_look = SteadyClock::now() + 1s;
-    last_server_kill_ = SteadyClock::now();
+    last_server_kill_ = SteadyClock::now() - 5s;  // the first may come after 3 s
     std::uniform_int_distribution<int> gap_ms(500, 2500);
     while (SteadyClock::now() < end) {
       reap_unbidden();

@@ -82,3 +82,13 @@ TEST(DsnTest, ErrorsNeverEchoThePassword) {
 
 }  // namespace
 }  // namespace txmq::internal
+
+// A DSN without '@' reads "user:secret" as host and port: the port's error must not show it.
+TEST(DsnTest, PortErrorsDoNotEchoWhatMayBeAPassword) {
+  try {
+    txmq::internal::parse_dsn("mysql://app:Sup3rSecret/txmq");
+    FAIL() << "accepted";
+  } catch (const txmq::Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("Sup3rSecret"), std::string::npos) << e.what();
+  }
+}

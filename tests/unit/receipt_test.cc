@@ -22,12 +22,15 @@ TEST(ReceiptTest, RefusesMalformed) {
                            "42.deadbeef01234567.", "42.deadbeef01234567.0",
                            "42.deadbeef01234567.01", "42.deadbeef01234567.1000",
                            "42.deadbeef01234567.-1", "42.deadbeef01234567.1.2",
-                           "42.deadbeef01234567.x"}) {
+                           "42.deadbeef01234567.x", "042.deadbeef01234567",
+                           "42.deadbeef01234567\x01"}) {
     try {
       Receipt::parse(text);
       FAIL() << "accepted '" << text << "'";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Errc::kInvalidArgument) << text;
+      // Control bytes are shown escaped, never raw (found by tests/fuzz/fuzz_receipt.cc).
+      EXPECT_EQ(std::string(e.what()).find('\x01'), std::string::npos) << e.what();
     }
   }
 }
