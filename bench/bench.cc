@@ -457,7 +457,8 @@ class Bench {
       std::vector<OutgoingMessage> batch;
       for (int round = 0; round < 2; ++round) {  // two messages per key: one waits behind
         for (int k = 0; k < keys; ++k) {
-          OutgoingMessage m{.payload = std::string(kSmall, 'k')};
+          OutgoingMessage m;
+          m.payload = std::string(kSmall, 'k');
           if (keyed) m.key = fmt::format("key{}", k);
           batch.push_back(std::move(m));
           if (batch.size() == 5000) {

@@ -43,6 +43,9 @@ void add_bench_consumer_command(CLI::App& app, Globals& globals);
 
 // Output helpers (output.cc).
 std::string read_all(std::FILE* in);
+// Where the password of a DSN's text is, if its user part has one: (offset, length); (0, 0)
+// when none. main() overwrites it in the process's own argv, so that `ps` does not show it.
+std::pair<std::size_t, std::size_t> password_span(std::string_view dsn);
 // send-batch's input: one message per line ('\n' ends a line; the last one may lack it).
 std::vector<OutgoingMessage> batch_lines(std::string_view data);
 bool is_valid_utf8(std::string_view bytes);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -9,6 +10,9 @@
 
 namespace txmq::cli {
 namespace {
+
+// Checked as signed numbers: an unsigned option would take "-1" as 2^64-1.
+const CLI::Range kListLimit(std::int64_t{1}, std::int64_t{1'000'000});
 
 using nlohmann::json;
 
@@ -418,7 +422,7 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
   auto ia = std::make_shared<ListArgs>();
   CLI::App* inflight = app.add_subcommand("inflight", "leased messages with owner and expiry");
   inflight->add_option("topic", ia->topic)->required();
-  inflight->add_option("--limit", ia->limit, "most rows (1000)");
+  inflight->add_option("--limit", ia->limit, "most rows (1000)")->check(kListLimit);
   inflight->add_option("--group", ia->group, "consumer group (default)");
   inflight->callback([&g, ia] {
     auto rows = connect(g)->in_flight(ia->topic, ia->limit, ia->group);
@@ -441,7 +445,7 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
   auto da = std::make_shared<ListArgs>();
   CLI::App* dlist = dead->add_subcommand("list", "list dead letters");
   dlist->add_option("topic", da->topic)->required();
-  dlist->add_option("--limit", da->limit, "most rows (1000)");
+  dlist->add_option("--limit", da->limit, "most rows (1000)")->check(kListLimit);
   dlist->add_option("--group", da->group, "consumer group (default)");
   dlist->callback([&g, da] {
     auto rows = connect(g)->dead_letters(da->topic, da->limit, da->group);
@@ -582,8 +586,9 @@ void add_archive_commands(CLI::App& app, Globals& g) {
   auto la = std::make_shared<ArchiveArgs>();
   CLI::App* list = archive->add_subcommand("list", "list archived messages in id order");
   list->add_option("topic", la->topic)->required();
-  list->add_option("--from", la->from, "first id (0)");
-  list->add_option("--limit", la->limit, "most rows (1000)");
+  list->add_option("--from", la->from, "first id (0)")
+      ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
+  list->add_option("--limit", la->limit, "most rows (1000)")->check(kListLimit);
   list->callback([&g, la] {
     auto rows = connect(g)->archived(la->topic, la->from, la->limit);
     if (!g.json) std::printf("%-20s %-28s %-28s  %s\n", "ID", "ENQUEUED_AT", "ACKED_AT", "PAYLOAD");

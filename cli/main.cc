@@ -1,5 +1,8 @@
 // The txmq command. Exit codes and output formats are a stable contract: see README.md.
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "cli.h"
 #include "txmq/local.h"
@@ -73,8 +76,24 @@ int main(int argc, char** argv) {
   add_bench_consumer_command(app, globals);
   allow_global_options_anywhere(app);
 
+  // The parser gets copies; the password of a --dsn is then blanked in the process's own
+  // argv, which `ps` and /proc/PID/cmdline show to every user. (TXMQ_DSN and password-file=
+  // keep it off the command line altogether: README "Security".)
+  std::vector<std::string> copies(argv, argv + argc);
+  std::vector<char*> args;
+  for (std::string& a : copies) args.push_back(a.data());
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    char* dsn = arg == "--dsn" && i + 1 < argc ? argv[i + 1]
+                : arg.starts_with("--dsn=")   ? argv[i] + 6
+                                              : nullptr;
+    if (dsn == nullptr) continue;
+    const auto [offset, length] = password_span(dsn);
+    std::memset(dsn + offset, 'x', length);
+  }
+
   try {
-    app.parse(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -19,6 +19,19 @@ std::string read_all(std::FILE* in) {
   return out;
 }
 
+std::pair<std::size_t, std::size_t> password_span(std::string_view text) {
+  const std::size_t scheme_end = text.find("://");
+  if (scheme_end == std::string_view::npos) return {0, 0};
+  const std::size_t start = scheme_end + 3;
+  std::size_t end = text.find_first_of("/?", start);
+  if (end == std::string_view::npos) end = text.size();
+  const std::size_t at = text.substr(start, end - start).rfind('@');
+  if (at == std::string_view::npos) return {0, 0};
+  const std::size_t colon = text.substr(start, at).find(':');
+  if (colon == std::string_view::npos) return {0, 0};
+  return {start + colon + 1, at - colon - 1};
+}
+
 std::vector<OutgoingMessage> batch_lines(std::string_view data) {
   std::vector<OutgoingMessage> messages;
   std::size_t start = 0;

@@ -97,12 +97,15 @@ Connection::Connection(const Dsn& dsn) {
                  "SET SESSION autocommit = 1, time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
                  "NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION',"
                  " lock_wait_timeout = 60");
+  // TLS (README "Security"). Connector/C checks the certificate's chain whenever a CA is given,
+  // and its host name only with VERIFY_SERVER_CERT: so verify-ca is a CA without the host
+  // check, verify-identity both, and required encrypts (checking a chain only if a CA is given).
   if (!dsn.ssl_mode.empty() && dsn.ssl_mode != "disabled") {
     my_bool enforce = 1;
     mysql_optionsv(mysql_, MYSQL_OPT_SSL_ENFORCE, &enforce);
     if (!dsn.ssl_ca.empty()) mysql_optionsv(mysql_, MYSQL_OPT_SSL_CA, dsn.ssl_ca.c_str());
-    my_bool verify = dsn.ssl_mode == "verify-identity" || dsn.ssl_mode == "verify-ca";
-    mysql_optionsv(mysql_, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+    my_bool verify_host = dsn.ssl_mode == "verify-identity";
+    mysql_optionsv(mysql_, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify_host);
   }
   const char* socket = dsn.socket.empty() ? nullptr : dsn.socket.c_str();
   const char* host = socket != nullptr ? "localhost" : dsn.host.c_str();

@@ -1,6 +1,7 @@
 #include "db/dsn.h"
 
 #include <charconv>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -66,8 +67,18 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
     dsn.ssl_mode = value;
   } else if (name == "ssl-ca" || name == "ssl_ca") {
     dsn.ssl_ca = percent_decode(value, "ssl-ca");
+  } else if (name == "password-file" || name == "password_file") {
+    const std::string path = percent_decode(value, "password-file");
+    std::ifstream in(path, std::ios::binary);
+    std::string password;
+    if (!in || !std::getline(in, password)) {
+      refuse(fmt::format("cannot read the password file {}", printable(path, 256)));
+    }
+    if (!password.empty() && password.back() == '\r') password.pop_back();
+    dsn.password = std::move(password);
   } else {
-    refuse(fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca)",
+    refuse(fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca, "
+                       "password-file)",
                        printable(name)));
   }
 }
@@ -134,6 +145,11 @@ Dsn parse_dsn(std::string_view text) {
     std::size_t eq = pair.find('=');
     if (eq == std::string_view::npos) refuse(fmt::format("parameter '{}' has no value", printable(pair)));
     apply_parameter(dsn, pair.substr(0, eq), pair.substr(eq + 1));
+  }
+  if ((dsn.ssl_mode == "verify-ca" || dsn.ssl_mode == "verify-identity") && dsn.ssl_ca.empty()) {
+    refuse(fmt::format("ssl-mode={} needs ssl-ca=PATH (the CA certificate that signed the "
+                       "server's)",
+                       dsn.ssl_mode));
   }
   return dsn;
 }

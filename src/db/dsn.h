@@ -6,8 +6,9 @@
 namespace txmq::internal {
 
 // mysql://user:password@host:port/database?socket=PATH&connect_timeout=S&ssl-mode=MODE&ssl-ca=PATH
-// Also mariadb://. User and password are percent-decoded. Unknown parameters are refused so that
-// a typo is an error, not a silently ignored setting.
+// &password-file=PATH. Also mariadb://. User and password are percent-decoded. password-file
+// reads the password from the file's first line instead, so that it appears in no DSN. Unknown
+// parameters are refused so that a typo is an error, not a silently ignored setting.
 struct Dsn {
   std::string user;
   std::string password;

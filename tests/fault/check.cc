@@ -23,8 +23,9 @@ struct Attempt {
 };
 
 struct Delivery {
-  std::int64_t time = -1;  // -1: not timed (txmq consume's handlers)
+  std::int64_t time = -1;  // when it was written down; -1: not timed (txmq consume's handlers)
   std::uint64_t id = 0;
+  int attempt = 0;  // the database's count: a higher attempt was claimed later
   std::string receipt, key, payload;
 };
 
@@ -108,7 +109,7 @@ class Checker {
       for (const std::string& line : lines_of(run_.cli_deliveries)) {
         std::vector<std::string> w = split(line);
         if (w.size() < 4 || w[0] != "C") continue;
-        deliveries.push_back({-1, number<std::uint64_t>(w[1]), {}, "-", w[3]});
+        deliveries.push_back({-1, number<std::uint64_t>(w[1]), number<int>(w[2]), {}, "-", w[3]});
       }
       groups.push_back(judge_group(fmt::format("{} (txmq consume)", kCliGroup), deliveries, nullptr));
     }
@@ -145,7 +146,8 @@ class Checker {
 
   static Delivery delivery_of(const std::vector<std::string>& w) {
     // TIME D id attempt receipt key payload
-    return {number<std::int64_t>(w[0]), number<std::uint64_t>(w[2]), w[4], w[5], w[6]};
+    return {number<std::int64_t>(w[0]), number<std::uint64_t>(w[2]), number<int>(w[3]), w[4], w[5],
+            w[6]};
   }
 
   void read_consumer(const std::string& path, std::vector<Delivery>& deliveries, Acks& acks) {
@@ -154,7 +156,9 @@ class Checker {
       if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
       if (w.size() >= 4 && w[1] == "S") acks.started[w[3]] = number<std::int64_t>(w[0]);
       if (w.size() >= 5 && w[1] == "K" && w[4] == "ok") acks.ok[w[3]] = number<std::int64_t>(w[0]);
-      if (w.size() >= 5 && w[1] == "K" && w[4] == "lease_lost") ++late_acks_refused_;
+      if (w.size() >= 5 && w[1] == "K" && (w[4] == "lease_lost" || w[4] == "not_found")) {
+        ++late_acks_refused_;
+      }
     }
   }
 
@@ -243,18 +247,21 @@ class Checker {
 
   // A receipt's ack may succeed only while no one else was given the message (a late ack from a
   // paused or slow consumer must be refused), and a message acknowledged is not delivered again.
+  // Claims are ordered by their attempt number, not by when they were written down: a consumer
+  // paused between its claim and its history line writes it late.
   static void check_acks(const std::vector<Delivery>& deliveries, const Acks& acks, GroupResult& g) {
     std::unordered_map<std::uint64_t, std::vector<const Delivery*>> by_id;
     for (const Delivery& d : deliveries) by_id[d.id].push_back(&d);
     for (const auto& [id, list] : by_id) {
-      for (std::size_t i = 0; i < list.size(); ++i) {
-        auto ok = acks.ok.find(list[i]->receipt);
-        if (ok == acks.ok.end()) continue;
-        auto started = acks.started.find(list[i]->receipt);
-        for (std::size_t j = i + 1; j < list.size(); ++j) {
-          if (list[j]->receipt == list[i]->receipt) continue;
-          if (started != acks.started.end() && list[j]->time < started->second) ++g.stale_acks;
-          if (list[j]->time > ok->second) ++g.redelivered_after_ack;
+      for (const Delivery* acked : list) {
+        if (acks.ok.find(acked->receipt) == acks.ok.end()) continue;
+        auto started = acks.started.find(acked->receipt);
+        for (const Delivery* later : list) {
+          if (later->attempt <= acked->attempt) continue;
+          // Claimed after the acknowledged delivery: by then the ack should have deleted it.
+          // Written down before the ack began: the ack succeeded though someone else held it.
+          ++g.redelivered_after_ack;
+          if (started != acks.started.end() && later->time < started->second) ++g.stale_acks;
         }
       }
     }

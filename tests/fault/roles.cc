@@ -64,7 +64,7 @@ void sleep_ms(std::mt19937_64& rng, int max_ms) {
 
 }  // namespace
 
-// Sends single messages (half of them keyed), batches of 1 to 50 (sometimes 1,000 to 2,000)
+// Sends single messages (half of them keyed), batches of 1 to 20 (sometimes 1,000 to 2,000)
 // and transactions that insert a business row with 1 to 3 messages. Every attempt is written
 // before it is made ("A kind tag count key") and its outcome after ("O tag ok|fail|unknown").
 // Messages' payloads are the tag (single sends) or "tag.index".
@@ -99,7 +99,7 @@ int run_producer(const RoleArgs& args) {
       history.line("A S {} 1 {}", tag, key);
       attempt([&] { return std::to_string(client->send(kTopic, tag, options)); });
     } else if (dice < 80) {
-      const std::size_t n = rng() % 100 == 0 ? 1000 + rng() % 1001 : 1 + rng() % 50;
+      const std::size_t n = rng() % 200 == 0 ? 1000 + rng() % 1001 : 1 + rng() % 20;
       tag = fmt::format("b{}g{}n{}x{}", args.id, args.generation, seq, n);
       std::vector<OutgoingMessage> batch(n);
       for (std::size_t i = 0; i < n; ++i) batch[i].payload = fmt::format("{}.{}", tag, i);
@@ -119,7 +119,7 @@ int run_producer(const RoleArgs& args) {
         return std::string("-");
       });
     }
-    sleep_ms(rng, 100);
+    sleep_ms(rng, 150);  // a pace every group's consumers keep up with, so that the run drains
   }
   history.line("STOP");
   return 0;
@@ -173,15 +173,15 @@ int run_consumer(const RoleArgs& args) {
   return 0;
 }
 
-// The library's Worker, 2 threads: "D ..." per delivery, "V text" per event it reports.
+// The library's Worker, 4 threads: "D ..." per delivery, "V text" per event it reports.
 int run_worker(const RoleArgs& args) {
   install_stop_handler();
   History history(args.history);
   history.line("START worker {} {}", args.id, args.generation);
   auto client = connect(history, fmt::format("worker-{}-{}", args.id, args.generation), 4);
   WorkerOptions options;
-  options.threads = 2;
-  options.batch = 5;
+  options.threads = 4;
+  options.batch = 10;
   options.group = args.group;
   options.on_event = [&history](std::string_view text) { history.line("V {}", text); };
   std::mt19937_64 rng(args.seed);
