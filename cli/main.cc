@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     char* dsn = arg == "--dsn" && i + 1 < argc ? argv[i + 1]
-                : arg.starts_with("--dsn=")   ? argv[i] + 6
-                                              : nullptr;
+                : arg.starts_with("--dsn=")    ? argv[i] + 6
+                                               : nullptr;
     if (dsn == nullptr) continue;
     const auto [offset, length] = password_span(dsn);
     std::memset(dsn + offset, 'x', length);

@@ -1,10 +1,9 @@
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-
-#include <fmt/format.h>
 
 #include "cli.h"
 
@@ -38,8 +37,8 @@ std::vector<OutgoingMessage> batch_lines(std::string_view data) {
   while (start < data.size()) {
     std::size_t nl = data.find('\n', start);
     if (nl == std::string_view::npos) nl = data.size();
-    messages.push_back({std::string(data.substr(start, nl - start)), std::nullopt, Micros{0},
-                        std::nullopt});
+    messages.push_back(
+        {std::string(data.substr(start, nl - start)), std::nullopt, Micros{0}, std::nullopt});
     start = nl + 1;
   }
   return messages;

@@ -1,9 +1,9 @@
 #include "db/dsn.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "db/printable.h"
 #include "txmq/error.h"
@@ -60,9 +60,10 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
   } else if (name == "ssl-mode" || name == "ssl_mode") {
     if (value != "disabled" && value != "required" && value != "verify-ca" &&
         value != "verify-identity") {
-      refuse(fmt::format("ssl-mode must be disabled, required, verify-ca or verify-identity, "
-                         "not '{}'",
-                         printable(value)));
+      refuse(
+          fmt::format("ssl-mode must be disabled, required, verify-ca or verify-identity, "
+                      "not '{}'",
+                      printable(value)));
     }
     dsn.ssl_mode = value;
   } else if (name == "ssl-ca" || name == "ssl_ca") {
@@ -77,9 +78,10 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
     if (!password.empty() && password.back() == '\r') password.pop_back();
     dsn.password = std::move(password);
   } else {
-    refuse(fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca, "
-                       "password-file)",
-                       printable(name)));
+    refuse(
+        fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca, "
+                    "password-file)",
+                    printable(name)));
   }
 }
 
@@ -143,13 +145,15 @@ Dsn parse_dsn(std::string_view text) {
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     if (pair.empty()) continue;
     std::size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) refuse(fmt::format("parameter '{}' has no value", printable(pair)));
+    if (eq == std::string_view::npos)
+      refuse(fmt::format("parameter '{}' has no value", printable(pair)));
     apply_parameter(dsn, pair.substr(0, eq), pair.substr(eq + 1));
   }
   if ((dsn.ssl_mode == "verify-ca" || dsn.ssl_mode == "verify-identity") && dsn.ssl_ca.empty()) {
-    refuse(fmt::format("ssl-mode={} needs ssl-ca=PATH (the CA certificate that signed the "
-                       "server's)",
-                       dsn.ssl_mode));
+    refuse(
+        fmt::format("ssl-mode={} needs ssl-ca=PATH (the CA certificate that signed the "
+                    "server's)",
+                    dsn.ssl_mode));
   }
   return dsn;
 }

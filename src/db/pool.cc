@@ -1,8 +1,8 @@
 #include "db/pool.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace txmq::internal {
 

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <optional>
-#include <string_view>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>

@@ -1,9 +1,9 @@
 #pragma once
 
+#include <fmt/format.h>
+
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace txmq::internal {
 

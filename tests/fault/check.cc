@@ -66,7 +66,8 @@ bool parse_payload(const std::string& payload, std::string& tag, std::size_t& in
   std::size_t dot = payload.rfind('.');
   if (dot == std::string::npos) return false;
   tag = payload.substr(0, dot);
-  auto [end, ec] = std::from_chars(payload.data() + dot + 1, payload.data() + payload.size(), index);
+  auto [end, ec] =
+      std::from_chars(payload.data() + dot + 1, payload.data() + payload.size(), index);
   return ec == std::errc() && end == payload.data() + payload.size();
 }
 
@@ -111,7 +112,8 @@ class Checker {
         if (w.size() < 4 || w[0] != "C") continue;
         deliveries.push_back({-1, number<std::uint64_t>(w[1]), number<int>(w[2]), {}, "-", w[3]});
       }
-      groups.push_back(judge_group(fmt::format("{} (txmq consume)", kCliGroup), deliveries, nullptr));
+      groups.push_back(
+          judge_group(fmt::format("{} (txmq consume)", kCliGroup), deliveries, nullptr));
     }
     GroupResult eo = judge_exactly_once();
     print(groups, eo);
@@ -137,7 +139,7 @@ class Checker {
       } else if (w.size() >= 4 && w[1] == "O") {
         auto it = attempts_.find(w[2]);
         if (it == attempts_.end()) continue;
-        it->second.outcome = w[3] == "ok" ? Outcome::kOk
+        it->second.outcome = w[3] == "ok"     ? Outcome::kOk
                              : w[3] == "fail" ? Outcome::kFail
                                               : Outcome::kUnknown;
       }
@@ -146,7 +148,11 @@ class Checker {
 
   static Delivery delivery_of(const std::vector<std::string>& w) {
     // TIME D id attempt receipt key payload
-    return {number<std::int64_t>(w[0]), number<std::uint64_t>(w[2]), number<int>(w[3]), w[4], w[5],
+    return {number<std::int64_t>(w[0]),
+            number<std::uint64_t>(w[2]),
+            number<int>(w[3]),
+            w[4],
+            w[5],
             w[6]};
   }
 
@@ -168,7 +174,8 @@ class Checker {
       if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
       if (reports_outage(line)) ++worker_outages_;
       if (reports_recovery(line)) ++worker_recoveries_;
-      if (line.find(" V ") != std::string::npos && line.find("lease was lost") != std::string::npos) {
+      if (line.find(" V ") != std::string::npos &&
+          line.find("lease was lost") != std::string::npos) {
         ++late_acks_refused_;
       }
     }
@@ -249,7 +256,8 @@ class Checker {
   // paused or slow consumer must be refused), and a message acknowledged is not delivered again.
   // Claims are ordered by their attempt number, not by when they were written down: a consumer
   // paused between its claim and its history line writes it late.
-  static void check_acks(const std::vector<Delivery>& deliveries, const Acks& acks, GroupResult& g) {
+  static void check_acks(const std::vector<Delivery>& deliveries, const Acks& acks,
+                         GroupResult& g) {
     std::unordered_map<std::uint64_t, std::vector<const Delivery*>> by_id;
     for (const Delivery& d : deliveries) by_id[d.id].push_back(&d);
     for (const auto& [id, list] : by_id) {
@@ -322,9 +330,10 @@ class Checker {
 
   void print(const std::vector<GroupResult>& groups, const GroupResult& eo) const {
     const Faults& f = run_.faults;
-    fmt::print("\nsend attempts: {} acknowledged, {} failed, {} unknown (killed mid-send or "
-               "commit unknown)\n\n",
-               sent_ok_, sent_failed_, sent_unknown_);
+    fmt::print(
+        "\nsend attempts: {} acknowledged, {} failed, {} unknown (killed mid-send or "
+        "commit unknown)\n\n",
+        sent_ok_, sent_failed_, sent_unknown_);
     fmt::print("{:<28} {:>10} {:>10} {:>6} {:>10} {:>16} {:>10} {:>8} {:>10} {:>11} {:>14}\n",
                "group", "deliveries", "messages", "lost", "unexpected", "failed-delivered",
                "duplicates", "partial", "key-order", "stale-acks", "acked-redeliv");
@@ -337,16 +346,17 @@ class Checker {
     };
     for (const GroupResult& g : groups) row(g);
     row(eo);
-    fmt::print("\nexactly-once: {} transactions torn (business row without its messages or the "
-               "reverse)\n",
-               torn_transactions_);
-    fmt::print("faults: {} consumer kills (mid-claim {}, mid-handler {}, mid-ack {}), {} producer "
-               "kills ({} mid-send), {} server kills, {} connections killed in {} rounds, {} "
-               "consumers paused past their lease ({} holding messages)\n",
-               f.consumer_kills, f.consumer_kills_mid_claim, f.consumer_kills_mid_handler,
-               f.consumer_kills_mid_ack, f.producer_kills, f.producer_kills_mid_send,
-               f.server_kills, f.connection_kills, f.connection_kill_rounds, f.pauses,
-               f.pauses_holding_messages);
+    fmt::print(
+        "\nexactly-once: {} transactions torn (business row without its messages or the "
+        "reverse)\n",
+        torn_transactions_);
+    fmt::print(
+        "faults: {} consumer kills (mid-claim {}, mid-handler {}, mid-ack {}), {} producer "
+        "kills ({} mid-send), {} server kills, {} connections killed in {} rounds, {} "
+        "consumers paused past their lease ({} holding messages)\n",
+        f.consumer_kills, f.consumer_kills_mid_claim, f.consumer_kills_mid_handler,
+        f.consumer_kills_mid_ack, f.producer_kills, f.producer_kills_mid_send, f.server_kills,
+        f.connection_kills, f.connection_kill_rounds, f.pauses, f.pauses_holding_messages);
     fmt::print("late acks refused: {}; partly visible batches in {} snapshots: {}\n",
                late_acks_refused_, f.observations, f.partial_batches_seen);
     fmt::print("outages reported / recoveries reported: Worker {} / {}, txmq consume {} / {}\n",

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace txmq::fault {
 
@@ -23,9 +22,9 @@ inline constexpr std::string_view kTopic = "fault_alo";
 inline constexpr std::string_view kExactlyOnceTopic = "fault_eo";
 inline constexpr std::string_view kOrdersTable = "fault_orders";
 inline constexpr std::string_view kEffectsTable = "fault_effects";
-inline constexpr std::string_view kRawGroup = "default";    // receive + ack, logged in full
-inline constexpr std::string_view kWorkerGroup = "audit";   // the library's Worker
-inline constexpr std::string_view kCliGroup = "cli";        // `txmq consume --exec`
+inline constexpr std::string_view kRawGroup = "default";   // receive + ack, logged in full
+inline constexpr std::string_view kWorkerGroup = "audit";  // the library's Worker
+inline constexpr std::string_view kCliGroup = "cli";       // `txmq consume --exec`
 
 // Microseconds on CLOCK_MONOTONIC, which all processes of one machine share: the histories of
 // different processes can be ordered by it.
@@ -90,7 +89,7 @@ struct Faults {
   int connection_kill_rounds = 0;
   int pauses = 0;
   int pauses_holding_messages = 0;  // a receive+ack consumer paused between receive and ack
-  int observations = 0;  // snapshots of the queue looking for a partly visible batch
+  int observations = 0;             // snapshots of the queue looking for a partly visible batch
   int partial_batches_seen = 0;
   std::vector<std::string> unbidden_exits;  // children that exited without being told to
   bool drained = false;

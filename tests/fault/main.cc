@@ -16,9 +16,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "db/connection.h"
@@ -53,7 +53,7 @@ struct Child {
   int generation = 0;
   pid_t pid = -1;
   std::string group;
-  std::string history;  // this generation's
+  std::string history;                               // this generation's
   std::optional<SteadyClock::time_point> resume_at;  // paused until then
 };
 
@@ -111,12 +111,13 @@ class Orchestrator {
   void set_up() {
     internal::Connection& c = admin();
     c.query(fmt::format("CREATE USER '{}'@'localhost' IDENTIFIED BY '{}'", kUser, kPassword));
-    c.query(fmt::format("GRANT SELECT, INSERT, UPDATE, DELETE ON txmq.* TO '{}'@'localhost'",
-                        kUser));
+    c.query(
+        fmt::format("GRANT SELECT, INSERT, UPDATE, DELETE ON txmq.* TO '{}'@'localhost'", kUser));
     c.query(fmt::format("CREATE TABLE {} (tag VARCHAR(64) PRIMARY KEY)", kOrdersTable));
-    c.query(fmt::format("CREATE TABLE {} (n BIGINT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(64) "
-                        "NOT NULL, msg_id BIGINT UNSIGNED NOT NULL, consumer VARCHAR(64) NOT NULL)",
-                        kEffectsTable));
+    c.query(
+        fmt::format("CREATE TABLE {} (n BIGINT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(64) "
+                    "NOT NULL, msg_id BIGINT UNSIGNED NOT NULL, consumer VARCHAR(64) NOT NULL)",
+                    kEffectsTable));
     ClientOptions o;
     o.dsn = root_dsn_;
     Client root(o);
@@ -148,8 +149,14 @@ class Orchestrator {
     if (child.role == "cli") {
       // One line per message, written by the handler itself.
       const char* txmq = std::getenv("TXMQ_BINARY");  // another build's, for A/B runs
-      argv = {txmq != nullptr ? txmq : TXMQ_BINARY, "consume", std::string(kTopic), "--group", child.group,
-              "--concurrency", "4", "--exec",
+      argv = {txmq != nullptr ? txmq : TXMQ_BINARY,
+              "consume",
+              std::string(kTopic),
+              "--group",
+              child.group,
+              "--concurrency",
+              "4",
+              "--exec",
               fmt::format("printf 'C %s %s %s\\n' \"$TXMQ_MESSAGE_ID\" \"$TXMQ_ATTEMPT\" "
                           "\"$(cat)\" >> {}",
                           cli_deliveries())};
@@ -290,8 +297,9 @@ class Orchestrator {
       static constexpr std::string_view kPhases[] = {"D", "S", "K"};
       const std::string where = await_event(*c, kPhases[rng_() % 3]);
       Faults& f = record_.faults;
-      (where == "D" ? f.consumer_kills_mid_handler
-                    : where == "S" ? f.consumer_kills_mid_ack : f.consumer_kills_mid_claim)++;
+      (where == "D"   ? f.consumer_kills_mid_handler
+       : where == "S" ? f.consumer_kills_mid_ack
+                      : f.consumer_kills_mid_claim)++;
     }
     kill_and_restart(*c);
     ++record_.faults.consumer_kills;
@@ -322,8 +330,8 @@ class Orchestrator {
   void kill_connections() {
     try {
       internal::Connection& c = admin();
-      internal::Result r = c.execute(
-          "SELECT id FROM information_schema.processlist WHERE user = ?", {kUser});
+      internal::Result r =
+          c.execute("SELECT id FROM information_schema.processlist WHERE user = ?", {kUser});
       for (const internal::Row& row : r.rows) {
         if (rng_() % 2 != 0) continue;
         try {
@@ -426,9 +434,8 @@ class Orchestrator {
       int status = 0;
       while (waitpid(c.pid, &status, WNOHANG) != c.pid) {
         if (SteadyClock::now() > deadline) {
-          record_.faults.unbidden_exits.push_back(
-              fmt::format("{} {} did not stop within {} s of SIGTERM", c.role, c.id,
-                          patience.count()));
+          record_.faults.unbidden_exits.push_back(fmt::format(
+              "{} {} did not stop within {} s of SIGTERM", c.role, c.id, patience.count()));
           kill(c.pid, SIGKILL);
           waitpid(c.pid, &status, 0);
           break;
@@ -436,9 +443,9 @@ class Orchestrator {
         std::this_thread::sleep_for(20ms);
       }
       if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-        record_.faults.unbidden_exits.push_back(fmt::format(
-            "{} {} exited with {} when stopped (history {})", c.role, c.id, WEXITSTATUS(status),
-            c.history));
+        record_.faults.unbidden_exits.push_back(
+            fmt::format("{} {} exited with {} when stopped (history {})", c.role, c.id,
+                        WEXITSTATUS(status), c.history));
       }
       c.pid = -1;
     }

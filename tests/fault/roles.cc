@@ -33,9 +33,12 @@ void install_stop_handler() {
 
 std::string_view settle_name(Settle s) {
   switch (s) {
-    case Settle::kOk: return "ok";
-    case Settle::kLeaseLost: return "lease_lost";
-    case Settle::kNotFound: return "not_found";
+    case Settle::kOk:
+      return "ok";
+    case Settle::kLeaseLost:
+      return "lease_lost";
+    case Settle::kNotFound:
+      return "not_found";
   }
   return "?";
 }
@@ -58,6 +61,17 @@ std::unique_ptr<Client> connect(History& history, const std::string& name, int p
   }
 }
 
+// What every child does first: SIGTERM stops it, its history opens, it connects.
+struct Role {
+  Role(const RoleArgs& args, std::string_view kind, int pool_size) : history(args.history) {
+    install_stop_handler();
+    history.line("START {} {} {}", kind, args.id, args.generation);
+    client = connect(history, fmt::format("{}-{}-{}", kind, args.id, args.generation), pool_size);
+  }
+  History history;
+  std::unique_ptr<Client> client;
+};
+
 void sleep_ms(std::mt19937_64& rng, int max_ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(rng() % static_cast<unsigned>(max_ms)));
 }
@@ -69,10 +83,9 @@ void sleep_ms(std::mt19937_64& rng, int max_ms) {
 // before it is made ("A kind tag count key") and its outcome after ("O tag ok|fail|unknown").
 // Messages' payloads are the tag (single sends) or "tag.index".
 int run_producer(const RoleArgs& args) {
-  install_stop_handler();
-  History history(args.history);
-  history.line("START producer {} {}", args.id, args.generation);
-  auto client = connect(history, fmt::format("producer-{}", args.id), 2);
+  Role role(args, "producer", 2);
+  History& history = role.history;
+  Client* client = role.client.get();
   std::mt19937_64 rng(args.seed);
   const std::string insert_order = fmt::format("INSERT INTO {} (tag) VALUES (?)", kOrdersTable);
   for (std::uint64_t seq = 0; !g_stop.load(); ++seq) {
@@ -128,10 +141,9 @@ int run_producer(const RoleArgs& args) {
 // receive + ack, with everything written down: "D id attempt receipt key payload" per delivery,
 // "S id receipt" before the ack and "K id receipt outcome" after it.
 int run_consumer(const RoleArgs& args) {
-  install_stop_handler();
-  History history(args.history);
-  history.line("START consumer {} {}", args.id, args.generation);
-  auto client = connect(history, fmt::format("consumer-{}-{}", args.id, args.generation), 2);
+  Role role(args, "consumer", 2);
+  History& history = role.history;
+  Client* client = role.client.get();
   std::mt19937_64 rng(args.seed);
   ReceiveOptions options;
   options.max_messages = 10;
@@ -148,8 +160,7 @@ int run_consumer(const RoleArgs& args) {
     }
     if (got.empty()) continue;
     for (const Message& m : got) {
-      history.line("D {} {} {} {} {}", m.id, m.attempt, m.receipt, m.key.value_or("-"),
-                   m.payload);
+      history.line("D {} {} {} {} {}", m.id, m.attempt, m.receipt, m.key.value_or("-"), m.payload);
     }
     sleep_ms(rng, 30);  // the handler's work
     std::vector<std::string> receipts;
@@ -175,10 +186,9 @@ int run_consumer(const RoleArgs& args) {
 
 // The library's Worker, 4 threads: "D ..." per delivery, "V text" per event it reports.
 int run_worker(const RoleArgs& args) {
-  install_stop_handler();
-  History history(args.history);
-  history.line("START worker {} {}", args.id, args.generation);
-  auto client = connect(history, fmt::format("worker-{}-{}", args.id, args.generation), 4);
+  Role role(args, "worker", 4);
+  History& history = role.history;
+  Client* client = role.client.get();
   WorkerOptions options;
   options.threads = 4;
   options.batch = 10;
@@ -219,11 +229,10 @@ int run_worker(const RoleArgs& args) {
 // Client::process: each message's effect is a row of the effects table, written in the
 // transaction that deletes the message. The table, not this history, is the record.
 int run_exactly_once(const RoleArgs& args) {
-  install_stop_handler();
-  History history(args.history);
-  history.line("START exactly-once {} {}", args.id, args.generation);
+  Role role(args, "exactly-once", 2);
+  History& history = role.history;
+  Client* client = role.client.get();
   const std::string name = fmt::format("exactly-once-{}-{}", args.id, args.generation);
-  auto client = connect(history, name, 2);
   const std::string record =
       fmt::format("INSERT INTO {} (tag, msg_id, consumer) VALUES (?, ?, ?)", kEffectsTable);
   ProcessOptions options;

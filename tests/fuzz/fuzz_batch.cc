@@ -17,11 +17,20 @@ bool utf8_by_the_rfc(std::string_view s) {
     const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
     std::size_t n = 0;
     std::uint32_t cp = 0;
-    if (b(0) < 0x80) { n = 1; cp = b(0); }
-    else if ((b(0) & 0xe0) == 0xc0) { n = 2; cp = b(0) & 0x1f; }
-    else if ((b(0) & 0xf0) == 0xe0) { n = 3; cp = b(0) & 0x0f; }
-    else if ((b(0) & 0xf8) == 0xf0) { n = 4; cp = b(0) & 0x07; }
-    else return false;
+    if (b(0) < 0x80) {
+      n = 1;
+      cp = b(0);
+    } else if ((b(0) & 0xe0) == 0xc0) {
+      n = 2;
+      cp = b(0) & 0x1f;
+    } else if ((b(0) & 0xf0) == 0xe0) {
+      n = 3;
+      cp = b(0) & 0x0f;
+    } else if ((b(0) & 0xf8) == 0xf0) {
+      n = 4;
+      cp = b(0) & 0x07;
+    } else
+      return false;
     if (i + n > s.size()) return false;
     for (std::size_t k = 1; k < n; ++k) {
       if ((b(k) & 0xc0) != 0x80) return false;
@@ -65,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const bool ends_with_newline = !input.empty() && input.back() == '\n';
   txmq::fuzz::require(joined == (ends_with_newline || input.empty() ? std::string(input)
-                                                                   : std::string(input) + "\n"),
+                                                                    : std::string(input) + "\n"),
                       "the lines do not give the input back");
 
   txmq::fuzz::require(is_valid_utf8(input) == utf8_by_the_rfc(input), "UTF-8 check differs");

@@ -18,16 +18,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       txmq::internal::Dsn dsn = txmq::internal::parse_dsn(text);
       const std::string shown = dsn.describe();
-      txmq::fuzz::require(shown.find(kSecret) == std::string::npos || dsn.user.find(kSecret) != std::string::npos ||
+      txmq::fuzz::require(shown.find(kSecret) == std::string::npos ||
+                              dsn.user.find(kSecret) != std::string::npos ||
                               dsn.host.find(kSecret) != std::string::npos ||
                               dsn.socket.find(kSecret) != std::string::npos ||
                               dsn.database.find(kSecret) != std::string::npos,
                           "describe() shows the password");
-      txmq::fuzz::require(!dsn.user.empty() && !dsn.database.empty(), "accepted without user or database");
+      txmq::fuzz::require(!dsn.user.empty() && !dsn.database.empty(),
+                          "accepted without user or database");
     } catch (const txmq::Error& e) {
       txmq::fuzz::require(e.code() == txmq::Errc::kInvalidArgument, "not kInvalidArgument");
       txmq::fuzz::require(txmq::fuzz::printable(e.what()), "unprintable error message");
-      if (text.find(kSecret) != std::string::npos && input.find(kSecret) == std::string_view::npos) {
+      if (text.find(kSecret) != std::string::npos &&
+          input.find(kSecret) == std::string_view::npos) {
         txmq::fuzz::require(std::string_view(e.what()).find(kSecret) == std::string_view::npos,
                             "an error message shows the password");
       }
