@@ -40,20 +40,21 @@ Pool::Handle Pool::acquire(Work work) {
     if (open_ < max_size_) {
       ++open_;
       lock.unlock();
+      auto give_back_slot = [&] {
+        lock.lock();
+        --open_;
+        available_.notify_one();
+      };
       try {
         auto connection = std::make_unique<Connection>(dsn_);
         connected();
         return Handle(this, std::move(connection));
       } catch (const Error& error) {
         if (error.code() == Errc::kUnavailable) connection_lost(error);
-        lock.lock();
-        --open_;
-        available_.notify_one();
+        give_back_slot();
         throw;
       } catch (...) {
-        lock.lock();
-        --open_;
-        available_.notify_one();
+        give_back_slot();
         throw;
       }
     }

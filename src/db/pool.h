@@ -88,13 +88,14 @@ class Pool {
   void set_outage_reporter(std::function<void(std::string_view)> report) {
     report_ = std::move(report);
   }
-  void connection_lost(const Error& error);
 
  private:
   static constexpr int kMaxConflictRetries = 8;
   static constexpr int kMaxReconnects = 3;
 
   void release(std::unique_ptr<Connection> connection);
+  // The outage bookkeeping behind set_outage_reporter.
+  void connection_lost(const Error& error);
   void connected();
 
   Dsn dsn_;

@@ -313,10 +313,8 @@ std::int64_t schema_version(Connection& c) {
   return c.execute("SELECT version FROM txmq_schema WHERE singleton = 1", {}).rows.at(0).i64(0);
 }
 
-}  // namespace
-
 // True when the catalog is complete and current. Then nothing is created, so that clients
-// need no DDL privileges (README "Privileges"); only the first client and upgrades do.
+// need no DDL privileges (README "Security"); only the first client and upgrades do.
 bool catalog_is_current(Connection& c) {
   try {
     Result r = c.execute(
@@ -330,6 +328,8 @@ bool catalog_is_current(Connection& c) {
     throw;
   }
 }
+
+}  // namespace
 
 void TopicCatalog::bootstrap() {
   pool_.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {

@@ -17,7 +17,6 @@ bool is_valid_topic_name(std::string_view name) noexcept {
   return true;
 }
 
-
 namespace {
 void check_name(std::string_view what, std::string_view name) {
   if (is_valid_topic_name(name)) return;

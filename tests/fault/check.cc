@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "fault.h"
 
@@ -31,7 +32,7 @@ struct Delivery {
 
 struct Acks {
   std::unordered_map<std::string, std::int64_t> started;  // receipt → time the ack began
-  std::unordered_map<std::string, std::int64_t> ok;       // receipt → time it returned kOk
+  std::unordered_set<std::string> ok;                     // receipts whose ack returned kOk
 };
 
 std::vector<std::string> split(const std::string& line) {
@@ -146,6 +147,19 @@ class Checker {
     }
   }
 
+  // The attempt a delivered payload came from, with its tag and index; nullptr when no producer
+  // sent it to that topic (transactions send to the exactly-once one, the rest to the other).
+  const Attempt* attempt_of(const std::string& payload, bool exactly_once, std::string& tag,
+                            std::size_t& index) const {
+    if (!parse_payload(payload, tag, index)) return nullptr;
+    auto it = attempts_.find(tag);
+    if (it == attempts_.end() || (it->second.kind == 'T') != exactly_once ||
+        index >= it->second.count) {
+      return nullptr;
+    }
+    return &it->second;
+  }
+
   static Delivery delivery_of(const std::vector<std::string>& w) {
     // TIME D id attempt receipt key payload
     return {number<std::int64_t>(w[0]),
@@ -161,7 +175,7 @@ class Checker {
       std::vector<std::string> w = split(line);
       if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
       if (w.size() >= 4 && w[1] == "S") acks.started[w[3]] = number<std::int64_t>(w[0]);
-      if (w.size() >= 5 && w[1] == "K" && w[4] == "ok") acks.ok[w[3]] = number<std::int64_t>(w[0]);
+      if (w.size() >= 5 && w[1] == "K" && w[4] == "ok") acks.ok.insert(w[3]);
       if (w.size() >= 5 && w[1] == "K" && (w[4] == "lease_lost" || w[4] == "not_found")) {
         ++late_acks_refused_;
       }
@@ -208,13 +222,13 @@ class Checker {
       }
       std::string tag;
       std::size_t index = 0;
-      auto it = parse_payload(d.payload, tag, index) ? attempts_.find(tag) : attempts_.end();
-      if (it == attempts_.end() || it->second.kind == 'T' || index >= it->second.count) {
+      const Attempt* a = attempt_of(d.payload, false, tag, index);
+      if (a == nullptr) {
         ++g.unexpected;
         continue;
       }
-      if (it->second.outcome == Outcome::kFail) ++g.failed_delivered;
-      if (it->second.kind == 'B') batches[tag].insert(index);
+      if (a->outcome == Outcome::kFail) ++g.failed_delivered;
+      if (a->kind == 'B') batches[tag].insert(index);
     }
     g.distinct = count.size();
     for (const auto& [tag, a] : attempts_) {
@@ -262,7 +276,7 @@ class Checker {
     for (const Delivery& d : deliveries) by_id[d.id].push_back(&d);
     for (const auto& [id, list] : by_id) {
       for (const Delivery* acked : list) {
-        if (acks.ok.find(acked->receipt) == acks.ok.end()) continue;
+        if (acks.ok.count(acked->receipt) == 0) continue;
         auto started = acks.started.find(acked->receipt);
         for (const Delivery* later : list) {
           if (later->attempt <= acked->attempt) continue;
@@ -288,10 +302,10 @@ class Checker {
     for (const auto& [payload, n] : count) {
       std::string tag;
       std::size_t index = 0;
-      auto it = parse_payload(payload, tag, index) ? attempts_.find(tag) : attempts_.end();
-      if (it == attempts_.end() || it->second.kind != 'T' || index >= it->second.count) {
+      const Attempt* a = attempt_of(payload, true, tag, index);
+      if (a == nullptr) {
         ++g.unexpected;
-      } else if (it->second.outcome == Outcome::kFail) {
+      } else if (a->outcome == Outcome::kFail) {
         ++g.failed_delivered;
       }
     }
