@@ -93,8 +93,39 @@ class Client {
   // for its attempt (TopicOptions::retry). At max_attempts it is dead-lettered instead.
   Settle nack(std::string_view topic, std::string_view receipt,
               std::optional<Micros> delay = std::nullopt);
-  // Moves the lease's expiry to now + lease.
+  // Moves the lease's expiry to now + lease. A lease of 0 makes the message claimable at once
+  // (as SQS's ChangeMessageVisibility to 0), without counting a failure or a retry delay; the
+  // receipt stays valid until someone claims the message again.
   Settle extend(std::string_view topic, std::string_view receipt, Micros lease);
+
+  // Deletes every message of the group (ready, in flight, delayed and waiting behind their
+  // key; not its dead letters), as SQS's PurgeQueue. Receipts of purged messages then settle
+  // nothing (kNotFound). Returns how many went.
+  std::uint64_t purge(std::string_view topic, std::string_view group = {});
+  // Forgets the topic's deduplication keys: later sends with them are new messages.
+  void forget_dedup_keys(std::string_view topic);
+
+  // Long polling without a thread per receiver, for servers that hold many receives at once.
+  // Calls `wake` at most once, from a thread of the client's, when messages may have become
+  // claimable in the group: a send to it was announced by any client, or the group's waiter
+  // (one per topic and group, as receive's) found claimable messages. The caller then claims
+  // with receive (wait 0) and subscribes again when that found nothing. `wake` must return
+  // quickly and not call back into the client. Destroying the Subscription before `wake` ran
+  // cancels it; after it returns, `wake` is not called.
+  class Subscription {
+   public:
+    Subscription() = default;
+    Subscription(Subscription&&) noexcept;
+    Subscription& operator=(Subscription&&) noexcept;
+    ~Subscription();
+    struct Impl;
+    explicit Subscription(std::shared_ptr<Impl> impl);
+
+   private:
+    std::shared_ptr<Impl> impl_;
+  };
+  Subscription subscribe(std::string_view topic, std::string_view group,
+                         std::function<void()> wake);
 
   // Views of one consumer group (empty: "default"), over all partitions.
   TopicStats stats(std::string_view topic, std::string_view group = {});

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,9 +45,12 @@ struct RetryPolicy {
 struct TopicOptions {
   // How long a received message stays leased to its consumer before peers may take it.
   Micros lease = std::chrono::seconds(30);
-  // Deliveries before a message is moved to the dead-letter table instead of delivered again.
+  // Deliveries before a message is moved to the dead-letter table (or dead_letter_topic) instead
+  // of delivered again, 1 to 1000; 0: never dead-lettered.
   int max_attempts = 5;
-  // Largest payload accepted, in bytes. Sends over it are refused with kInvalidArgument.
+  // Largest message accepted, in bytes: its payload plus its attributes (the bytes of each
+  // attribute's name, type and value, as SQS counts them). Larger sends are refused with
+  // kInvalidArgument.
   std::size_t max_payload_bytes = 1 << 20;
   // How long a deduplication key is remembered after the send that first used it (1 s to 30
   // days), whether or not that message was acknowledged since: as SQS FIFO queues, 5 minutes.
@@ -63,6 +67,16 @@ struct TopicOptions {
   // 3660 days; 0: not archived. A message is archived when a group acknowledges it (once per
   // message; a later group's acknowledgement renews acked_at).
   Micros archive{0};
+  // Where messages past max_attempts go: empty, the topic's own dead-letter tables (txmq dead
+  // list); else the name of another topic, into which they are sent as new messages (to all its
+  // groups, keeping payload, key and attributes, with Message::dead_lettered_from naming their
+  // origin) in the transaction that takes them out of this one: as an SQS redrive policy. The
+  // target must exist; dropping it is refused while a topic names it.
+  std::string dead_letter_topic;
+  // How long a message is kept unacknowledged after its send, up to 3660 days; 0: until it is
+  // acknowledged or dead-lettered. Older messages are deleted instead of delivered (SQS's
+  // MessageRetentionPeriod).
+  Micros retention{0};
 
   bool operator==(const TopicOptions&) const = default;
 };
@@ -86,11 +100,33 @@ struct GroupInfo {
   Clock::time_point created_at;
 };
 
+// A message attribute (a header): a typed value stored with the message, as SQS's message
+// attributes. `type` is 1 to 256 bytes of [A-Za-z0-9_.-] ("String", "Number", "Binary",
+// "String.custom", ... : txmq stores it and does not interpret it); `value` is any bytes.
+struct AttributeValue {
+  std::string type = "String";
+  std::string value;
+
+  bool operator==(const AttributeValue&) const = default;
+};
+// Attribute names are 1 to 256 bytes of [A-Za-z0-9_.-]; a message has at most 64 of them. They
+// count toward the topic's max_payload_bytes.
+using Attributes = std::map<std::string, AttributeValue, std::less<>>;
+
+// Where a message sent by dead-lettering (TopicOptions::dead_letter_topic) came from.
+struct MessageOrigin {
+  std::string topic;
+  std::uint64_t id = 0;  // its id in that topic
+
+  bool operator==(const MessageOrigin&) const = default;
+};
+
 // An acknowledged message kept in the topic's archive.
 struct ArchivedMessage {
   std::uint64_t id = 0;
   std::optional<std::string> key;
   std::string payload;
+  Attributes attributes;
   Clock::time_point enqueued_at;
   Clock::time_point acked_at;  // the latest acknowledgement by any group
 };
@@ -107,6 +143,8 @@ struct SendOptions {
   // already in its window inserts nothing and returns the first message's id. Two producers
   // racing with the same key get the same id (the second waits for the first to commit).
   std::optional<std::string> dedup_key;
+  // Stored with the message and handed to its receivers (AttributeValue).
+  Attributes attributes;
 };
 
 struct OutgoingMessage {
@@ -114,6 +152,7 @@ struct OutgoingMessage {
   std::optional<std::string> key;
   Micros delay{0};
   std::optional<std::string> dedup_key;  // as SendOptions::dedup_key; also within one batch
+  Attributes attributes;
 };
 
 struct ReceiveOptions {
@@ -139,8 +178,14 @@ struct Message {
   int attempt = 0;  // 1 on first delivery
   std::optional<std::string> key;
   std::string payload;
+  Attributes attributes;
   Clock::time_point enqueued_at;
   Clock::time_point lease_expires_at;
+  // When it was first received (by any consumer of its group): this delivery's time when
+  // attempt is 1.
+  Clock::time_point first_received_at;
+  // Set when dead-lettering from another topic sent it (TopicOptions::dead_letter_topic).
+  std::optional<MessageOrigin> dead_lettered_from;
 };
 
 // The outcome of ack, nack and extend. Expected outcomes are values, not exceptions.
@@ -176,6 +221,7 @@ struct DeadLetter {
   std::uint64_t id = 0;
   std::optional<std::string> key;
   std::string payload;
+  Attributes attributes;
   int attempts = 0;
   std::string last_owner;
   Clock::time_point enqueued_at;

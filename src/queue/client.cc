@@ -251,6 +251,19 @@ Settle Client::extend(std::string_view topic, std::string_view receipt, Micros l
   return internal::extend(impl_->queue, topic, receipt, lease);
 }
 
+std::uint64_t Client::purge(std::string_view topic, std::string_view group) {
+  return internal::purge(impl_->queue, topic, group);
+}
+
+void Client::forget_dedup_keys(std::string_view topic) {
+  internal::forget_dedup_keys(impl_->queue, topic);
+}
+
+Client::Subscription Client::subscribe(std::string_view topic, std::string_view group,
+                                       std::function<void()> wake) {
+  return Subscription(internal::subscribe(impl_->queue, topic, group, std::move(wake)));
+}
+
 TopicStats Client::stats(std::string_view topic, std::string_view group) {
   return internal::stats(impl_->queue, topic, group);
 }

@@ -152,6 +152,16 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             std::optional<Micros> delay);
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);
 
+// Client::purge and Client::forget_dedup_keys.
+std::uint64_t purge(QueueContext& q, std::string_view topic, std::string_view group);
+void forget_dedup_keys(QueueContext& q, std::string_view topic);
+
+// Client::subscribe (waiting.cc): a subscription to the group's waiter; Client::Subscription's
+// members (also in waiting.cc) cancel it when destroyed.
+std::shared_ptr<Client::Subscription::Impl> subscribe(QueueContext& q, std::string_view topic,
+                                                      std::string_view group,
+                                                      std::function<void()> wake);
+
 TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group);
 std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::string_view group, std::size_t limit);
