@@ -6,7 +6,8 @@ BUILD_DIR="${TXMQ_BUILD_DIR:-$ROOT/build}"
 # Debian packages the build, the embedded server and the tests need.
 TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-dev
                nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
-               openssl)  # openssl: the TLS test makes its certificates
+               openssl    # the TLS test makes its certificates
+               libssl-dev libboost-dev)  # txmq serve: digests and SigV4; Beast and Asio
 
 txmq_install_deps() {
   local missing=()
