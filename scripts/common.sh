@@ -7,7 +7,8 @@ BUILD_DIR="${TXMQ_BUILD_DIR:-$ROOT/build}"
 TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-dev
                nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
                openssl    # the TLS test makes its certificates
-               libssl-dev libboost-dev)  # txmq serve: digests and SigV4; Beast and Asio
+               libssl-dev libboost-dev   # txmq serve: digests and SigV4; Beast and Asio
+               awscli python3-boto3)     # the SQS tests' Query-protocol clients (tests/sqs)
 
 txmq_install_deps() {
   local missing=()
@@ -27,4 +28,15 @@ txmq_build() {
   [ -f "$BUILD_DIR/CMakeCache.txt" ] || echo "txmq: building into $BUILD_DIR (the first build takes a few minutes)" >&2
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${TXMQ_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
   cmake --build "$BUILD_DIR" -j"$(nproc)"
+}
+
+# The SQS tests' JSON-protocol client, @aws-sdk/client-sqs v3, from npm into DIR (tests/sqs/run.sh
+# calls this, not the configure step); nothing is fetched when it is there already.
+txmq_install_sqs_node() {
+  local dir="$1"
+  [ -f "$dir/node_modules/@aws-sdk/client-sqs/package.json" ] && return 0
+  command -v npm >/dev/null || { echo "txmq: npm is needed for the JSON-protocol SQS tests" >&2; return 1; }
+  echo "txmq: installing @aws-sdk/client-sqs into $dir" >&2
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error @aws-sdk/client-sqs@3 >/dev/null
 }

@@ -1,0 +1,790 @@
+#!/usr/bin/python3
+"""txmq serve through Debian's python3-boto3 1.26, which speaks SQS's Query protocol.
+
+Run by tests/sqs/run.sh, which starts the server and sets TXMQ_SQS_ENDPOINT, TXMQ_SQS_PREFIX
+(unique queue names for this run), the access keys and scratch AWS config files. Every test
+makes its own queues and deletes them. What is checked is what Amazon SQS does.
+"""
+import base64
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+import unittest
+import urllib.request
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+ENDPOINT = os.environ["TXMQ_SQS_ENDPOINT"]
+PREFIX = os.environ["TXMQ_SQS_PREFIX"]
+KEY = os.environ["AWS_ACCESS_KEY_ID"]
+SECRET = os.environ["AWS_SECRET_ACCESS_KEY"]
+OTHER_KEY = os.environ["TXMQ_SQS_OTHER_KEY"]
+UNKNOWN_KEY = os.environ["TXMQ_SQS_UNKNOWN_KEY"]
+REGION = "us-east-1"
+ACCOUNT = "000000000000"
+
+
+def make_client(key=KEY, secret=SECRET, validate=True):
+    # No retries: a test sees the server's first answer.
+    config = Config(retries={"mode": "standard", "total_max_attempts": 1}, read_timeout=60,
+                    connect_timeout=10, max_pool_connections=20,
+                    parameter_validation=validate)
+    return boto3.session.Session().client(
+        "sqs", endpoint_url=ENDPOINT, region_name=REGION, aws_access_key_id=key,
+        aws_secret_access_key=secret, config=config)
+
+
+def md5_hex(data):
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.md5(data).hexdigest()
+
+
+def md5_of_attributes(attributes):
+    """SQS's MD5OfMessageAttributes: for each attribute in name order, the name, the data type
+    (each as a 4-byte big-endian length and UTF-8 bytes), a transport byte (1 string, 2 binary)
+    and the value (length-prefixed UTF-8 or raw bytes)."""
+    def field(b):
+        return struct.pack(">I", len(b)) + b
+    out = b""
+    for name in sorted(attributes):
+        a = attributes[name]
+        out += field(name.encode("utf-8")) + field(a["DataType"].encode("utf-8"))
+        if "StringValue" in a:
+            out += b"\x01" + field(a["StringValue"].encode("utf-8"))
+        else:
+            value = a["BinaryValue"]
+            if isinstance(value, str):
+                value = base64.b64decode(value)
+            out += b"\x02" + field(value)
+    return hashlib.md5(out).hexdigest()
+
+
+def arn(name):
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+class SqsTestCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sqs = make_client()
+        cls.raw = make_client(validate=False)  # sends what boto3 would refuse to
+
+    def name(self, suffix, fifo=False):
+        base = f"{PREFIX}-{self._testMethodName[5:25]}-{suffix}".replace("_", "-")
+        return base + ".fifo" if fifo else base
+
+    def create(self, suffix, fifo=False, attributes=None, **kwargs):
+        attributes = dict(attributes or {})
+        if fifo:
+            attributes["FifoQueue"] = "true"
+        url = self.sqs.create_queue(QueueName=self.name(suffix, fifo), Attributes=attributes,
+                                    **kwargs)["QueueUrl"]
+        self.addCleanup(self.delete_quietly, url)
+        return url
+
+    def delete_quietly(self, url):
+        try:
+            self.sqs.delete_queue(QueueUrl=url)
+        except ClientError:
+            pass
+
+    def assert_error(self, code, call, *args, **kwargs):
+        with self.assertRaises(ClientError) as cm:
+            call(*args, **kwargs)
+        self.assertEqual(cm.exception.response["Error"]["Code"], code, cm.exception.response)
+        return cm.exception
+
+    def assert_error_in(self, codes, call, *args, **kwargs):
+        with self.assertRaises(ClientError) as cm:
+            call(*args, **kwargs)
+        self.assertIn(cm.exception.response["Error"]["Code"], codes, cm.exception.response)
+        return cm.exception
+
+    def receive(self, url, **kwargs):
+        kwargs.setdefault("WaitTimeSeconds", 1)
+        return self.sqs.receive_message(QueueUrl=url, **kwargs).get("Messages", [])
+
+    def drain(self, url, expected, seconds=15, **kwargs):
+        """Receives and deletes until `expected` messages came or `seconds` passed."""
+        got = []
+        deadline = time.monotonic() + seconds
+        while len(got) < expected and time.monotonic() < deadline:
+            batch = self.receive(url, MaxNumberOfMessages=10, **kwargs)
+            for m in batch:
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            got.extend(batch)
+        return got
+
+    def counts(self, url):
+        a = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        return (int(a["ApproximateNumberOfMessages"]),
+                int(a["ApproximateNumberOfMessagesNotVisible"]),
+                int(a["ApproximateNumberOfMessagesDelayed"]))
+
+
+class DigestTest(unittest.TestCase):
+    def test_own_md5_of_attributes_matches_published_digests(self):
+        # Digests that SQS returned, as recorded in open SDK and emulator test suites.
+        self.assertEqual(md5_of_attributes(
+            {"SellerName": {"DataType": "String", "StringValue": "Example Store"}}),
+            "cd28f3b68aeee4b2eac9c66f2f694b58")
+        self.assertEqual(md5_of_attributes(
+            {"ordinal": {"DataType": "Number", "StringValue": "1"},
+             "category": {"DataType": "String", "StringValue": "test"}}),
+            "d21ae90c49061e927f57df5f5d72be1f")
+
+
+class QueuesTest(SqsTestCase):
+    def test_create_get_delete(self):
+        name = self.name("a")
+        url = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        self.addCleanup(self.delete_quietly, url)
+        self.assertEqual(url, f"{ENDPOINT}/{ACCOUNT}/{name}")
+        self.assertEqual(self.sqs.get_queue_url(QueueName=name)["QueueUrl"], url)
+        self.sqs.delete_queue(QueueUrl=url)
+        with self.assertRaises(self.sqs.exceptions.QueueDoesNotExist):
+            self.sqs.get_queue_url(QueueName=name)
+
+    def test_names_are_case_sensitive(self):
+        lower = self.create("mixed")
+        upper = self.create("MIXED")
+        self.assertNotEqual(lower, upper)
+        self.sqs.send_message(QueueUrl=lower, MessageBody="lower")
+        self.assertEqual([m["Body"] for m in self.drain(upper, 1, seconds=2)], [])
+        self.assertEqual([m["Body"] for m in self.drain(lower, 1)], ["lower"])
+
+    def test_create_is_idempotent_with_equal_attributes(self):
+        url = self.create("idem", attributes={"VisibilityTimeout": "40"})
+        again = self.sqs.create_queue(QueueName=self.name("idem"),
+                                      Attributes={"VisibilityTimeout": "40"})["QueueUrl"]
+        self.assertEqual(again, url)
+        with self.assertRaises(self.sqs.exceptions.QueueNameExists) as cm:
+            self.sqs.create_queue(QueueName=self.name("idem"),
+                                  Attributes={"VisibilityTimeout": "50"})
+        self.assertEqual(cm.exception.response["Error"]["Code"], "QueueAlreadyExists")
+
+    def test_concurrent_creates_of_one_name(self):
+        name = self.name("race")
+        barrier = threading.Barrier(8)
+        urls, errors = [], []
+
+        def create():
+            client = make_client()
+            barrier.wait()
+            try:
+                urls.append(client.create_queue(QueueName=name,
+                                                Attributes={"DelaySeconds": "1"})["QueueUrl"])
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=create) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if urls:
+            self.addCleanup(self.delete_quietly, urls[0])
+        self.assertEqual(errors, [])
+        self.assertEqual(len(urls), 8)
+        self.assertEqual(set(urls), {f"{ENDPOINT}/{ACCOUNT}/{name}"})
+
+    def test_list_with_prefix_and_pages(self):
+        urls = sorted(self.create(s) for s in ("x1", "x2", "x3"))
+        prefix = self.name("x")
+        listed = self.sqs.list_queues(QueueNamePrefix=prefix)
+        self.assertEqual(sorted(listed["QueueUrls"]), urls)
+        self.assertNotIn("NextToken", listed)
+        first = self.sqs.list_queues(QueueNamePrefix=prefix, MaxResults=2)
+        self.assertEqual(len(first["QueueUrls"]), 2)
+        self.assertIn("NextToken", first)
+        second = self.sqs.list_queues(QueueNamePrefix=prefix, MaxResults=2,
+                                      NextToken=first["NextToken"])
+        self.assertEqual(len(second["QueueUrls"]), 1)
+        self.assertNotIn("NextToken", second)
+        self.assertEqual(sorted(first["QueueUrls"] + second["QueueUrls"]), urls)
+        self.assertNotIn("QueueUrls", self.sqs.list_queues(QueueNamePrefix=self.name("nothing")))
+
+    def test_invalid_queue_names(self):
+        for bad in ("has space", "x" * 81, "dot.in.name", "bad.fifo.fifo", "\u00e9t\u00e9"):
+            self.assert_error("InvalidParameterValue", self.raw.create_queue, QueueName=bad)
+        # A .fifo name needs FifoQueue=true, and FifoQueue=true a .fifo name.
+        self.assert_error("InvalidParameterValue", self.sqs.create_queue,
+                          QueueName=self.name("plain", fifo=True))
+        self.assert_error_in(("InvalidParameterValue", "InvalidAttributeValue"),
+                             self.sqs.create_queue, QueueName=self.name("plain"),
+                             Attributes={"FifoQueue": "true"})
+
+    def test_queue_attributes(self):
+        url = self.create("attrs")
+        a = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        for key in ("VisibilityTimeout", "DelaySeconds", "MaximumMessageSize",
+                    "MessageRetentionPeriod", "ReceiveMessageWaitTimeSeconds", "QueueArn",
+                    "CreatedTimestamp", "LastModifiedTimestamp", "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed"):
+            self.assertIn(key, a)
+        self.assertEqual(a["VisibilityTimeout"], "30")
+        self.assertEqual(a["DelaySeconds"], "0")
+        self.assertIn(a["MaximumMessageSize"], ("262144", "1048576"))
+        self.assertEqual(a["MessageRetentionPeriod"], "345600")
+        self.assertEqual(a["QueueArn"], arn(self.name("attrs")))
+        self.assertLessEqual(abs(int(a["CreatedTimestamp"]) - time.time()), 60)
+        self.assertNotIn("FifoQueue", a)
+
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes={
+            "VisibilityTimeout": "45", "DelaySeconds": "2", "ReceiveMessageWaitTimeSeconds": "3"})
+        a = self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["VisibilityTimeout", "DelaySeconds"])["Attributes"]
+        self.assertEqual(a, {"VisibilityTimeout": "45", "DelaySeconds": "2"})
+
+        self.assert_error("InvalidAttributeName", self.raw.get_queue_attributes, QueueUrl=url,
+                          AttributeNames=["NoSuchAttribute"])
+        self.assert_error("InvalidAttributeName", self.sqs.set_queue_attributes, QueueUrl=url,
+                          Attributes={"NoSuchAttribute": "1"})
+        for name, value in (("VisibilityTimeout", "43201"), ("VisibilityTimeout", "-1"),
+                            ("MaximumMessageSize", "1023"), ("DelaySeconds", "abc"),
+                            ("ReceiveMessageWaitTimeSeconds", "21"),
+                            ("RedrivePolicy", "not json")):
+            self.assert_error("InvalidAttributeValue", self.sqs.set_queue_attributes,
+                              QueueUrl=url, Attributes={name: value})
+        # Read-only attributes cannot be set.
+        self.assert_error("InvalidAttributeName", self.sqs.set_queue_attributes, QueueUrl=url,
+                          Attributes={"QueueArn": arn("other")})
+        self.assertEqual(self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"],
+            {"VisibilityTimeout": "45"})
+
+    def test_fifo_attributes(self):
+        url = self.create("fa", fifo=True, attributes={"ContentBasedDeduplication": "true"})
+        a = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        self.assertEqual(a["FifoQueue"], "true")
+        self.assertEqual(a["ContentBasedDeduplication"], "true")
+
+    def test_tags(self):
+        url = self.create("tags", tags={"team": "billing"})
+        self.assertEqual(self.sqs.list_queue_tags(QueueUrl=url)["Tags"], {"team": "billing"})
+        self.sqs.tag_queue(QueueUrl=url, Tags={"env": "test", "team": "payments"})
+        self.assertEqual(self.sqs.list_queue_tags(QueueUrl=url)["Tags"],
+                         {"team": "payments", "env": "test"})
+        self.sqs.untag_queue(QueueUrl=url, TagKeys=["team"])
+        self.assertEqual(self.sqs.list_queue_tags(QueueUrl=url)["Tags"], {"env": "test"})
+        self.sqs.untag_queue(QueueUrl=url, TagKeys=["env"])
+        self.assertNotIn("Tags", self.sqs.list_queue_tags(QueueUrl=url))
+
+
+class MessagesTest(SqsTestCase):
+    def test_send_receive_delete(self):
+        url = self.create("srd")
+        body = "hello from boto3"
+        sent = self.sqs.send_message(QueueUrl=url, MessageBody=body)
+        self.assertEqual(sent["MD5OfMessageBody"], md5_hex(body))
+        self.assertNotIn("MD5OfMessageAttributes", sent)
+        [m] = self.receive(url)
+        self.assertEqual(m["Body"], body)
+        self.assertEqual(m["MessageId"], sent["MessageId"])
+        self.assertEqual(m["MD5OfBody"], md5_hex(body))
+        self.assertEqual(self.counts(url), (0, 1, 0))
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        self.assertEqual(self.receive(url), [])
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
+    def test_batch_send_and_delete(self):
+        url = self.create("batch")
+        attrs = {"k": {"DataType": "String", "StringValue": "v"}}
+        entries = [{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(10)]
+        entries[3]["MessageAttributes"] = attrs
+        entries[4]["MessageBody"] = "bad \x00 body"
+        result = self.sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        self.assertEqual(len(result["Successful"]), 9)
+        [failed] = result["Failed"]
+        self.assertEqual(failed["Id"], "m4")
+        self.assertEqual(failed["Code"], "InvalidMessageContents")
+        self.assertTrue(failed["SenderFault"])
+        by_id = {s["Id"]: s for s in result["Successful"]}
+        for i in (0, 1, 2, 3, 5, 6, 7, 8, 9):
+            self.assertEqual(by_id[f"m{i}"]["MD5OfMessageBody"], md5_hex(f"body {i}"))
+        self.assertEqual(by_id["m3"]["MD5OfMessageAttributes"], md5_of_attributes(attrs))
+
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 9 and time.monotonic() < deadline:
+            got += self.receive(url, MaxNumberOfMessages=10, VisibilityTimeout=60)
+        self.assertEqual(sorted(m["Body"] for m in got),
+                         sorted(f"body {i}" for i in (0, 1, 2, 3, 5, 6, 7, 8, 9)))
+        self.assertLessEqual(max(len(got), 0), 9)
+        entries = [{"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]}
+                   for i, m in enumerate(got[:9])]
+        entries.append({"Id": "bogus", "ReceiptHandle": "not-a-receipt-handle"})
+        deleted = self.sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+        self.assertEqual(sorted(s["Id"] for s in deleted["Successful"]),
+                         sorted(f"d{i}" for i in range(9)))
+        [bad] = deleted["Failed"]
+        self.assertEqual(bad["Id"], "bogus")
+        self.assertEqual(bad["Code"], "ReceiptHandleIsInvalid")
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
+    def test_long_poll_wakes_on_send(self):
+        url = self.create("poll")
+        result = {}
+
+        def poll():
+            started = time.monotonic()
+            result["messages"] = make_client().receive_message(
+                QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])
+            result["returned"] = time.monotonic()
+            result["waited"] = result["returned"] - started
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(1.5)
+        sent_at = time.monotonic()
+        self.sqs.send_message(QueueUrl=url, MessageBody="wake up")
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        self.assertEqual([m["Body"] for m in result["messages"]], ["wake up"])
+        self.assertLess(result["returned"] - sent_at, 1.0)
+        self.assertGreater(result["waited"], 1.0)
+
+    def test_long_poll_waits_its_time_when_empty(self):
+        url = self.create("idle")
+        started = time.monotonic()
+        self.assertEqual(self.receive(url, WaitTimeSeconds=2), [])
+        self.assertGreaterEqual(time.monotonic() - started, 1.8)
+        # The queue's ReceiveMessageWaitTimeSeconds is the default wait.
+        self.sqs.set_queue_attributes(QueueUrl=url,
+                                      Attributes={"ReceiveMessageWaitTimeSeconds": "2"})
+        time.sleep(1.2)  # attributes reach every server within about a second
+        started = time.monotonic()
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=url))
+        self.assertGreaterEqual(time.monotonic() - started, 1.8)
+
+    def test_receive_parameter_ranges(self):
+        url = self.create("ranges")
+        self.assert_error("InvalidParameterValue", self.sqs.receive_message, QueueUrl=url,
+                          MaxNumberOfMessages=11)
+        self.assert_error("InvalidParameterValue", self.sqs.receive_message, QueueUrl=url,
+                          MaxNumberOfMessages=0)
+        self.assert_error("InvalidParameterValue", self.sqs.receive_message, QueueUrl=url,
+                          WaitTimeSeconds=21)
+
+    def test_visibility_zero_makes_visible_at_once(self):
+        url = self.create("vis0")
+        self.sqs.send_message(QueueUrl=url, MessageBody="again")
+        [first] = self.receive(url, VisibilityTimeout=60)
+        self.assertEqual(self.receive(url, WaitTimeSeconds=0), [])
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"],
+                                           VisibilityTimeout=0)
+        started = time.monotonic()
+        [second] = self.receive(url, WaitTimeSeconds=2, AttributeNames=["All"])
+        self.assertLess(time.monotonic() - started, 1.0)
+        self.assertEqual(second["MessageId"], first["MessageId"])
+        self.assertEqual(second["Attributes"]["ApproximateReceiveCount"], "2")
+        self.assertNotEqual(second["ReceiptHandle"], first["ReceiptHandle"])
+
+    def test_visibility_extension_keeps_it_hidden(self):
+        url = self.create("visx")
+        self.sqs.send_message(QueueUrl=url, MessageBody="hidden")
+        [m] = self.receive(url, VisibilityTimeout=2)
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                           VisibilityTimeout=30)
+        time.sleep(3)
+        self.assertEqual(self.receive(url, WaitTimeSeconds=1), [])
+        # Without an extension, the visibility timeout runs out and it comes back.
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                           VisibilityTimeout=1)
+        [again] = self.receive(url, WaitTimeSeconds=5)
+        self.assertEqual(again["MessageId"], m["MessageId"])
+
+    def test_visibility_batch(self):
+        url = self.create("visb")
+        self.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "a", "MessageBody": "a"}, {"Id": "b", "MessageBody": "b"}])
+        got = self.drain_without_delete(url, 2)
+        result = self.sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+            {"Id": "one", "ReceiptHandle": got[0]["ReceiptHandle"], "VisibilityTimeout": 0},
+            {"Id": "two", "ReceiptHandle": got[1]["ReceiptHandle"], "VisibilityTimeout": 120},
+            {"Id": "bad", "ReceiptHandle": "nonsense", "VisibilityTimeout": 0}])
+        self.assertEqual(sorted(s["Id"] for s in result["Successful"]), ["one", "two"])
+        self.assertEqual([f["Id"] for f in result["Failed"]], ["bad"])
+        [back] = self.receive(url, WaitTimeSeconds=2, MaxNumberOfMessages=10)
+        self.assertEqual(back["Body"], got[0]["Body"])
+
+    def drain_without_delete(self, url, expected):
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < expected and time.monotonic() < deadline:
+            got += self.receive(url, MaxNumberOfMessages=10, VisibilityTimeout=60)
+        self.assertEqual(len(got), expected)
+        return got
+
+    def test_delete_twice_and_stale_handle(self):
+        url = self.create("stale")
+        self.sqs.send_message(QueueUrl=url, MessageBody="once")
+        [m] = self.receive(url, VisibilityTimeout=60)
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        # SQS: deleting an already deleted message with its handle succeeds.
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        self.assert_error("ReceiptHandleIsInvalid", self.sqs.delete_message, QueueUrl=url,
+                          ReceiptHandle="garbage")
+
+    def test_message_attributes_and_digests(self):
+        url = self.create("mattr")
+        attrs = {
+            "text": {"DataType": "String", "StringValue": "h\u00e9llo \u65e5\u672c & <x>"},
+            "count": {"DataType": "Number", "StringValue": "-12.5e3"},
+            "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xfe\xff"},
+            "kind": {"DataType": "String.custom", "StringValue": "special"},
+            "image": {"DataType": "Binary.png", "BinaryValue": b"\x89PNG"},
+            "tag.one": {"DataType": "String", "StringValue": "1"},
+            "tag.two": {"DataType": "Number", "StringValue": "2"},
+        }
+        body = "with attributes"
+        sent = self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)
+        self.assertEqual(sent["MD5OfMessageBody"], md5_hex(body))
+        self.assertEqual(sent["MD5OfMessageAttributes"], md5_of_attributes(attrs))
+
+        [m] = self.receive(url, MessageAttributeNames=["All"], VisibilityTimeout=0)
+        self.assertEqual(m["MessageAttributes"], attrs)
+        self.assertEqual(m["MD5OfMessageAttributes"], md5_of_attributes(attrs))
+        self.assertEqual(m["MD5OfBody"], md5_hex(body))
+
+        # Filters: by name, and by prefix with ".*"; the digest covers what is returned.
+        [m] = self.receive(url, MessageAttributeNames=["count", "tag.*"], VisibilityTimeout=0,
+                           WaitTimeSeconds=3)
+        subset = {k: attrs[k] for k in ("count", "tag.one", "tag.two")}
+        self.assertEqual(m["MessageAttributes"], subset)
+        self.assertEqual(m["MD5OfMessageAttributes"], md5_of_attributes(subset))
+        # None asked for: none returned, and no digest.
+        [m] = self.receive(url, VisibilityTimeout=0, WaitTimeSeconds=3)
+        self.assertNotIn("MessageAttributes", m)
+        self.assertNotIn("MD5OfMessageAttributes", m)
+
+    def test_invalid_message_attributes(self):
+        url = self.create("badattr")
+        for attrs in ({"AWS.reserved": {"DataType": "String", "StringValue": "x"}},
+                      {"n": {"DataType": "Number", "StringValue": "twelve"}},
+                      {"t": {"DataType": "Integer", "StringValue": "1"}},
+                      {"e": {"DataType": "String", "StringValue": ""}},
+                      {f"a{i}": {"DataType": "String", "StringValue": "x"} for i in range(11)}):
+            self.assert_error("InvalidParameterValue", self.raw.send_message, QueueUrl=url,
+                              MessageBody="x", MessageAttributes=attrs)
+
+    def test_system_attributes(self):
+        url = self.create("sys")
+        before = int(time.time() * 1000)
+        self.sqs.send_message(QueueUrl=url, MessageBody="system")
+        after = int(time.time() * 1000)
+        [m] = self.receive(url, AttributeNames=["All"], VisibilityTimeout=60)
+        a = m["Attributes"]
+        self.assertEqual(a["ApproximateReceiveCount"], "1")
+        sent = int(a["SentTimestamp"])
+        self.assertGreaterEqual(sent, before - 2000)
+        self.assertLessEqual(sent, after + 2000)
+        first = int(a["ApproximateFirstReceiveTimestamp"])
+        self.assertGreaterEqual(first, sent)
+        self.assertLessEqual(first, int(time.time() * 1000) + 2000)
+        self.assertNotIn("MessageGroupId", a)
+
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                           VisibilityTimeout=0)
+        [m2] = self.receive(url, AttributeNames=["ApproximateReceiveCount",
+                                                 "ApproximateFirstReceiveTimestamp"],
+                            WaitTimeSeconds=3)
+        self.assertEqual(m2["Attributes"], {"ApproximateReceiveCount": "2",
+                                            "ApproximateFirstReceiveTimestamp": str(first)})
+
+    def test_delay(self):
+        url = self.create("delay")
+        self.sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=2)
+        self.assertEqual(self.counts(url), (0, 0, 1))
+        self.assertEqual(self.receive(url, WaitTimeSeconds=1), [])
+        [m] = self.receive(url, WaitTimeSeconds=5)
+        self.assertEqual(m["Body"], "later")
+
+    def test_xml_escaping_round_trip(self):
+        url = self.create("xml")
+        body = "line1\r\nline2\rx & y \"quoted\" 'single' <tag> ]]> \t tab \u00e9\u00df \u65e5\u672c \U0001f600 \ue000"
+        attrs = {"note": {"DataType": "String", "StringValue": "a\r\n<&>\"' \u00fc"}}
+        sent = self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attrs)
+        self.assertEqual(sent["MD5OfMessageBody"], md5_hex(body))
+        self.assertEqual(sent["MD5OfMessageAttributes"], md5_of_attributes(attrs))
+        [m] = self.receive(url, MessageAttributeNames=["All"])
+        self.assertEqual(m["Body"], body)
+        self.assertEqual(m["MD5OfBody"], md5_hex(body))
+        self.assertEqual(m["MessageAttributes"], attrs)
+
+    def test_invalid_characters(self):
+        url = self.create("chars")
+        for body in ("nul \x00 inside", "noncharacter \uffff", "control \x01", "\ufffe"):
+            with self.assertRaises(self.sqs.exceptions.InvalidMessageContents, msg=repr(body)):
+                self.sqs.send_message(QueueUrl=url, MessageBody=body)
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
+    def test_oversize_messages(self):
+        url = self.create("size", attributes={"MaximumMessageSize": "1024"})
+        self.sqs.send_message(QueueUrl=url, MessageBody="x" * 1024)
+        self.assert_error("InvalidParameterValue", self.sqs.send_message, QueueUrl=url,
+                          MessageBody="x" * 1025)
+        # Attributes count: name, type and value.
+        attrs = {"pad": {"DataType": "String", "StringValue": "y" * 10}}  # 3 + 6 + 10 bytes
+        self.sqs.send_message(QueueUrl=url, MessageBody="x" * (1024 - 19),
+                              MessageAttributes=attrs)
+        self.assert_error("InvalidParameterValue", self.sqs.send_message, QueueUrl=url,
+                          MessageBody="x" * (1024 - 18), MessageAttributes=attrs)
+        result = self.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "fits", "MessageBody": "x" * 1000},
+            {"Id": "big", "MessageBody": "x" * 2000}])
+        self.assertEqual([s["Id"] for s in result["Successful"]], ["fits"])
+        self.assertEqual([(f["Id"], f["Code"]) for f in result["Failed"]],
+                         [("big", "InvalidParameterValue")])
+        self.assertEqual(self.counts(url)[0], 3)
+
+    def test_batch_request_too_long(self):
+        url = self.create("long")
+        entries = [{"Id": f"e{i}", "MessageBody": "z" * 120_000} for i in range(10)]
+        with self.assertRaises(self.sqs.exceptions.BatchRequestTooLong):
+            self.sqs.send_message_batch(QueueUrl=url, Entries=entries)
+
+
+class FifoTest(SqsTestCase):
+    def test_order_within_groups(self):
+        url = self.create("order", fifo=True)
+        sent = []
+        for i in range(5):
+            for g in ("g1", "g2", "g3"):
+                r = self.sqs.send_message(QueueUrl=url, MessageBody=f"{g}-{i}", MessageGroupId=g,
+                                          MessageDeduplicationId=f"{g}-{i}")
+                sent.append((g, f"{g}-{i}", int(r["SequenceNumber"])))
+        for g in ("g1", "g2", "g3"):
+            numbers = [n for group, _, n in sent if group == g]
+            self.assertEqual(numbers, sorted(numbers))
+            self.assertEqual(len(set(numbers)), len(numbers))
+        got = self.drain(url, 15, seconds=30, AttributeNames=["All"])
+        self.assertEqual(len(got), 15)
+        for g in ("g1", "g2", "g3"):
+            bodies = [m["Body"] for m in got if m["Attributes"]["MessageGroupId"] == g]
+            self.assertEqual(bodies, [f"{g}-{i}" for i in range(5)])
+            numbers = [int(m["Attributes"]["SequenceNumber"]) for m in got
+                       if m["Attributes"]["MessageGroupId"] == g]
+            self.assertEqual(numbers, [n for group, _, n in sent if group == g])
+        for m in got:
+            self.assertEqual(m["Attributes"]["MessageDeduplicationId"], m["Body"])
+
+    def test_group_in_flight_blocks_only_its_group(self):
+        url = self.create("block", fifo=True, attributes={"ContentBasedDeduplication": "true"})
+        for body, group in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b")):
+            self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+        [held] = self.receive(url, MaxNumberOfMessages=1, VisibilityTimeout=60)
+        self.assertEqual(held["Body"], "a1")
+        others = []
+        deadline = time.monotonic() + 10
+        while len(others) < 2 and time.monotonic() < deadline:
+            batch = self.receive(url, MaxNumberOfMessages=10, VisibilityTimeout=60)
+            for m in batch:
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            others += [m["Body"] for m in batch]
+        self.assertEqual(others, ["b1", "b2"])
+        self.assertEqual(self.receive(url, WaitTimeSeconds=1), [])
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"])
+        self.assertEqual([m["Body"] for m in self.receive(url, WaitTimeSeconds=3)], ["a2"])
+
+    def test_deduplication_by_id(self):
+        url = self.create("dedup", fifo=True)
+        for body, dedup in (("one", "same"), ("two", "same"), ("three", "other")):
+            self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g",
+                                  MessageDeduplicationId=dedup)
+        got = self.drain(url, 2, seconds=10)
+        self.assertEqual([m["Body"] for m in got], ["one", "three"])
+        self.assertEqual(self.receive(url), [])
+        # The window also covers deleted messages.
+        self.sqs.send_message(QueueUrl=url, MessageBody="four", MessageGroupId="g",
+                              MessageDeduplicationId="same")
+        self.assertEqual(self.receive(url), [])
+
+    def test_content_based_deduplication(self):
+        url = self.create("cbd", fifo=True, attributes={"ContentBasedDeduplication": "true"})
+        for body in ("same body", "same body", "different body"):
+            self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")
+        got = self.drain(url, 2, seconds=10, AttributeNames=["MessageDeduplicationId"])
+        self.assertEqual([m["Body"] for m in got], ["same body", "different body"])
+        self.assertEqual(self.receive(url), [])
+        self.assertEqual(got[0]["Attributes"]["MessageDeduplicationId"],
+                         hashlib.sha256(b"same body").hexdigest())
+
+    def test_fifo_send_errors(self):
+        url = self.create("ferr", fifo=True)
+        self.assert_error("MissingParameter", self.sqs.send_message, QueueUrl=url,
+                          MessageBody="no group", MessageDeduplicationId="d")
+        # Neither a deduplication id nor content-based deduplication.
+        self.assert_error("InvalidParameterValue", self.sqs.send_message, QueueUrl=url,
+                          MessageBody="no dedup", MessageGroupId="g")
+        self.assert_error("InvalidParameterValue", self.sqs.send_message, QueueUrl=url,
+                          MessageBody="delayed", MessageGroupId="g",
+                          MessageDeduplicationId="d", DelaySeconds=5)
+        standard = self.create("std")
+        self.assert_error("InvalidParameterValue", self.sqs.send_message, QueueUrl=standard,
+                          MessageBody="x", MessageDeduplicationId="d")
+
+    def test_receive_request_attempt_id(self):
+        url = self.create("attempt", fifo=True, attributes={"ContentBasedDeduplication": "true"})
+        for g in ("g1", "g2", "g3"):
+            self.sqs.send_message(QueueUrl=url, MessageBody=f"{g} body", MessageGroupId=g)
+        first = self.receive(url, MaxNumberOfMessages=10, ReceiveRequestAttemptId="attempt-1",
+                             VisibilityTimeout=60)
+        self.assertGreater(len(first), 0)
+        retry = self.receive(url, MaxNumberOfMessages=10, ReceiveRequestAttemptId="attempt-1",
+                             VisibilityTimeout=60)
+        self.assertEqual([(m["MessageId"], m["ReceiptHandle"]) for m in retry],
+                         [(m["MessageId"], m["ReceiptHandle"]) for m in first])
+        # A new attempt id gets the others.
+        rest = self.drain(url, 3 - len(first), seconds=5)
+        self.assertEqual(sorted(m["Body"] for m in first + rest),
+                         ["g1 body", "g2 body", "g3 body"])
+
+    def test_stale_handle_refused_on_fifo(self):
+        url = self.create("fstale", fifo=True, attributes={"ContentBasedDeduplication": "true"})
+        self.sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g")
+        [m] = self.receive(url, VisibilityTimeout=60)
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                           VisibilityTimeout=0)
+        [again] = self.receive(url, WaitTimeSeconds=3, VisibilityTimeout=60)
+        self.assertEqual(again["MessageId"], m["MessageId"])
+        self.assert_error("InvalidParameterValue", self.sqs.delete_message, QueueUrl=url,
+                          ReceiptHandle=m["ReceiptHandle"])
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+
+
+class RedriveAndPurgeTest(SqsTestCase):
+    def test_redrive_to_dead_letter_queue(self):
+        dlq = self.create("dlq")
+        policy = json.dumps({"deadLetterTargetArn": arn(self.name("dlq")), "maxReceiveCount": 2})
+        source = self.create("src", attributes={"RedrivePolicy": policy})
+        a = self.sqs.get_queue_attributes(QueueUrl=source,
+                                          AttributeNames=["RedrivePolicy"])["Attributes"]
+        self.assertEqual(json.loads(a["RedrivePolicy"]),
+                         {"deadLetterTargetArn": arn(self.name("dlq")), "maxReceiveCount": 2})
+        attrs = {"origin": {"DataType": "String", "StringValue": "source"},
+                 "raw": {"DataType": "Binary", "BinaryValue": b"\x01\x02"}}
+        sent = self.sqs.send_message(QueueUrl=source, MessageBody="poison", MessageAttributes=attrs)
+        for count in ("1", "2"):
+            [m] = self.receive(source, WaitTimeSeconds=3, VisibilityTimeout=60,
+                               AttributeNames=["ApproximateReceiveCount"])
+            self.assertEqual(m["Attributes"]["ApproximateReceiveCount"], count)
+            self.sqs.change_message_visibility(QueueUrl=source, ReceiptHandle=m["ReceiptHandle"],
+                                               VisibilityTimeout=0)
+        self.assertEqual(self.receive(source, WaitTimeSeconds=2), [])
+        [dead] = self.receive(dlq, WaitTimeSeconds=5, AttributeNames=["All"],
+                              MessageAttributeNames=["All"])
+        self.assertEqual(dead["Body"], "poison")
+        self.assertEqual(dead["MessageId"], sent["MessageId"])
+        self.assertEqual(dead["MessageAttributes"], attrs)
+        self.assertEqual(dead["MD5OfMessageAttributes"], md5_of_attributes(attrs))
+        self.assertEqual(dead["Attributes"]["DeadLetterQueueSourceArn"], arn(self.name("src")))
+        self.assertEqual(self.sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"],
+                         [source])
+        self.assertEqual(self.sqs.list_dead_letter_source_queues(QueueUrl=source)["queueUrls"],
+                         [])
+
+    def test_redrive_policy_needs_an_existing_target(self):
+        policy = json.dumps({"deadLetterTargetArn": arn(self.name("missing")),
+                             "maxReceiveCount": 2})
+        # SQS: "Value ... for parameter RedrivePolicy is invalid. Reason: Dead letter target
+        # does not exist."
+        self.assert_error_in(("InvalidParameterValue", "InvalidAttributeValue"),
+                             self.sqs.create_queue, QueueName=self.name("src"),
+                             Attributes={"RedrivePolicy": policy})
+
+    def test_purge(self):
+        url = self.create("purge")
+        self.sqs.send_message(QueueUrl=url, MessageBody="ready 1")
+        self.sqs.send_message(QueueUrl=url, MessageBody="ready 2")
+        self.sqs.send_message(QueueUrl=url, MessageBody="delayed", DelaySeconds=60)
+        self.sqs.send_message(QueueUrl=url, MessageBody="in flight")
+        got = self.receive(url, MaxNumberOfMessages=1, VisibilityTimeout=2)
+        self.assertEqual(len(got), 1)
+        self.sqs.purge_queue(QueueUrl=url)
+        self.assertEqual(self.counts(url), (0, 0, 0))
+        time.sleep(2.5)  # the in-flight message's visibility timeout has run out
+        self.assertEqual(self.receive(url, WaitTimeSeconds=1), [])
+        self.sqs.send_message(QueueUrl=url, MessageBody="after purge")
+        self.assertEqual([m["Body"] for m in self.drain(url, 1)], ["after purge"])
+
+    def test_purge_forgets_fifo_deduplication_ids(self):
+        url = self.create("fpurge", fifo=True)
+        self.sqs.send_message(QueueUrl=url, MessageBody="first", MessageGroupId="g",
+                              MessageDeduplicationId="d1")
+        self.sqs.purge_queue(QueueUrl=url)
+        self.sqs.send_message(QueueUrl=url, MessageBody="second", MessageGroupId="g",
+                              MessageDeduplicationId="d1")
+        self.assertEqual([m["Body"] for m in self.drain(url, 1)], ["second"])
+
+
+class ErrorsTest(SqsTestCase):
+    def test_missing_queue(self):
+        missing = f"{ENDPOINT}/{ACCOUNT}/{self.name('nope')}"
+        with self.assertRaises(self.sqs.exceptions.QueueDoesNotExist) as cm:
+            self.sqs.send_message(QueueUrl=missing, MessageBody="x")
+        self.assertEqual(cm.exception.response["ResponseMetadata"]["HTTPStatusCode"], 400)
+        with self.assertRaises(self.sqs.exceptions.QueueDoesNotExist):
+            self.sqs.receive_message(QueueUrl=missing)
+        with self.assertRaises(self.sqs.exceptions.QueueDoesNotExist):
+            self.sqs.get_queue_url(QueueName=self.name("nope"))
+        with self.assertRaises(self.sqs.exceptions.QueueDoesNotExist):
+            self.sqs.delete_queue(QueueUrl=missing)
+
+    def test_batch_errors(self):
+        url = self.create("berr")
+        with self.assertRaises(self.sqs.exceptions.InvalidBatchEntryId):
+            self.sqs.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": "bad id!", "MessageBody": "x"}])
+        with self.assertRaises(self.sqs.exceptions.InvalidBatchEntryId):
+            self.sqs.delete_message_batch(QueueUrl=url, Entries=[
+                {"Id": "x" * 81, "ReceiptHandle": "r"}])
+        with self.assertRaises(self.sqs.exceptions.BatchEntryIdsNotDistinct):
+            self.sqs.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": "same", "MessageBody": "x"}, {"Id": "same", "MessageBody": "y"}])
+        with self.assertRaises(self.sqs.exceptions.TooManyEntriesInBatchRequest):
+            self.sqs.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": f"e{i}", "MessageBody": "x"} for i in range(11)])
+        with self.assertRaises(self.sqs.exceptions.TooManyEntriesInBatchRequest):
+            self.sqs.delete_message_batch(QueueUrl=url, Entries=[
+                {"Id": f"e{i}", "ReceiptHandle": "r"} for i in range(11)])
+        with self.assertRaises(self.sqs.exceptions.EmptyBatchRequest):
+            self.raw.send_message_batch(QueueUrl=url, Entries=[])
+        with self.assertRaises(self.sqs.exceptions.EmptyBatchRequest):
+            self.raw.delete_message_batch(QueueUrl=url, Entries=[])
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
+    def test_wrong_signature(self):
+        wrong = make_client(secret=SECRET[::-1])
+        e = self.assert_error("SignatureDoesNotMatch", wrong.list_queues)
+        self.assertEqual(e.response["ResponseMetadata"]["HTTPStatusCode"], 403)
+        self.assertNotIn(SECRET, str(e.response))
+        # The other key of the credentials file, with this key's secret: also a wrong signature.
+        self.assert_error("SignatureDoesNotMatch", make_client(key=OTHER_KEY).list_queues)
+
+    def test_unknown_key(self):
+        e = self.assert_error("InvalidClientTokenId", make_client(key=UNKNOWN_KEY).list_queues)
+        self.assertEqual(e.response["ResponseMetadata"]["HTTPStatusCode"], 403)
+
+    def test_unsigned_request_refused(self):
+        request = urllib.request.Request(ENDPOINT + "/", data=b"Action=ListQueues&Version=2012-11-05",
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            urllib.request.urlopen(request, timeout=10)
+        self.assertIn(cm.exception.code, (400, 403))
+        self.assertIn(b"<ErrorResponse", cm.exception.read())
+
+    def test_health(self):
+        with urllib.request.urlopen(ENDPOINT + "/healthz", timeout=10) as r:
+            self.assertEqual(r.status, 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
