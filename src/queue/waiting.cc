@@ -33,6 +33,12 @@
 //    warns once, and waiters still see new messages within a second.
 //  - If the waiter cannot run its statement (server down), receivers fall back to claiming every
 //    quarter second until it can.
+//  - Subscribers (Client::subscribe: a callback instead of a blocked thread, for servers that
+//    hold thousands of long polls) count as waiting receivers of the waiter: they keep it
+//    looking, and take wake-ups as blocked threads do (after them). A woken subscriber leaves
+//    the waiter's list and its wake function is called once, from the client's dispatcher
+//    thread; it then claims and subscribes again. So 1,000 subscriptions cost no thread and no
+//    connection each, only the waiter's one statement a second per topic and group.
 #include "queue/waiting.h"
 
 #include <fmt/format.h>
@@ -62,11 +68,13 @@ double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count
 
 }  // namespace
 
-TopicWaiter::TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables)
+TopicWaiter::TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables,
+                         std::shared_ptr<WakeDispatcher> dispatcher)
     : dsn_(std::move(dsn)),
       topic_(std::move(channel)),
       tables_(std::move(tables)),
-      last_receiver_(SteadyClock::now()) {
+      last_receiver_(SteadyClock::now()),
+      dispatcher_(std::move(dispatcher)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -126,22 +134,105 @@ bool TopicWaiter::await(SteadyClock::time_point deadline) {
   return woken;
 }
 
-void TopicWaiter::wake_locked(std::size_t n) {
+void TopicWaiter::wake_locked(std::size_t n, Woken& woken) {
   ++generation_;
   known_empty_ = false;
-  // More permits than waiting receivers would only cost empty claims later.
-  permits_ = std::min(permits_ + n, std::max<std::size_t>(waiting_, 1));
-  if (n == 1) {
+  // Blocked receivers that hold no wake-up yet come first, then subscribers.
+  const std::size_t idle_threads = waiting_ > permits_ ? waiting_ - permits_ : 0;
+  const std::size_t for_threads = std::min(n, idle_threads);
+  Woken subscribers = take_subscribers_locked(n - for_threads);
+  const std::size_t left = n - for_threads - subscribers.size();
+  for (auto& s : subscribers) woken.push_back(std::move(s));
+  if (for_threads + left == 0) return;
+  // More permits than waiting receivers would only cost empty claims later; one is kept for a
+  // receiver or subscriber about to wait.
+  permits_ = std::min(permits_ + for_threads + left, std::max<std::size_t>(waiting_, 1));
+  if (for_threads + left == 1) {
     woken_.notify_one();
   } else {
     woken_.notify_all();
   }
 }
 
+TopicWaiter::Woken TopicWaiter::take_subscribers_locked(std::size_t n) {
+  Woken taken;
+  while (taken.size() < n && !subscribers_.empty()) {
+    taken.push_back(std::move(subscribers_.front()));
+    subscribers_.pop_front();
+    taken.back()->listed = false;
+    --entered_;
+  }
+  if (!taken.empty()) last_receiver_ = SteadyClock::now();
+  return taken;
+}
+
+void TopicWaiter::dispatch(Woken woken, WakeDispatcher::Kind kind) {
+  if (woken.empty()) return;
+  const auto due = kind == WakeDispatcher::Kind::kWoken ? SteadyClock::now()
+                                                        : SteadyClock::now() + kPollWhileUnhealthy;
+  dispatcher_->post(std::move(woken), kind, due);
+}
+
 void TopicWaiter::notify(std::size_t n) {
   if (n == 0) return;
+  Woken woken;
+  {
+    std::lock_guard lock(mutex_);
+    wake_locked(n, woken);
+  }
+  dispatch(std::move(woken), WakeDispatcher::Kind::kWoken);
+}
+
+void TopicWaiter::subscribe(const std::shared_ptr<Subscriber>& subscriber) {
+  Woken now;
+  bool poll_later = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      --entered_;  // the client is going: its subscriptions are never woken
+      return;
+    }
+    if (permits_ > waiting_ || retiring_) {
+      // A wake-up nobody took (it came between this subscriber's last claim and now), or a
+      // waiter going away: claim at once.
+      if (permits_ > waiting_) --permits_;
+      --entered_;
+      last_receiver_ = SteadyClock::now();
+      now.push_back(subscriber);
+    } else {
+      subscribers_.push_back(subscriber);
+      subscriber->place = std::prev(subscribers_.end());
+      subscriber->listed = true;
+      poll_later = !healthy_;  // nobody watches (yet): poll unless the watch starts meanwhile
+    }
+  }
+  dispatch(std::move(now), WakeDispatcher::Kind::kWoken);
+  if (poll_later) dispatch({subscriber}, WakeDispatcher::Kind::kIfUnhealthy);
+}
+
+bool TopicWaiter::forget(Subscriber& subscriber) {
   std::lock_guard lock(mutex_);
-  wake_locked(n);
+  if (!subscriber.listed) return false;
+  subscriber.listed = false;
+  // The caller holds the subscriber: erasing does not destroy it under the lock.
+  subscribers_.erase(subscriber.place);
+  --entered_;
+  last_receiver_ = SteadyClock::now();
+  return true;
+}
+
+void TopicWaiter::release_subscribers() {
+  Woken all;
+  {
+    std::lock_guard lock(mutex_);
+    all = take_subscribers_locked(subscribers_.size());
+  }
+  dispatch(std::move(all), WakeDispatcher::Kind::kWoken);
+}
+
+bool TopicWaiter::healthy() {
+  std::lock_guard lock(mutex_);
+  return healthy_;
 }
 
 void TopicWaiter::set_empty(std::uint64_t generation) {
@@ -150,10 +241,15 @@ void TopicWaiter::set_empty(std::uint64_t generation) {
 }
 
 void TopicWaiter::stop(bool interrupted) {
+  std::list<std::shared_ptr<Subscriber>> dropped;  // released after the lock
   std::lock_guard lock(mutex_);
   stopping_ = true;
   woken_.notify_all();
   if (!interrupted && connection_ != nullptr) connection_->cancel();
+  // The client is going: its subscriptions are never woken.
+  for (auto& s : subscribers_) s->listed = false;
+  entered_ -= subscribers_.size();
+  dropped.swap(subscribers_);
 }
 
 std::uint64_t TopicWaiter::connection_id() {
@@ -259,21 +355,30 @@ void TopicWaiter::run() {
         pause_next = {};
         continue;
       }
+      const bool dropped = e.code() == Errc::kNotFound;
+      Woken subscribers;
       {
         std::lock_guard lock(mutex_);
         healthy_ = false;
         known_empty_ = false;
         connection_ = nullptr;
         woken_.notify_all();
+        if (dropped) {
+          // The topic was dropped: let the receivers find out from their own claims (and
+          // subscribers that come back get a new waiter).
+          retiring_ = true;
+          subscribers = take_subscribers_locked(subscribers_.size());
+        } else {
+          subscribers.assign(subscribers_.begin(), subscribers_.end());  // they stay listed
+        }
       }
       c.reset();
-      if (e.code() == Errc::kNotFound) {
-        // The topic was dropped: let the receivers find out from their own claims.
-        std::lock_guard lock(mutex_);
-        retiring_ = true;
-        woken_.notify_all();
+      if (dropped) {
+        dispatch(std::move(subscribers), WakeDispatcher::Kind::kWoken);
         break;
       }
+      // Subscribers poll on their own, as blocked receivers do, until the watch runs again.
+      dispatch(std::move(subscribers), WakeDispatcher::Kind::kIfUnhealthy);
       pause(std::min<std::chrono::milliseconds>(
           std::chrono::milliseconds(100 << std::min(failures, 6)), std::chrono::seconds(5)));
       ++failures;
@@ -293,6 +398,7 @@ void TopicWaiter::run() {
 }
 
 Waiters::~Waiters() {
+  dispatcher_->stop();  // no wake function is called once the client is going
   {
     std::lock_guard lock(announce_mutex_);
     announcer_stop_ = true;  // it says what is pending, then ends
@@ -338,20 +444,43 @@ Waiters::~Waiters() {
 
 std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view topic,
                                             const std::vector<std::string>& tables) {
-  std::lock_guard lock(mutex_);
-  auto it = waiters_.find(topic);
-  if (it != waiters_.end()) {
-    // A waiter that watches other tables (the topic gained partitions) retires.
-    if (it->second->tables() == tables && it->second->enter()) return it->second;
-    retired_.push_back(std::move(it->second));
-    waiters_.erase(it);
+  std::shared_ptr<TopicWaiter> replaced;
+  std::shared_ptr<TopicWaiter> waiter;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = waiters_.find(topic);
+    if (it != waiters_.end()) {
+      // A waiter that watches other tables (the topic gained partitions) retires.
+      if (it->second->tables() == tables && it->second->enter()) return it->second;
+      replaced = it->second;
+      retired_.push_back(std::move(it->second));
+      waiters_.erase(it);
+    }
+    // Threads of retired waiters have finished or are finishing: join them now.
+    std::erase_if(retired_,
+                  [](const std::shared_ptr<TopicWaiter>& w) { return w.use_count() == 1; });
+    waiter = std::make_shared<TopicWaiter>(pool_.dsn(), std::string(topic), tables, dispatcher_);
+    waiter->enter();
+    waiters_.emplace(std::string(topic), waiter);
   }
-  // Threads of retired waiters have finished or are finishing: join them now.
-  std::erase_if(retired_, [](const std::shared_ptr<TopicWaiter>& w) { return w.use_count() == 1; });
-  auto waiter = std::make_shared<TopicWaiter>(pool_.dsn(), std::string(topic), tables);
-  waiter->enter();
-  waiters_.emplace(std::string(topic), waiter);
+  // Its subscribers claim and subscribe again, to the new waiter.
+  if (replaced) replaced->release_subscribers();
   return waiter;
+}
+
+std::shared_ptr<Subscriber> Waiters::subscribe(std::string_view channel,
+                                               const std::vector<std::string>& tables,
+                                               std::function<void()> wake) {
+  std::shared_ptr<TopicWaiter> waiter = enter(channel, tables);
+  std::shared_ptr<Subscriber> subscriber;
+  try {
+    subscriber = std::make_shared<Subscriber>(std::move(wake), waiter);
+  } catch (...) {
+    waiter->leave();
+    throw;
+  }
+  waiter->subscribe(subscriber);
+  return subscriber;
 }
 
 std::shared_ptr<TopicWaiter> Waiters::find(std::string_view topic) {
@@ -441,6 +570,74 @@ void Waiters::wake_waiters(Connection& c, const std::string& topic, std::size_t 
   }
 }
 
+void WakeDispatcher::post(std::vector<std::shared_ptr<Subscriber>> subscribers, Kind kind,
+                          SteadyClock::time_point due) {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return;
+  for (auto& s : subscribers) due_.emplace(due, Entry{std::move(s), kind});
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  changed_.notify_one();
+}
+
+void WakeDispatcher::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    changed_.notify_one();
+  }
+  if (!thread_.joinable()) return;
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    // Only when a wake function destroys its client, which client.h forbids: rather than
+    // deadlock on a self-join, let the thread go.
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+  std::lock_guard lock(mutex_);
+  due_.clear();
+}
+
+void WakeDispatcher::run() {
+  std::unique_lock lock(mutex_);
+  std::vector<Entry> ready;
+  for (;;) {
+    if (stopping_) break;
+    if (due_.empty()) {
+      changed_.wait(lock);
+      continue;
+    }
+    const auto now = SteadyClock::now();
+    if (due_.begin()->first > now) {
+      changed_.wait_until(lock, due_.begin()->first);
+      continue;
+    }
+    const auto end = due_.upper_bound(now);
+    for (auto it = due_.begin(); it != end; ++it) ready.push_back(std::move(it->second));
+    due_.erase(due_.begin(), end);
+    lock.unlock();
+    for (Entry& entry : ready) {
+      Subscriber& s = *entry.subscriber;
+      if (entry.kind == Kind::kWoken) {
+        // A cancelled subscriber was given a wake-up that another receiver should have.
+        if (!s.fire() && s.cancelled()) s.waiter->notify(1);
+      } else if (!s.waiter->healthy() && s.waiter->forget(s)) {
+        s.fire();
+      }
+    }
+    ready.clear();  // the last references may go here, outside the lock
+    lock.lock();
+  }
+}
+
+std::shared_ptr<Subscriber> subscribe(QueueContext& q, std::string_view topic,
+                                      std::string_view group, std::function<void()> wake) {
+  if (!wake) throw Error(Errc::kInvalidArgument, "subscribe needs a wake function");
+  const TopicLayout layout = q.catalog.layout(topic);
+  // All partitions of the group: the same waiter as receive's without a partition choice.
+  const std::vector<Unit> units = claim_units(layout, layout.group(group), {});
+  return q.waiters.subscribe(units.front().channel, queue_tables_of(units), std::move(wake));
+}
+
 void announce(QueueContext& q, const TopicLayout& layout, std::size_t count) {
   if (count == 0) return;
   // Every group got the messages.
@@ -465,3 +662,66 @@ void made_claimable(QueueContext& q, const Unit& unit, const std::vector<std::ui
 }
 
 }  // namespace txmq::internal
+
+namespace txmq {
+
+bool Client::Subscription::Impl::fire() {
+  std::function<void()> call;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kArmed) return false;
+    state_ = State::kCalling;
+    caller_ = std::this_thread::get_id();
+    call.swap(wake_);
+  }
+  try {
+    call();
+  } catch (...) {
+    // wake must not throw (client.h); one that does must not stop the calls of the others.
+  }
+  call = nullptr;  // its captures go before cancel() may return
+  {
+    std::lock_guard lock(mutex_);
+    state_ = State::kCalled;
+  }
+  called_.notify_all();
+  return true;
+}
+
+void Client::Subscription::Impl::cancel() {
+  std::function<void()> never_called;  // its captures go after the lock is released
+  std::unique_lock lock(mutex_);
+  // A call on this thread is the wake function destroying its own subscription: no waiting.
+  if (state_ == State::kCalling && caller_ != std::this_thread::get_id()) {
+    called_.wait(lock, [this] { return state_ != State::kCalling; });
+  }
+  if (state_ == State::kArmed) {
+    state_ = State::kCancelled;
+    never_called.swap(wake_);
+  }
+}
+
+bool Client::Subscription::Impl::cancelled() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::kCancelled;
+}
+
+Client::Subscription::Subscription(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::Subscription::Subscription(Subscription&&) noexcept = default;
+
+Client::Subscription& Client::Subscription::operator=(Subscription&& other) noexcept {
+  if (this != &other) {
+    Subscription ended(std::move(*this));
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+Client::Subscription::~Subscription() {
+  if (!impl_) return;
+  impl_->cancel();
+  impl_->waiter->forget(*impl_);
+}
+
+}  // namespace txmq

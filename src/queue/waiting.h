@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,15 +15,54 @@
 
 #include "db/connection.h"
 #include "db/dsn.h"
+#include "txmq/client.h"
 
 namespace txmq::internal {
+
+class TopicWaiter;
+using Subscriber = Client::Subscription::Impl;
+
+// Calls subscribers' wake functions on a thread of the client's: right away for those a waiter
+// woke, or after a pause for those whose waiter cannot watch (they poll, as await() does). One
+// per client, its thread started at the first subscription; waiters share it.
+class WakeDispatcher {
+ public:
+  enum class Kind {
+    kWoken,        // call now; if the subscription was cancelled, pass the wake-up on
+    kIfUnhealthy,  // call if the subscriber's waiter still cannot watch when due
+  };
+  WakeDispatcher() = default;
+  ~WakeDispatcher() { stop(); }
+  WakeDispatcher(const WakeDispatcher&) = delete;
+  WakeDispatcher& operator=(const WakeDispatcher&) = delete;
+
+  void post(std::vector<std::shared_ptr<Subscriber>> subscribers, Kind kind,
+            std::chrono::steady_clock::time_point due);
+  // Joins the thread; posts after it are dropped.
+  void stop();
+
+ private:
+  struct Entry {
+    std::shared_ptr<Subscriber> subscriber;
+    Kind kind;
+  };
+  void run();
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::multimap<std::chrono::steady_clock::time_point, Entry> due_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
 
 // Long polling (waiting.cc explains the design). One TopicWaiter per topic and client watches
 // the database for all of the client's receivers of that topic that are waiting.
 class TopicWaiter {
  public:
-  // Watches `tables` (a group's queue tables) for the consumers registered under `channel`.
-  TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables);
+  // Watches `tables` (a group's queue tables) for the consumers registered under `channel`;
+  // subscribers' wake functions are called through `dispatcher`.
+  TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables,
+              std::shared_ptr<WakeDispatcher> dispatcher);
   ~TopicWaiter();
   TopicWaiter(const TopicWaiter&) = delete;
   TopicWaiter& operator=(const TopicWaiter&) = delete;
@@ -35,9 +75,19 @@ class TopicWaiter {
   bool worth_claiming();
   // Blocks until this receiver is woken (true: claim now) or the deadline passes (false).
   bool await(std::chrono::steady_clock::time_point deadline);
-  // Wakes up to n waiting receivers (messages were announced, or a receiver got a full batch
-  // and there may be more).
+  // Wakes up to n waiting receivers, blocked threads first, then subscribers in the order they
+  // subscribed (messages were announced, or a receiver got a full batch and there may be more).
   void notify(std::size_t n);
+
+  // Client::subscribe. REQUIRES: enter() counted the subscriber in; it stays counted until it
+  // is woken or forgotten. A wake-up that no receiver took yet wakes it at once.
+  void subscribe(const std::shared_ptr<Subscriber>& subscriber);
+  // Takes the subscriber off the list (it was cancelled, or is woken by the dispatcher); false
+  // when it was no longer on it.
+  bool forget(Subscriber& subscriber);
+  // Wakes every subscriber now (the waiter is replaced: they subscribe to the new one).
+  void release_subscribers();
+  bool healthy();
   // Stops the thread: `interrupted` when the caller has unregistered and KILLed the running
   // statement itself (then the connection stays usable); else its connection is cancelled.
   void stop(bool interrupted);
@@ -47,7 +97,11 @@ class TopicWaiter {
 
  private:
   void run();
-  void wake_locked(std::size_t n);
+  using Woken = std::vector<std::shared_ptr<Subscriber>>;
+  // Hands out n wake-ups; the subscribers in `woken` are off the list, to be dispatched.
+  void wake_locked(std::size_t n, Woken& woken);
+  Woken take_subscribers_locked(std::size_t n);
+  void dispatch(Woken woken, WakeDispatcher::Kind kind);
   void set_empty(std::uint64_t generation);
   void pause(std::chrono::milliseconds how_long);
 
@@ -57,7 +111,7 @@ class TopicWaiter {
   std::mutex mutex_;
   std::condition_variable woken_;
   std::size_t waiting_ = 0;   // receivers in await()
-  std::size_t entered_ = 0;   // receivers between enter() and leave()
+  std::size_t entered_ = 0;   // receivers between enter() and leave(), and subscribers
   std::size_t permits_ = 0;   // wake-ups not yet taken by a receiver
   std::uint64_t generation_ = 0;  // counts wake-ups, so a look that started before one is void
   bool known_empty_ = false;
@@ -67,6 +121,9 @@ class TopicWaiter {
   std::chrono::steady_clock::time_point last_receiver_;
   Connection* connection_ = nullptr;  // the running watch connection, for stop() to cancel
   std::uint64_t connection_id_ = 0;
+  // Subscribers not yet woken, oldest first; each knows its place (Subscriber::place).
+  std::list<std::shared_ptr<Subscriber>> subscribers_;
+  const std::shared_ptr<WakeDispatcher> dispatcher_;
   std::thread thread_;
 };
 
@@ -75,7 +132,7 @@ class Pool;
 // The client's waiters, by topic.
 class Waiters {
  public:
-  explicit Waiters(Pool& pool) : pool_(pool) {}
+  explicit Waiters(Pool& pool) : pool_(pool), dispatcher_(std::make_shared<WakeDispatcher>()) {}
   ~Waiters();
 
   // A running waiter for the topic, with the caller counted in (leave() when done).
@@ -83,6 +140,10 @@ class Waiters {
                                      const std::vector<std::string>& tables);
   // The topic's waiter if one runs (for announcements made by this client).
   std::shared_ptr<TopicWaiter> find(std::string_view topic);
+  // Client::subscribe: the channel's waiter with the subscriber on its list.
+  std::shared_ptr<Subscriber> subscribe(std::string_view channel,
+                                        const std::vector<std::string>& tables,
+                                        std::function<void()> wake);
   // Wakes up to `count` of the topic's waiting consumers: this client's at once, those of every
   // client (other processes too) from the announcer thread, which coalesces the announcements
   // of concurrent senders into one statement at most every 5 ms.
@@ -96,6 +157,7 @@ class Waiters {
   void wake_waiters(Connection& c, const std::string& topic, std::size_t count);
 
   Pool& pool_;
+  const std::shared_ptr<WakeDispatcher> dispatcher_;
   std::mutex announce_mutex_;
   std::condition_variable announce_cv_;
   std::map<std::string, std::size_t, std::less<>> pending_;
@@ -108,3 +170,32 @@ class Waiters {
 };
 
 }  // namespace txmq::internal
+
+namespace txmq {
+
+// A subscription's state, shared by the Subscription, its waiter's list and the dispatcher.
+struct Client::Subscription::Impl {
+  Impl(std::function<void()> wake_function, std::shared_ptr<internal::TopicWaiter> on)
+      : waiter(std::move(on)), wake_(std::move(wake_function)) {}
+
+  // Calls wake unless it was called or cancelled before; false when it did not call it.
+  bool fire();
+  // After it returns, wake is not called (it waits for a call running on another thread).
+  void cancel();
+  bool cancelled();
+
+  const std::shared_ptr<internal::TopicWaiter> waiter;
+  // Guarded by the waiter's mutex: whether it is on the waiter's list, and where.
+  bool listed = false;
+  std::list<std::shared_ptr<Impl>>::iterator place;
+
+ private:
+  enum class State { kArmed, kCalling, kCalled, kCancelled };
+  std::function<void()> wake_;  // released once called
+  std::mutex mutex_;
+  std::condition_variable called_;
+  State state_ = State::kArmed;
+  std::thread::id caller_;
+};
+
+}  // namespace txmq
