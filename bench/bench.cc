@@ -13,6 +13,9 @@
 #include "db/dsn.h"
 #include "reference.h"
 #include "report.h"
+#include "serve_load.h"
+#include "server/queues.h"
+#include "server/serve.h"
 #include "waiting.h"
 #include "txmq/client.h"
 #include "workloads.h"
@@ -82,7 +85,7 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions"};
+                                            "partitions", "serve"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -193,6 +196,7 @@ class Bench {
     if (wanted("wake")) wake(client);
     if (wanted("idle")) idle(client);
     if (wanted("partitions")) partitions(client);
+    if (wanted("serve")) serve(client);
     for (const char* t : kTopics) drop_if_exists(client, t);
     drop_reference_tables(dsn_);
     report_.finish(targets());
@@ -204,6 +208,61 @@ class Bench {
                                             "txmq_bench_depth", "txmq_bench_claim",
                                             "txmq_bench_keys",  "txmq_bench_wake",
                                             "txmq_bench_idle",  "txmq_bench_partitions"};
+
+  // txmq serve in this process, driven over HTTP (JSON protocol, SigV4-signed, keep-alive), against
+  // the library doing the same batches, and single calls against raw autocommit INSERTs, all
+  // measured in this section.
+  void serve(Client& client) {
+    report_.section("txmq serve: SQS API over HTTP (JSON 1.0, SigV4, keep-alive) against the "
+                    "library in the same run");
+    server::ServeOptions so;
+    so.dsn = options_.dsn;
+    so.listen = "127.0.0.1:0";
+    server::Server srv(so);
+    SqsHttpClient admin(srv.port());
+    const std::string name = "txmq-bench-serve";
+    const std::string url = admin.call("CreateQueue", {{"QueueName", name}})["QueueUrl"];
+    const std::string topic = server::QueueCatalog::topic_of(name);
+    const double seconds = sizes_.timed_seconds / 2;
+    for (int clients : {4, 16}) {
+      client.purge(topic);
+      report_.add(row(fmt::format("serve.lib.batch10.{}", clients),
+                      fmt::format("library send_batch(10), {} threads", clients)),
+                  library_send_batch_rate(client, topic, clients, 10, seconds, kSmall));
+      client.purge(topic);
+      report_.add(row(fmt::format("serve.http.batch10.{}", clients),
+                      fmt::format("SendMessageBatch(10), {} clients", clients),
+                      fmt::format("serve.lib.batch10.{}", clients)),
+                  http_send_batch_rate(srv.port(), url, clients, 10, seconds, kSmall));
+    }
+    const int backlog = sizes_.drain_backlog;
+    for (int clients : {4, 16}) {
+      client.purge(topic);
+      fill(client, topic, backlog, kSmall);
+      report_.add(row(fmt::format("serve.lib.drain10.{}", clients),
+                      fmt::format("library receive(10) + ack(10), {} threads", clients)),
+                  drain(client, topic, clients, 10, static_cast<std::uint64_t>(backlog),
+                        sizes_.drain_cap_seconds));
+      client.purge(topic);
+      fill(client, topic, backlog, kSmall);
+      report_.add(row(fmt::format("serve.http.drain10.{}", clients),
+                      fmt::format("ReceiveMessage(10) + DeleteMessageBatch, {} clients", clients),
+                      fmt::format("serve.lib.drain10.{}", clients)),
+                  http_drain(srv.port(), url, clients, static_cast<std::uint64_t>(backlog),
+                             sizes_.drain_cap_seconds));
+    }
+    client.purge(topic);
+    report_.add(row("serve.raw.insert.16", "raw INSERT, 16 threads (for single calls)"),
+                raw_insert(dsn_, 16, seconds, kSmall));
+    report_.add(row("serve.http.send.16", "SendMessage (one message), 16 clients",
+                    "serve.raw.insert.16"),
+                http_send_rate(srv.port(), url, 16, seconds, kSmall));
+    client.purge(topic);
+    report_.add(row("serve.http.delete.16", "DeleteMessage (one message), 16 clients",
+                    "serve.raw.insert.16"),
+                http_delete_rate(srv.port(), client, topic, url, 16, backlog));
+    admin.call("DeleteQueue", {{"QueueUrl", url}});
+  }
 
   bool wanted(const std::string& section) const {
     return options_.sections.empty() ||
@@ -524,6 +583,12 @@ class Bench {
     using K = Target::Kind;
     return {
         {"send.4", "raw.insert.4", K::kRateAtLeast, 0.9},
+        {"serve.http.batch10.4", "serve.lib.batch10.4", K::kRateAtLeast, 0.6},
+        {"serve.http.batch10.16", "serve.lib.batch10.16", K::kRateAtLeast, 0.6},
+        {"serve.http.drain10.4", "serve.lib.drain10.4", K::kRateAtLeast, 0.6},
+        {"serve.http.drain10.16", "serve.lib.drain10.16", K::kRateAtLeast, 0.6},
+        {"serve.http.send.16", "serve.raw.insert.16", K::kRateAtLeast, 1.0},
+        {"serve.http.delete.16", "serve.raw.insert.16", K::kRateAtLeast, 1.0},
         {"send.16", "raw.insert.16", K::kRateAtLeast, 0.9},
         {"batch.10000", "raw.multirow", K::kRateAtLeast, 0.8},
         {"drain.leased.4x10", "raw.insert.4.drains", K::kRateAtLeast, 2.2},

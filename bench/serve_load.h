@@ -1,0 +1,50 @@
+#pragma once
+// The bench's section "serve": txmq serve (in this process, on 127.0.0.1) driven over HTTP by
+// SigV4-signed AWS JSON 1.0 requests from keep-alive connections, one per client thread, against
+// the library doing the same batches in the same run.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+#include "txmq/client.h"
+
+namespace txmq::bench {
+
+// One client connection to txmq serve.
+class SqsHttpClient {
+ public:
+  explicit SqsHttpClient(std::uint16_t port);
+  ~SqsHttpClient();
+  SqsHttpClient(const SqsHttpClient&) = delete;
+  SqsHttpClient& operator=(const SqsHttpClient&) = delete;
+  // Calls AmazonSQS.<action> (or `target` in full when it has a dot); throws std::runtime_error
+  // with the error's body for anything but 200.
+  nlohmann::json call(const std::string& action, const nlohmann::json& input);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// SendMessageBatch of `batch` messages from `clients` connections for `seconds`.
+Measured http_send_batch_rate(std::uint16_t port, const std::string& queue_url, int clients,
+                              int batch, double seconds, std::size_t payload);
+// send_batch() of `batch` messages from `threads` threads for `seconds`.
+Measured library_send_batch_rate(Client& client, const std::string& topic, int threads, int batch,
+                                 double seconds, std::size_t payload);
+// ReceiveMessage (up to 10) + DeleteMessageBatch from `clients` connections until `limit`
+// messages were consumed, a receive finds nothing, or `cap_seconds` pass.
+Measured http_drain(std::uint16_t port, const std::string& queue_url, int clients,
+                    std::uint64_t limit, double cap_seconds);
+// Single-message SendMessage calls from `clients` connections for `seconds`.
+Measured http_send_rate(std::uint16_t port, const std::string& queue_url, int clients,
+                        double seconds, std::size_t payload);
+// Single-message DeleteMessage calls from `clients` connections, of `count` messages leased
+// beforehand through the library (not timed).
+Measured http_delete_rate(std::uint16_t port, Client& client, const std::string& topic,
+                          const std::string& queue_url, int clients, int count);
+
+}  // namespace txmq::bench

@@ -1,0 +1,112 @@
+#pragma once
+
+// SQS queues over txmq topics. The server keeps its own catalog table, txmq_sqs_queues: one row
+// per SQS queue name (case-sensitive, [A-Za-z0-9_-]{1,80}, ".fifo" for FIFO queues) with the
+// topic that holds its messages, the SQS attributes as they were set, and its tags. A queue's
+// topic name is derived from its SQS name alone ("sqs_" + a lower-cased form + "_" + 12 hex
+// digits of its SHA-256), so that servers creating the same queue at once agree on it.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "txmq/client.h"
+
+namespace txmq::server {
+
+struct QueueInfo {
+  std::string name;   // the SQS name
+  std::string topic;  // the txmq topic
+  bool fifo = false;
+  // The settable attributes as set (SQS's names, string values), without defaults.
+  std::map<std::string, std::string> attributes;
+  std::map<std::string, std::string> tags;
+  std::int64_t created_at = 0;   // epoch seconds
+  std::int64_t modified_at = 0;  // epoch seconds
+
+  // Settings read from the attributes, with SQS's defaults.
+  std::int64_t delay_seconds = 0;
+  std::int64_t maximum_message_size = 1 << 20;
+  std::int64_t retention_seconds = 345600;
+  std::int64_t wait_seconds = 0;
+  std::int64_t visibility_timeout = 30;
+  bool content_based_deduplication = false;
+  bool deduplication_per_group = false;  // DeduplicationScope=messageGroup
+  std::optional<std::string> dead_letter_queue;  // the target's SQS name
+  int max_receive_count = 0;
+};
+
+// Every attribute of GetQueueAttributes "All" that is not a counter: the settable ones with
+// their defaults, then the read-only ones the catalog knows.
+std::map<std::string, std::string> effective_attributes(const QueueInfo& queue,
+                                                        std::string_view region,
+                                                        std::string_view account);
+std::string queue_arn(std::string_view region, std::string_view account, std::string_view name);
+// The queue name of an ARN of this region and account; nullopt for another one.
+std::optional<std::string> name_of_arn(std::string_view arn, std::string_view region,
+                                       std::string_view account);
+
+// The topic settings a queue's attributes give.
+TopicOptions topic_options(const QueueInfo& queue, const std::string& dead_letter_topic);
+
+class QueueCatalog {
+ public:
+  // Creates txmq_sqs_queues when missing (a user without CREATE must find it made).
+  QueueCatalog(Client& client, std::string region, std::string account);
+
+  // Validates an SQS queue name (throws SqsError InvalidParameterValue).
+  static void check_name(std::string_view name);
+  static std::string topic_of(std::string_view name);
+
+  // The queue, from a cache of about a second; nullopt when it does not exist.
+  std::shared_ptr<const QueueInfo> find(std::string_view name);
+  // As find, but throws QueueDoesNotExist.
+  std::shared_ptr<const QueueInfo> get(std::string_view name);
+
+  // CreateQueue: returns the queue; an existing one must have equal values for the attributes
+  // given (else QueueAlreadyExists). Safe when servers create the same queue at once.
+  std::shared_ptr<const QueueInfo> create(std::string_view name,
+                                          const std::map<std::string, std::string>& attributes,
+                                          const std::map<std::string, std::string>& tags);
+  void set_attributes(std::string_view name, const std::map<std::string, std::string>& attributes);
+  void set_tags(std::string_view name, const std::map<std::string, std::string>& add,
+                const std::vector<std::string>& remove);
+  void remove(std::string_view name);
+  // Names in order, from after `after`, with the prefix; at most `limit`.
+  std::vector<std::string> list(std::string_view prefix, std::string_view after, std::size_t limit);
+  // The SQS name of a topic's queue (for DeadLetterQueueSourceArn); nullopt when none.
+  std::optional<std::string> name_of_topic(std::string_view topic);
+  // Queues whose RedrivePolicy names `target`.
+  std::vector<std::string> dead_letter_sources(std::string_view target);
+
+ private:
+  std::shared_ptr<const QueueInfo> load(std::string_view name);
+  // Checks and normalises attributes for a queue (fifo or not; creating: FifoQueue allowed).
+  std::map<std::string, std::string> checked(const std::map<std::string, std::string>& attributes,
+                                             bool fifo, bool creating, std::string_view name);
+  void make_topic(const QueueInfo& queue);
+  void forget(std::string_view name);
+
+  Client& client_;
+  const std::string region_;
+  const std::string account_;
+  std::mutex mutex_;
+  struct Cached {
+    std::shared_ptr<const QueueInfo> queue;  // null: known not to exist
+    std::chrono::steady_clock::time_point loaded;
+  };
+  std::map<std::string, Cached, std::less<>> cache_;
+  std::map<std::string, std::string, std::less<>> names_of_topics_;
+};
+
+// Parses stored attributes into a QueueInfo's settings.
+void read_settings(QueueInfo& queue);
+
+}  // namespace txmq::server

@@ -1,0 +1,50 @@
+#pragma once
+
+// txmq serve: the Amazon SQS API over HTTP on a txmq database (README "The SQS server").
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace txmq::server {
+
+struct ServeOptions {
+  std::string dsn;  // resolved by the caller (the command's usual DSN resolution)
+  std::string listen = "127.0.0.1:9324";
+  std::string credentials_file;  // empty: any well-formed signature, loopback only
+  std::string region = "us-east-1";
+  std::string account = "000000000000";
+  int workers = 16;  // threads running actions; long polls hold none
+};
+
+class SqsService;
+
+// A running server: connected, listening and answering once constructed; stop() (or the
+// destructor) stops accepting, answers the requests it holds (long polls return what they
+// have) and returns when every connection is closed. Also run in-process by txmq bench.
+class Server {
+ public:
+  // Throws std::invalid_argument for bad options (refused before anything starts) and
+  // txmq::Error when the database is unreachable.
+  explicit Server(const ServeOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // "127.0.0.1:9324" as bound (the port is known also when 0 was asked for).
+  std::string address() const;
+  std::uint16_t port() const;
+  SqsService& service();
+  void reload_credentials();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Serves until SIGTERM or SIGINT (SIGHUP re-reads the credentials), then stops as
+// Server::stop does and returns 0. Prints one line when it listens; errors go to stderr, one
+// line each.
+int serve(const ServeOptions& options);
+
+}  // namespace txmq::server

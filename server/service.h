@@ -1,0 +1,138 @@
+#pragma once
+
+// The SQS API over a txmq Client: decides each request's protocol (AWS JSON 1.0 when it has an
+// X-Amz-Target header, else the Query protocol), checks its signature, runs the action on a pool
+// of worker threads, and answers in the request's own protocol. Long polls wait on
+// Client::subscribe and a timer, not on a thread; concurrent single sends and deletes of a queue
+// share transactions (group commit).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <nlohmann/json.hpp>
+
+#include "server/http.h"
+#include "server/queues.h"
+#include "server/sigv4.h"
+#include "txmq/client.h"
+
+namespace txmq::server {
+
+struct ServiceOptions {
+  std::string region = "us-east-1";
+  std::string account = "000000000000";
+  // The --credentials file; empty: any well-formed signature is accepted.
+  std::string credentials_file;
+  // Threads that run actions (library calls block); long polls do not hold one.
+  int workers = 16;
+  // Where errors are logged, one line each (never a secret).
+  std::function<void(std::string_view)> log;
+};
+
+struct Counters {
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t> polls_held{0};
+};
+
+class SqsService {
+ public:
+  SqsService(Client& client, boost::asio::io_context& io, ServiceOptions options);
+  ~SqsService();
+
+  // Every HTTP request (from the HTTP threads; the work is posted to the workers).
+  void handle(HttpRequest&& request, Responder respond);
+  // Re-reads the credentials file (SIGHUP); keeps the old keys when the new file is broken.
+  void reload_credentials();
+  // Long polls answer now with what they have; later polls do not wait. Then waits for the
+  // workers to finish what they run.
+  void shutdown();
+  const Counters& counters() const { return counters_; }
+
+  struct Call;
+  struct Poll;
+
+ private:
+  void execute(const std::shared_ptr<Call>& call);
+  void dispatch(const std::shared_ptr<Call>& call);
+  void reply(Call& call, const nlohmann::json& output);
+  void reply_error(Call& call, std::exception_ptr error);
+  void health(Responder respond);
+
+  // Actions (actions.cc).
+  nlohmann::json create_queue(Call& call);
+  nlohmann::json get_queue_url(Call& call);
+  nlohmann::json list_queues(Call& call);
+  nlohmann::json delete_queue(Call& call);
+  nlohmann::json get_queue_attributes(Call& call);
+  nlohmann::json set_queue_attributes(Call& call);
+  nlohmann::json purge_queue(Call& call);
+  nlohmann::json tag_queue(Call& call);
+  nlohmann::json untag_queue(Call& call);
+  nlohmann::json list_queue_tags(Call& call);
+  nlohmann::json list_dead_letter_source_queues(Call& call);
+  void send_message(const std::shared_ptr<Call>& call);
+  nlohmann::json send_message_batch(Call& call, std::size_t max_entries);
+  void receive_message(const std::shared_ptr<Call>& call);
+  void delete_message(const std::shared_ptr<Call>& call);
+  nlohmann::json delete_message_batch(Call& call);
+  nlohmann::json change_message_visibility(Call& call);
+  nlohmann::json change_message_visibility_batch(Call& call);
+
+  // Helpers (actions.cc).
+  std::shared_ptr<const QueueInfo> queue_of(Call& call);
+  std::string queue_url(const Call& call, std::string_view name) const;
+  nlohmann::json message_json(const Call& call, const QueueInfo& queue, const Message& m);
+  void try_claim(const std::shared_ptr<Poll>& poll);
+  void finish_poll(const std::shared_ptr<Poll>& poll, std::vector<Message> messages);
+
+  // Group commit of single sends and deletes, per topic.
+  struct PendingSend {
+    OutgoingMessage message;
+    std::function<void(std::uint64_t id, std::exception_ptr error)> done;
+  };
+  struct PendingDelete {
+    std::string receipt;
+    std::function<void(Settle outcome, std::exception_ptr error)> done;
+  };
+  template <typename Pending>
+  struct Batches {
+    std::mutex mutex;
+    std::map<std::string, std::deque<Pending>, std::less<>> waiting;
+    std::set<std::string, std::less<>> running;
+  };
+  void enqueue_send(const std::string& topic, PendingSend pending);
+  void drain_sends(const std::string& topic);
+  void enqueue_delete(const std::string& topic, PendingDelete pending);
+  void drain_deletes(const std::string& topic);
+
+  Client& client_;
+  boost::asio::io_context& io_;
+  const ServiceOptions options_;
+  QueueCatalog catalog_;
+  boost::asio::thread_pool workers_;
+  std::mutex credentials_mutex_;
+  std::shared_ptr<const Credentials> credentials_;  // null: no --credentials
+  Counters counters_;
+  std::atomic<bool> stopping_{false};
+  std::mutex polls_mutex_;
+  std::set<std::shared_ptr<Poll>> polls_;
+  Batches<PendingSend> sends_;
+  Batches<PendingDelete> deletes_;
+  // FIFO ReceiveRequestAttemptId: the answer given, for retries within 5 minutes.
+  std::mutex attempts_mutex_;
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, nlohmann::json>>
+      receive_attempts_;
+};
+
+}  // namespace txmq::server
