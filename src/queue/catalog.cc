@@ -99,8 +99,8 @@ void check_options(const TopicOptions& o) {
   if (o.lease < std::chrono::milliseconds(1) || o.lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
-  if (o.max_attempts < 1 || o.max_attempts > 1000) {
-    throw Error(Errc::kInvalidArgument, "max attempts must be from 1 to 1000");
+  if (o.max_attempts < 0 || o.max_attempts > 1000) {
+    throw Error(Errc::kInvalidArgument, "max attempts must be from 1 to 1000, or 0 for never");
   }
   if (o.max_payload_bytes < 1 || o.max_payload_bytes > (64u << 20)) {
     throw Error(Errc::kInvalidArgument, "max payload must be from 1 byte to 64 MiB");

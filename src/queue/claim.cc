@@ -59,7 +59,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           std::vector<Param> dead_ids;
           std::vector<Row*> live;
           for (Row& row : r.rows) {
-            if (row.i64(1) >= topic.options.max_attempts) {
+            if (past_max_attempts(topic.options, row.i64(1))) {
               dead_ids.push_back(row.u64(0));
             } else {
               live.push_back(&row);

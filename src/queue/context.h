@@ -190,6 +190,12 @@ auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn())
   }
 }
 
+// Whether a message with `attempts` deliveries so far is dead-lettered rather than delivered
+// again (max_attempts 0: never).
+inline bool past_max_attempts(const TopicOptions& options, std::int64_t attempts) {
+  return options.max_attempts > 0 && attempts >= options.max_attempts;
+}
+
 constexpr int kSchemaVersion = 5;
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;

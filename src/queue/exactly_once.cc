@@ -56,7 +56,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           Result r = select_claimable(q, c, t, max_messages);
           std::vector<Param> dead_ids;
           for (const Row& row : r.rows) {
-            if (row.i64(1) >= topic.options.max_attempts) dead_ids.push_back(row.u64(0));
+            if (past_max_attempts(topic.options, row.i64(1))) dead_ids.push_back(row.u64(0));
           }
           if (!dead_ids.empty()) {
             // Dead letters commit on their own, whatever a handler later does.

@@ -227,7 +227,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             return Settle::kLeaseLost;
           }
           const std::int64_t attempts = row.rows[0].i64(0);
-          if (attempts >= info.options.max_attempts) {
+          if (past_max_attempts(info.options, attempts)) {
             promoted = move_to_dead_letters(c, t, {r.id});
           } else {
             // This was delivery number `attempts`, the attempts - 1 before it failed too.
