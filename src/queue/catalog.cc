@@ -160,6 +160,8 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " enqueued_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL,"
+                  " attributes MEDIUMBLOB NULL,"
+                  " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
                   " PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
                   t.queue, first_id));
   c.query(
@@ -170,7 +172,8 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " enqueued_at DATETIME(6) NOT NULL,"
                   " died_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
-                  " payload LONGBLOB NOT NULL) ENGINE=InnoDB",
+                  " payload LONGBLOB NOT NULL,"
+                  " attributes MEDIUMBLOB NULL) ENGINE=InnoDB",
                   t.dead));
   // Keyed FIFO (keys.cc): one row per key with messages not yet finished, and the messages that
   // wait behind their key's current one, in the order they were parked (which is the order
@@ -189,6 +192,7 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " visible_at DATETIME(6) NOT NULL,"
                   " enqueued_at DATETIME(6) NOT NULL,"
                   " payload LONGBLOB NOT NULL,"
+                  " attributes MEDIUMBLOB NULL,"
                   " PRIMARY KEY (msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
                   t.parked));
 }
@@ -213,6 +217,7 @@ void create_shared_tables(Connection& c, const TopicTables& t) {
                   " acked_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL,"
+                  " attributes MEDIUMBLOB NULL,"
                   " KEY (acked_at)) ENGINE=InnoDB",
                   t.archive));
 }
@@ -278,6 +283,35 @@ void migrate_from_4(Connection& c) {
       "ALTER TABLE txmq_waiters MODIFY topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin "
       "NOT NULL");
   c.execute("UPDATE txmq_schema SET version = 5, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Version 5 -> 6: message rows gain their attributes (queue, parked, dead-letter and archive
+// tables of every group and partition) and queue rows the time of their first claim.
+void migrate_from_5(Connection& c) {
+  Result queues = c.execute(
+      "SELECT g.topic, g.number, t.partitions FROM txmq_groups AS g JOIN txmq_topics AS t ON "
+      "t.name = g.topic",
+      {});
+  for (const Row& row : queues.rows) {
+    const std::string topic = row.bytes(0);
+    const auto group = static_cast<unsigned>(row.u64(1));
+    for (unsigned p = 0; p < static_cast<unsigned>(row.u64(2)); ++p) {
+      const TopicTables t = topic_tables(topic, group, p);
+      c.query(fmt::format(
+          "ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes MEDIUMBLOB NULL, ADD COLUMN IF NOT "
+          "EXISTS first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'",
+          t.queue));
+      for (const std::string& table : {t.parked, t.dead}) {
+        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes MEDIUMBLOB NULL",
+                            table));
+      }
+      if (group == 0 && p == 0) {
+        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes MEDIUMBLOB NULL",
+                            t.archive));
+      }
+    }
+  }
+  c.execute("UPDATE txmq_schema SET version = 6, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
 // Serialises changes of one topic's groups and partitions between clients.
@@ -402,6 +436,7 @@ void TopicCatalog::bootstrap() {
       if (schema_version(c) == 2) migrate_from_2(c);
       if (schema_version(c) == 3) migrate_from_3(c);
       if (schema_version(c) == 4) migrate_from_4(c);
+      if (schema_version(c) == 5) migrate_from_5(c);
     } catch (...) {
       c.query("DO RELEASE_LOCK('txmq_schema_migration')");
       throw;
@@ -680,18 +715,18 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
         // behind its key) or archived. Copies start at attempt 1, claimable now.
         const std::string insert = fmt::format(
             "INSERT IGNORE INTO {} (id, visible_at, attempts, lease_token, owner_id, enqueued_at, "
-            "msg_key, payload) ",
+            "msg_key, payload, attributes) ",
             t.queue);
         for (const GroupEntry& g : layout->groups) {
           const TopicTables from = topic_tables(topic, g.number, p);
-          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload "
+          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes "
                                        "FROM {}",
                                        from.queue));
-          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload "
+          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes "
                                        "FROM {}",
                                        from.parked));
         }
-        c.execute(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload "
+        c.execute(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes "
                                        "FROM {} WHERE id BETWEEN ? AND ?",
                                        topic_tables(topic).archive),
                   {first_id_of(p), first_id_of(p + 1) - 1});

@@ -3,6 +3,7 @@
 #include <random>
 #include <thread>
 
+#include "queue/attributes.h"
 #include "queue/operations.h"
 
 namespace txmq::internal {
@@ -25,6 +26,9 @@ Message message_from_row(Row& row) {
   m.enqueued_at = time_from_micros(row.i64(2));
   m.key = row.opt_bytes(4);
   m.payload = row.take_bytes(5);
+  if (!row.null(6)) m.attributes = decode_attributes(row.bytes(6));
+  // A first delivery is this claim's (whose statement stamps it); NOW(6) is column 3.
+  m.first_received_at = time_from_micros(m.attempt == 1 ? row.i64(3) : row.i64(7));
   return m;
 }
 
@@ -83,6 +87,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           // visible_at first: it reads attempts before the increment (assignments run in order).
           c.execute(
               fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
+                          "first_claimed_at = IF(attempts = 0, NOW(6), first_claimed_at), "
                           "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
                           "owner_id = ? WHERE id IN {}",
                           t.queue, retry_delay_sql("attempts"), placeholders(n)),
@@ -118,9 +123,10 @@ Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, in
   // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
   // are taken; a plan that sorted a range first would lock every row it sorted.
   const std::string sql = fmt::format(
-      "SELECT id, attempts, {}, {}, msg_key, payload FROM {} FORCE INDEX (PRIMARY) "
-      "WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-      micros_of("enqueued_at"), micros_of("NOW(6)"), t.queue);
+      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {} FROM {} FORCE INDEX "
+      "(PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP "
+      "LOCKED",
+      micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
   ScanHints::Start start = q.hints.start(hint_key);
   const auto limit = static_cast<std::int64_t>(max_messages);
   Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});

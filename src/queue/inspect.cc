@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "queue/attributes.h"
 #include "queue/operations.h"
 
 namespace txmq::internal {
@@ -120,8 +121,8 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
                                      std::string_view group, std::size_t limit) {
   return lowest_of_group(q, topic, group, limit, [&](Connection& c, const TopicTables& t) {
     Result r = c.execute(
-        fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {} FROM {} ORDER BY id "
-                    "LIMIT ?",
+        fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {}, attributes FROM {} "
+                    "ORDER BY id LIMIT ?",
                     micros_of("enqueued_at"), micros_of("died_at"), t.dead),
         {static_cast<std::uint64_t>(limit)});
     std::vector<DeadLetter> out;
@@ -134,6 +135,7 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
       d.last_owner = row.null(4) ? "" : row.bytes(4);
       d.enqueued_at = time_from_micros(row.i64(5));
       d.died_at = time_from_micros(row.i64(6));
+      if (!row.null(7)) d.attributes = decode_attributes(row.bytes(7));
       out.push_back(std::move(d));
     }
     return out;
@@ -182,8 +184,8 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const Unit& unit
       pad_ids(found, 0, n);
       // The message keeps its id (and so its place in id order) and starts again at attempt 1.
       c.execute(fmt::format("INSERT INTO {} (id, visible_at, attempts, lease_token, owner_id, "
-                            "enqueued_at, msg_key, payload) SELECT id, NOW(6), 0, 0, 0, "
-                            "enqueued_at, msg_key, payload FROM {} WHERE id IN {}",
+                            "enqueued_at, msg_key, payload, attributes) SELECT id, NOW(6), 0, 0, "
+                            "0, enqueued_at, msg_key, payload, attributes FROM {} WHERE id IN {}",
                             t.queue, t.dead, placeholders(n)),
                 found);
       c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.dead, placeholders(n)), found);
@@ -228,8 +230,8 @@ std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
                                       std::uint64_t from_id, std::size_t limit) {
   const TopicTables t = topic_tables(topic);
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
-    Result r = c.execute(fmt::format("SELECT id, msg_key, payload, {}, {} FROM {} WHERE id >= ? "
-                                     "ORDER BY id LIMIT ?",
+    Result r = c.execute(fmt::format("SELECT id, msg_key, payload, {}, {}, attributes FROM {} "
+                                     "WHERE id >= ? ORDER BY id LIMIT ?",
                                      micros_of("enqueued_at"), micros_of("acked_at"), t.archive),
                          {from_id, static_cast<std::uint64_t>(limit)});
     std::vector<ArchivedMessage> out;
@@ -240,6 +242,7 @@ std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
       m.payload = row.take_bytes(2);
       m.enqueued_at = time_from_micros(row.i64(3));
       m.acked_at = time_from_micros(row.i64(4));
+      if (!row.null(5)) m.attributes = decode_attributes(row.bytes(5));
       out.push_back(std::move(m));
     }
     return out;

@@ -57,9 +57,9 @@ void order_keyed(Connection& c, const TopicTables& t,
   // Parked in id order, which is send order within this transaction; park_id then keeps the
   // order across transactions.
   in_lists(c,
-           fmt::format("INSERT INTO {} (msg_key, id, visible_at, enqueued_at, payload) SELECT "
-                       "msg_key, id, visible_at, enqueued_at, payload FROM {} WHERE id IN {{}} "
-                       "ORDER BY id",
+           fmt::format("INSERT INTO {} (msg_key, id, visible_at, enqueued_at, payload, attributes) "
+                       "SELECT msg_key, id, visible_at, enqueued_at, payload, attributes FROM {} "
+                       "WHERE id IN {{}} ORDER BY id",
                        t.parked, t.queue),
            to_park);
   in_lists(c, fmt::format("DELETE FROM {} WHERE id IN {{}}", t.queue), std::move(to_park));
@@ -112,8 +112,8 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
       // The message keeps its id; its visible_at is its send's (a delay still counts).
       in_lists(c,
                fmt::format("INSERT INTO {} (id, visible_at, attempts, enqueued_at, msg_key, "
-                           "payload) SELECT id, visible_at, 0, enqueued_at, msg_key, payload "
-                           "FROM {} WHERE park_id IN {{}}",
+                           "payload, attributes) SELECT id, visible_at, 0, enqueued_at, msg_key, "
+                           "payload, attributes FROM {} WHERE park_id IN {{}}",
                            t.queue, t.parked),
                park_ids);
       Result ids = in_lists(

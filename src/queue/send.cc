@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 
+#include "queue/attributes.h"
 #include "queue/operations.h"
 
 namespace txmq::internal {
@@ -23,10 +24,14 @@ constexpr int kPurgeRows = 500;
 void check_message(const TopicInfo& topic, std::string_view payload, const OutgoingMessage& m,
                    std::size_t index, bool batch) {
   std::string where = batch ? fmt::format("message {} of the batch: ", index + 1) : "";
-  if (payload.size() > topic.options.max_payload_bytes) {
+  check_attributes(m.attributes, where);
+  // Attributes count toward the limit as SQS counts them: their names, types and values.
+  const std::size_t size = payload.size() + attributes_size(m.attributes);
+  if (size > topic.options.max_payload_bytes) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("{}payload of {} bytes is over topic '{}''s limit of {} bytes", where,
-                            payload.size(), topic.name, topic.options.max_payload_bytes));
+                fmt::format("{}{} of {} bytes is over topic '{}''s limit of {} bytes", where,
+                            m.attributes.empty() ? "payload" : "payload with its attributes",
+                            size, topic.name, topic.options.max_payload_bytes));
   }
   if (m.key && m.key->size() > kMaxKeyBytes) {
     throw Error(Errc::kInvalidArgument,
@@ -53,6 +58,7 @@ Param optional_param(const std::optional<std::string>& value) {
 struct RowShape {
   bool delay = false;
   bool key = false;
+  bool attributes = false;
 };
 
 RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
@@ -60,17 +66,19 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
   for (const OutgoingMessage* m : messages) {
     shape.delay = shape.delay || m->delay != Micros{0};
     shape.key = shape.key || m->key.has_value();
+    shape.attributes = shape.attributes || !m->attributes.empty();
   }
   return shape;
 }
 
 std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning) {
   std::string sql =
-      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ", table);
+      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}) VALUES ", table,
+                  shape.attributes ? ", attributes" : "");
   const std::string row =
-      fmt::format("({}, UTC_TIMESTAMP(6), {}, ?)",
+      fmt::format("({}, UTC_TIMESTAMP(6), {}, ?{})",
                   shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
-                  shape.key ? "?" : "NULL");
+                  shape.key ? "?" : "NULL", shape.attributes ? ", ?" : "");
   sql.reserve(sql.size() + rows * (row.size() + 1) + 16);
   for (std::size_t i = 0; i < rows; ++i) {
     if (i > 0) sql += ',';
@@ -80,12 +88,16 @@ std::string insert_sql(const std::string& table, std::size_t rows, RowShape shap
   return sql;
 }
 
-// Binds one row's parameters; the payload apart, as in check_message.
+// Binds one row's parameters; the payload apart, as in check_message. `attributes` is the
+// message's encoded attributes (empty: NULL), bound when the shape has them.
 void bind_row(std::vector<Param>& params, RowShape shape, const OutgoingMessage& m,
-              std::string_view payload) {
+              std::string_view payload, std::string_view attributes) {
   if (shape.delay) params.push_back(static_cast<std::int64_t>(m.delay.count()));
   if (shape.key) params.push_back(optional_param(m.key));
   params.push_back(payload);
+  if (shape.attributes) {
+    params.push_back(attributes.empty() ? Param(nullptr) : Param(attributes));
+  }
 }
 
 // Inserts the messages with multi-row INSERT ... RETURNING, cut by rows and bytes; returns their
@@ -98,20 +110,31 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
   ids.reserve(messages.size());
   const RowShape shape = shape_of(messages);
   std::vector<Param> params;
+  std::vector<std::string> encoded;  // the statement's attributes, alive while it is bound
   std::size_t begin = 0;
   while (begin < messages.size()) {
     std::size_t end = begin;
     std::size_t bytes = 0;
     while (end < messages.size() && end - begin < kMaxRowsPerStatement) {
       const OutgoingMessage& m = *messages[end];
-      std::size_t row = m.payload.size() + (m.key ? m.key->size() : 0) + kRowOverheadBytes;
+      std::size_t row = m.payload.size() + (m.key ? m.key->size() : 0) +
+                        attributes_size(m.attributes) + 4 * m.attributes.size() +
+                        kRowOverheadBytes;
       if (end > begin && bytes + row > max_statement_bytes) break;
       bytes += row;
       ++end;
     }
     params.clear();
+    encoded.clear();
+    if (shape.attributes) {
+      encoded.reserve(end - begin);
+      for (std::size_t i = begin; i < end; ++i) {
+        encoded.push_back(encode_attributes(messages[i]->attributes));
+      }
+    }
     for (std::size_t i = begin; i < end; ++i) {
-      bind_row(params, shape, *messages[i], messages[i]->payload);
+      bind_row(params, shape, *messages[i], messages[i]->payload,
+               shape.attributes ? std::string_view(encoded[i - begin]) : std::string_view());
     }
     Result r = c.execute(insert_sql(table, end - begin, shape, true), params);
     if (r.rows.size() != end - begin) {
@@ -143,8 +166,9 @@ TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topi
 void copy_to_group(Connection& c, const TopicTables& from, const TopicTables& to,
                    const std::vector<std::uint64_t>& ids) {
   in_lists(c,
-           fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, msg_key, payload) SELECT id, "
-                       "visible_at, enqueued_at, msg_key, payload FROM {} WHERE id IN {{}}",
+           fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, msg_key, payload, "
+                       "attributes) SELECT id, visible_at, enqueued_at, msg_key, payload, "
+                       "attributes FROM {} WHERE id IN {{}}",
                        to.queue, from.queue),
            std::vector<Param>(ids.begin(), ids.end()));
 }
@@ -366,19 +390,21 @@ std::size_t claimable_now(std::span<const OutgoingMessage> messages) {
 
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options) {
-  if (options.dedup_key || options.key) {  // key bookkeeping needs a transaction
-    OutgoingMessage m{std::string(payload), options.key, options.delay, options.dedup_key};
+  if (options.dedup_key || options.key || !options.attributes.empty()) {
+    // Key bookkeeping needs a transaction; attributes take the batch path's statement.
+    OutgoingMessage m{std::string(payload), options.key, options.delay, options.dedup_key,
+                      options.attributes};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   const TopicLayout layout = q.catalog.layout(topic);
   if (layout.groups.size() > 1) {  // copies for the other groups need a transaction
-    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt};
+    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   // Otherwise one INSERT in autocommit: one round trip, and the payload is not copied. It
   // inserts only while the layout version is the one read (a group created since then needs a
   // copy too: read the layout again and send again).
-  const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt};
+  const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt, {}};
   check_message(layout.info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, false};
   const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
@@ -411,7 +437,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   if (id == 0) {
     // The layout changed since it was read: the transaction path reads it again.
     q.catalog.forget(topic);
-    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt};
+    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   if (options.delay == Micros{0}) announce(q, layout, 1);

@@ -21,9 +21,9 @@ Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
 }  // namespace
 
 std::string archive_sql(const TopicTables& t, std::string_view where) {
-  return fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload) SELECT id, "
-                     "enqueued_at, NOW(6), msg_key, payload FROM {} {} ON DUPLICATE KEY UPDATE "
-                     "acked_at = VALUES(acked_at)",
+  return fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload, attributes) "
+                     "SELECT id, enqueued_at, NOW(6), msg_key, payload, attributes FROM {} {} ON "
+                     "DUPLICATE KEY UPDATE acked_at = VALUES(acked_at)",
                      t.archive, t.queue, where);
 }
 
@@ -33,9 +33,9 @@ std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables
   pad_ids(ids, 0, n);
   c.execute(
       fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
-                  "payload) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), q.msg_key, "
-                  "q.payload FROM {} AS q LEFT JOIN txmq_consumers AS c ON c.id = q.owner_id "
-                  "WHERE q.id IN {}",
+                  "payload, attributes) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), "
+                  "q.msg_key, q.payload, q.attributes FROM {} AS q LEFT JOIN txmq_consumers AS c "
+                  "ON c.id = q.owner_id WHERE q.id IN {}",
                   t.dead, t.queue, placeholders(n)),
       ids);
   Result deleted = c.execute(
