@@ -68,13 +68,55 @@ std::string settle_name(Settle s) {
   return s == Settle::kOk ? "ok" : s == Settle::kLeaseLost ? "lease_lost" : "not_found";
 }
 
+// {"name": {"type", "value" | "value_base64"}}.
+json attributes_json(const Attributes& attributes) {
+  json out = json::object();
+  for (const auto& [name, a] : attributes) {
+    json v = {{"type", a.type}};
+    if (is_valid_utf8(a.value)) {
+      v["value"] = a.value;
+    } else {
+      v["value_base64"] = base64(a.value);
+    }
+    out[name] = std::move(v);
+  }
+  return out;
+}
+
+// --attr NAME=VALUE (type String) or NAME:TYPE=VALUE.
+Attributes parse_attributes(const std::vector<std::string>& specs) {
+  Attributes out;
+  for (const std::string& spec : specs) {
+    const std::size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("--attr takes NAME=VALUE or NAME:TYPE=VALUE, not '{}'",
+                              printable(spec, 80)));
+    }
+    std::string name = spec.substr(0, eq);
+    AttributeValue v;
+    v.value = spec.substr(eq + 1);
+    if (const std::size_t colon = name.find(':'); colon != std::string::npos) {
+      v.type = name.substr(colon + 1);
+      name.resize(colon);
+    }
+    if (!out.emplace(name, std::move(v)).second) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("--attr '{}' is given twice", printable(name, 80)));
+    }
+  }
+  return out;
+}
+
 json message_json(const Message& m) {
   json j = {{"id", m.id},
             {"receipt", m.receipt},
             {"attempt", m.attempt},
             {"key", m.key ? json(is_valid_utf8(*m.key) ? *m.key : base64(*m.key)) : json(nullptr)},
             {"enqueued_at", iso_time(m.enqueued_at)},
-            {"lease_expires_at", iso_time(m.lease_expires_at)}};
+            {"lease_expires_at", iso_time(m.lease_expires_at)},
+            {"first_received_at", iso_time(m.first_received_at)},
+            {"attributes", attributes_json(m.attributes)}};
   if (is_valid_utf8(m.payload)) {
     j["payload"] = m.payload;
   } else {
@@ -230,6 +272,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
   struct SendArgs {
     std::string topic, key, payload, dedup_key;
     double delay = 0;
+    std::vector<std::string> attributes;
   };
   auto sa = std::make_shared<SendArgs>();
   CLI::App* send = app.add_subcommand("send", "send one message; prints its id");
@@ -238,6 +281,9 @@ void add_message_commands(CLI::App& app, Globals& g) {
       send->add_option("payload", sa->payload, "the payload (default: all of standard input)");
   CLI::Option* key_opt = send->add_option("--key", sa->key, "message key");
   send->add_option("--delay", sa->delay, "seconds before it can be received");
+  send->add_option("--attr", sa->attributes,
+                   "an attribute stored with the message: NAME=VALUE (type String) or "
+                   "NAME:TYPE=VALUE; repeatable");
   CLI::Option* dedup_opt = send->add_option(
       "--dedup-key", sa->dedup_key,
       "deduplication key: a send with a key seen in the topic's dedup window sends nothing and "
@@ -247,6 +293,7 @@ void add_message_commands(CLI::App& app, Globals& g) {
     if (key_opt->count() > 0) options.key = sa->key;
     if (dedup_opt->count() > 0) options.dedup_key = sa->dedup_key;
     options.delay = seconds_to_micros(sa->delay, "--delay");
+    options.attributes = parse_attributes(sa->attributes);
     std::string payload = payload_opt->count() > 0 ? sa->payload : read_all(stdin);
     auto id = connect(g)->send(sa->topic, payload, options);
     if (g.json) {
@@ -457,6 +504,7 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
       if (g.json) {
         json j = {
             {"id", d.id},
+            {"attributes", attributes_json(d.attributes)},
             {"attempts", d.attempts},
             {"last_owner", d.last_owner},
             {"key", d.key ? json(is_valid_utf8(*d.key) ? *d.key : base64(*d.key)) : json(nullptr)},
@@ -574,7 +622,35 @@ void add_group_commands(CLI::App& app, Globals& g) {
   });
 }
 
+// txmq purge TOPIC [--group G] [--forget-dedup-keys]: deletes a group's waiting, in-flight and
+// delayed messages (as SQS's PurgeQueue).
+void add_purge_command(CLI::App& app, Globals& g) {
+  struct PurgeArgs {
+    std::string topic, group;
+    bool forget = false;
+  };
+  auto pa = std::make_shared<PurgeArgs>();
+  CLI::App* purge = app.add_subcommand(
+      "purge", "delete a group's messages: ready, in flight, delayed and waiting on their key "
+               "(not its dead letters); prints how many");
+  purge->add_option("topic", pa->topic)->required();
+  purge->add_option("--group", pa->group, "consumer group (default)");
+  purge->add_flag("--forget-dedup-keys", pa->forget,
+                  "also forget the topic's dedup keys (later sends with them are new messages)");
+  purge->callback([&g, pa] {
+    auto client = connect(g);
+    const std::uint64_t n = client->purge(pa->topic, pa->group);
+    if (pa->forget) client->forget_dedup_keys(pa->topic);
+    if (g.json) {
+      print_json({{"topic", pa->topic}, {"purged", n}});
+    } else {
+      std::printf("%llu\n", static_cast<unsigned long long>(n));
+    }
+  });
+}
+
 void add_archive_commands(CLI::App& app, Globals& g) {
+  add_purge_command(app, g);
   CLI::App* archive = app.add_subcommand("archive", "acknowledged messages kept: list, purge");
   archive->require_subcommand(1);
 
@@ -596,7 +672,8 @@ void add_archive_commands(CLI::App& app, Globals& g) {
       if (g.json) {
         print_json(payload_json({{"id", m.id},
                                  {"enqueued_at", iso_time(m.enqueued_at)},
-                                 {"acked_at", iso_time(m.acked_at)}},
+                                 {"acked_at", iso_time(m.acked_at)},
+                                 {"attributes", attributes_json(m.attributes)}},
                                 m.key, m.payload));
       } else {
         std::printf("%-20llu %-28s %-28s  %s\n", static_cast<unsigned long long>(m.id),

@@ -12,6 +12,9 @@ namespace {
 // Version 1: the byte 0x01, then per attribute (in name order) its name, type and value, each
 // as a varint length (7 bits a byte, low bits first) and the bytes.
 constexpr char kVersion = 0x01;
+// The origin entry's name: a control character, which attribute names cannot contain. Its
+// value is "TOPIC ID".
+constexpr std::string_view kOriginName = "\x01origin";
 
 bool valid_label(std::string_view s) {
   return !s.empty() && s.size() <= kMaxAttributeNameBytes &&
@@ -77,9 +80,15 @@ std::size_t attributes_size(const Attributes& attributes) {
   return n;
 }
 
-std::string encode_attributes(const Attributes& attributes) {
-  if (attributes.empty()) return {};
+std::string encode_attributes(const Attributes& attributes,
+                              const std::optional<MessageOrigin>& origin) {
+  if (attributes.empty() && !origin) return {};
   std::string out(1, kVersion);
+  if (origin) {
+    put(out, kOriginName);
+    put(out, "origin");
+    put(out, fmt::format("{} {}", origin->topic, origin->id));
+  }
   for (const auto& [name, value] : attributes) {
     put(out, name);
     put(out, value.type);
@@ -88,7 +97,11 @@ std::string encode_attributes(const Attributes& attributes) {
   return out;
 }
 
-Attributes decode_attributes(std::string_view bytes) {
+void add_origin(Attributes& attributes, const MessageOrigin& origin) {
+  attributes[std::string(kOriginName)] = {"origin", fmt::format("{} {}", origin.topic, origin.id)};
+}
+
+Attributes decode_attributes(std::string_view bytes, std::optional<MessageOrigin>* origin) {
   Attributes out;
   if (bytes.empty()) return out;
   if (bytes.front() != kVersion) throw Error(Errc::kInternal, "damaged message attributes");
@@ -98,6 +111,14 @@ Attributes decode_attributes(std::string_view bytes) {
     AttributeValue v;
     v.type = std::string(take(bytes));
     v.value = std::string(take(bytes));
+    if (name == kOriginName) {
+      const std::size_t space = v.value.find(' ');
+      if (origin != nullptr && space != std::string::npos) {
+        *origin = MessageOrigin{v.value.substr(0, space),
+                                std::stoull(v.value.substr(space + 1))};
+      }
+      continue;
+    }
     out.emplace(std::move(name), std::move(v));
   }
   return out;

@@ -76,7 +76,8 @@ namespace {
 constexpr std::string_view kSelectTopic =
     "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
     "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
-    "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout FROM txmq_topics";
+    "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout, "
+    "dead_letter_topic, retention_us FROM txmq_topics";
 
 TopicInfo topic_from_row(const Row& row) {
   TopicInfo info;
@@ -92,6 +93,8 @@ TopicInfo topic_from_row(const Row& row) {
   info.options.retry.jitter = row.f64(9);
   info.options.partitions = static_cast<int>(row.i64(10));
   info.options.archive = Micros(row.i64(11));
+  info.options.dead_letter_topic = row.null(13) ? "" : row.bytes(13);
+  info.options.retention = Micros(row.i64(14));
   return info;
 }
 
@@ -129,6 +132,10 @@ void check_options(const TopicOptions& o) {
   if (o.archive < Micros{0} || o.archive > std::chrono::hours(24 * 3660)) {
     throw Error(Errc::kInvalidArgument, "archive retention must be from 0 to 3660 days");
   }
+  if (o.retention < Micros{0} || o.retention > std::chrono::hours(24 * 3660)) {
+    throw Error(Errc::kInvalidArgument, "retention must be from 0 to 3660 days");
+  }
+  if (!o.dead_letter_topic.empty()) check_topic_name(o.dead_letter_topic);
 }
 
 std::vector<Param> option_params(const TopicOptions& options) {
@@ -140,7 +147,10 @@ std::vector<Param> option_params(const TopicOptions& options) {
           options.retry.multiplier,
           static_cast<std::int64_t>(options.retry.max.count()),
           options.retry.jitter,
-          static_cast<std::int64_t>(options.archive.count())};
+          static_cast<std::int64_t>(options.archive.count()),
+          options.dead_letter_topic.empty() ? Param(nullptr)
+                                            : Param(std::string_view(options.dead_letter_topic)),
+          static_cast<std::int64_t>(options.retention.count())};
 }
 
 // One queue's tables (a group's partition). Every statement is IF NOT EXISTS: DDL commits by
@@ -160,7 +170,7 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " enqueued_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL,"
-                  " attributes MEDIUMBLOB NULL,"
+                  " attributes LONGBLOB NULL,"
                   " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
                   " PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
                   t.queue, first_id));
@@ -173,7 +183,7 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " died_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL,"
-                  " attributes MEDIUMBLOB NULL) ENGINE=InnoDB",
+                  " attributes LONGBLOB NULL) ENGINE=InnoDB",
                   t.dead));
   // Keyed FIFO (keys.cc): one row per key with messages not yet finished, and the messages that
   // wait behind their key's current one, in the order they were parked (which is the order
@@ -192,7 +202,7 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " visible_at DATETIME(6) NOT NULL,"
                   " enqueued_at DATETIME(6) NOT NULL,"
                   " payload LONGBLOB NOT NULL,"
-                  " attributes MEDIUMBLOB NULL,"
+                  " attributes LONGBLOB NULL,"
                   " PRIMARY KEY (msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
                   t.parked));
 }
@@ -217,7 +227,7 @@ void create_shared_tables(Connection& c, const TopicTables& t) {
                   " acked_at DATETIME(6) NOT NULL,"
                   " msg_key VARBINARY(255) NULL,"
                   " payload LONGBLOB NOT NULL,"
-                  " attributes MEDIUMBLOB NULL,"
+                  " attributes LONGBLOB NULL,"
                   " KEY (acked_at)) ENGINE=InnoDB",
                   t.archive));
 }
@@ -288,6 +298,11 @@ void migrate_from_4(Connection& c) {
 // Version 5 -> 6: message rows gain their attributes (queue, parked, dead-letter and archive
 // tables of every group and partition) and queue rows the time of their first claim.
 void migrate_from_5(Connection& c) {
+  c.query(
+      "ALTER TABLE txmq_topics"
+      " ADD COLUMN IF NOT EXISTS dead_letter_topic VARCHAR(48) CHARACTER SET ascii COLLATE "
+      "ascii_bin NULL,"
+      " ADD COLUMN IF NOT EXISTS retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0");
   Result queues = c.execute(
       "SELECT g.topic, g.number, t.partitions FROM txmq_groups AS g JOIN txmq_topics AS t ON "
       "t.name = g.topic",
@@ -298,15 +313,15 @@ void migrate_from_5(Connection& c) {
     for (unsigned p = 0; p < static_cast<unsigned>(row.u64(2)); ++p) {
       const TopicTables t = topic_tables(topic, group, p);
       c.query(fmt::format(
-          "ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes MEDIUMBLOB NULL, ADD COLUMN IF NOT "
+          "ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes LONGBLOB NULL, ADD COLUMN IF NOT "
           "EXISTS first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'",
           t.queue));
       for (const std::string& table : {t.parked, t.dead}) {
-        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes MEDIUMBLOB NULL",
+        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes LONGBLOB NULL",
                             table));
       }
       if (group == 0 && p == 0) {
-        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes MEDIUMBLOB NULL",
+        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes LONGBLOB NULL",
                             t.archive));
       }
     }
@@ -403,7 +418,9 @@ void TopicCatalog::bootstrap() {
         " partitions INT UNSIGNED NOT NULL DEFAULT 1,"
         " archive_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
         " layout BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-        " next_group INT UNSIGNED NOT NULL DEFAULT 1) ENGINE=InnoDB");
+        " next_group INT UNSIGNED NOT NULL DEFAULT 1,"
+        " dead_letter_topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NULL,"
+        " retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB");
     // Consumer groups; `number` names the group's tables and is never reused within a topic.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_groups ("
@@ -497,6 +514,7 @@ void TopicCatalog::forget(std::string_view name) {
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
   check_options(options);
+  check_dead_letter_topic(name, options);
   check_topic_name(name);
   bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
@@ -512,7 +530,8 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
     Result r = c.execute(
         "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
         "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
-        "archive_us, partitions, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        "archive_us, dead_letter_topic, retention_us, partitions, created_at) VALUES (?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
         params);
     if (r.affected_rows == 1) {
       c.execute("INSERT IGNORE INTO txmq_groups (topic, name, number, created_at) "
@@ -540,8 +559,26 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
   return false;
 }
 
+void TopicCatalog::check_dead_letter_topic(std::string_view name, const TopicOptions& options) {
+  if (options.dead_letter_topic.empty()) return;
+  if (options.dead_letter_topic == name) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("topic '{}' cannot be its own dead-letter topic", name));
+  }
+  get(options.dead_letter_topic);  // kNotFound naming it
+}
+
 void TopicCatalog::drop(std::string_view name) {
   check_topic_name(name);
+  Result sources = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute("SELECT name FROM txmq_topics WHERE dead_letter_topic = ? ORDER BY name", {name});
+  });
+  if (!sources.rows.empty()) {
+    throw Error(Errc::kFailedPrecondition,
+                fmt::format("topic '{}' is the dead-letter topic of '{}': change that topic's "
+                            "dead-letter topic first",
+                            name, sources.rows[0].bytes(0)));
+  }
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
@@ -568,6 +605,7 @@ void TopicCatalog::drop(std::string_view name) {
 
 void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
   check_options(options);
+  check_dead_letter_topic(name, options);
   check_topic_name(name);
   // The partition count twice: whether it changed (the layout version moves), and its value.
   std::vector<Param> params = option_params(options);
@@ -595,7 +633,8 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
     c.execute(
         "UPDATE txmq_topics SET lease_us = ?, max_attempts = ?, max_payload_bytes = ?, "
         "dedup_window_us = ?, retry_initial_us = ?, retry_multiplier = ?, retry_max_us = ?, "
-        "retry_jitter = ?, archive_us = ?, layout = layout + IF(partitions = ?, 0, 1), "
+        "retry_jitter = ?, archive_us = ?, dead_letter_topic = ?, retention_us = ?, "
+        "layout = layout + IF(partitions = ?, 0, 1), "
         "partitions = ? WHERE name = ?",
         params);
   });

@@ -26,7 +26,7 @@ Message message_from_row(Row& row) {
   m.enqueued_at = time_from_micros(row.i64(2));
   m.key = row.opt_bytes(4);
   m.payload = row.take_bytes(5);
-  if (!row.null(6)) m.attributes = decode_attributes(row.bytes(6));
+  if (!row.null(6)) m.attributes = decode_attributes(row.bytes(6), &m.dead_lettered_from);
   // A first delivery is this claim's (whose statement stamps it); NOW(6) is column 3.
   m.first_received_at = time_from_micros(m.attempt == 1 ? row.i64(3) : row.i64(7));
   return m;
@@ -70,7 +70,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
             }
           }
           result.dead_lettered = dead_ids.size();
-          if (!dead_ids.empty()) result.promoted = move_to_dead_letters(c, t, std::move(dead_ids));
+          if (!dead_ids.empty()) result.promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
           if (live.empty()) {
             c.commit();
             return result;

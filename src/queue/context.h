@@ -76,6 +76,9 @@ class TopicCatalog {
   void drop_group(std::string_view topic, std::string_view group);
 
  private:
+  // A dead-letter topic must exist and not be the topic itself.
+  void check_dead_letter_topic(std::string_view name, const TopicOptions& options);
+
   static constexpr auto kCacheFor = std::chrono::seconds(5);
   struct Cached {
     TopicLayout layout;

@@ -60,7 +60,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           }
           if (!dead_ids.empty()) {
             // Dead letters commit on their own, whatever a handler later does.
-            std::vector<std::uint64_t> promoted = move_to_dead_letters(c, t, std::move(dead_ids));
+            std::vector<std::uint64_t> promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
             c.commit();
             return Outcome{0, true, std::move(promoted)};
           }

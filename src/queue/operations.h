@@ -66,10 +66,13 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
 // into the archive, once per message: a later group's acknowledgement renews acked_at.
 std::string archive_sql(const TopicTables& t, std::string_view where);
 
-// Moves the given rows from the queue table to the dead-letter table; inside the caller's
-// transaction, which holds their row locks, and moves their keys' next messages in (returns
-// their ids, for made_claimable after the commit). REQUIRES: ids is not empty.
-std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables& t,
+// Moves the given rows out of the queue table: into the dead-letter table, or, when the topic
+// has a dead_letter_topic, into that topic as new messages (payload, key and attributes kept,
+// with their origin). Inside the caller's transaction, which holds their row locks; moves their
+// keys' next messages in (returns their ids, for made_claimable after the commit).
+// REQUIRES: ids is not empty.
+std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
+                                                const TopicInfo& topic, const TopicTables& t,
                                                 std::vector<Param> ids);
 
 // After a commit that made messages claimable: wakes up to `count` waiting consumers

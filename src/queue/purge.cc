@@ -1,6 +1,8 @@
 // Purging a group's messages (SQS's PurgeQueue) and forgetting a topic's dedup keys.
 #include <fmt/format.h>
 
+#include <map>
+
 #include "queue/operations.h"
 
 namespace txmq::internal {
@@ -21,6 +23,60 @@ std::uint64_t delete_all(QueueContext& q, const std::string& table) {
   }
 }
 
+// Purges one queue (a group's partition) of what it held when the purge began: parked keyed
+// messages first (their keys' counts go down with them), then the queue's rows, whose keys
+// move on as after an acknowledgement (finish_keyed), so that a keyed message sent meanwhile is
+// never left waiting behind a key that was purged. Each chunk is its own short transaction.
+std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
+  const Result bounds = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // MAX alone, not COALESCE(MAX, 0): that would come back as a DECIMAL.
+    return c.execute(fmt::format("SELECT (SELECT MAX(id) FROM {}), (SELECT MAX(park_id) FROM {})",
+                                 t.queue, t.parked),
+                     {});
+  });
+  const Row& row = bounds.rows.at(0);
+  const std::uint64_t last_id = row.null(0) ? 0 : row.u64(0);
+  const std::uint64_t last_park_id = row.null(1) ? 0 : row.u64(1);
+  std::uint64_t total = 0;
+  for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
+    n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+      c.begin();
+      Result r = c.execute(fmt::format("DELETE FROM {} WHERE park_id <= ? ORDER BY park_id LIMIT "
+                                       "{} RETURNING msg_key",
+                                       t.parked, kPurgeChunk),
+                           {last_park_id});
+      std::map<std::string, std::int64_t> per_key;
+      for (const Row& row : r.rows) per_key[row.bytes(0)]++;
+      for (const auto& [key, count] : per_key) {
+        c.execute(fmt::format("UPDATE {} SET parked = parked - LEAST(parked, ?) WHERE msg_key = ?",
+                              t.keys),
+                  {count, std::string_view(key)});
+      }
+      c.commit();
+      return static_cast<std::uint64_t>(r.rows.size());
+    });
+    total += n;
+  }
+  for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
+    n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+      c.begin();
+      Result r = c.execute(fmt::format("DELETE FROM {} WHERE id <= ? ORDER BY id LIMIT {} "
+                                       "RETURNING msg_key",
+                                       t.queue, kPurgeChunk),
+                           {last_id});
+      std::vector<std::string> keys;
+      for (Row& row : r.rows) {
+        if (!row.null(0)) keys.push_back(row.take_bytes(0));
+      }
+      finish_keyed(c, t, keys);
+      c.commit();
+      return static_cast<std::uint64_t>(r.rows.size());
+    });
+    total += n;
+  }
+  return total;
+}
+
 }  // namespace
 
 std::uint64_t purge(QueueContext& q, std::string_view topic, std::string_view group) {
@@ -29,13 +85,7 @@ std::uint64_t purge(QueueContext& q, std::string_view topic, std::string_view gr
   std::uint64_t purged = 0;
   on_topic(q, topic, [&] {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
-      const TopicTables t = topic_tables(topic, g.number, p);
-      // Waiting keyed messages first, then the queue, then the keys' bookkeeping: a keyed
-      // message sent meanwhile may find its key gone and start a new chain, never wait on a
-      // head that was purged.
-      purged += delete_all(q, t.parked);
-      purged += delete_all(q, t.queue);
-      delete_all(q, t.keys);
+      purged += purge_queue(q, topic_tables(topic, g.number, p));
     }
   });
   return purged;

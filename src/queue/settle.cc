@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "queue/attributes.h"
 #include "queue/operations.h"
 
 namespace txmq::internal {
@@ -27,17 +28,41 @@ std::string archive_sql(const TopicTables& t, std::string_view where) {
                      t.archive, t.queue, where);
 }
 
-std::vector<std::uint64_t> move_to_dead_letters(Connection& c, const TopicTables& t,
+std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
+                                                const TopicInfo& topic, const TopicTables& t,
                                                 std::vector<Param> ids) {
   const std::size_t n = in_list_size(ids.size());
   pad_ids(ids, 0, n);
-  c.execute(
+  if (!topic.options.dead_letter_topic.empty()) {
+    // Sent into the target in this transaction: it commits with their delete, or neither does.
+    Result rows = c.execute(fmt::format("SELECT id, msg_key, payload, attributes FROM {} WHERE id "
+                                        "IN {} ORDER BY id",
+                                        t.queue, placeholders(n)),
+                            ids);
+    std::vector<OutgoingMessage> messages;
+    messages.reserve(rows.rows.size());
+    for (Row& row : rows.rows) {
+      OutgoingMessage m;
+      m.key = row.opt_bytes(1);
+      m.payload = row.take_bytes(2);
+      std::optional<MessageOrigin> origin;
+      if (!row.null(3)) m.attributes = decode_attributes(row.bytes(3), &origin);
+      // A message dead-lettered twice keeps its first origin.
+      if (!origin) origin = MessageOrigin{topic.name, row.u64(0)};
+      add_origin(m.attributes, *origin);
+      messages.push_back(std::move(m));
+    }
+    const TopicInfo target = q.catalog.get(topic.options.dead_letter_topic);
+    insert_messages(q, c, target, messages);
+  } else {
+    c.execute(
       fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
                   "payload, attributes) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), "
                   "q.msg_key, q.payload, q.attributes FROM {} AS q LEFT JOIN txmq_consumers AS c "
                   "ON c.id = q.owner_id WHERE q.id IN {}",
                   t.dead, t.queue, placeholders(n)),
       ids);
+  }
   Result deleted = c.execute(
       fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
       ids);
@@ -228,7 +253,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
           }
           const std::int64_t attempts = row.rows[0].i64(0);
           if (past_max_attempts(info.options, attempts)) {
-            promoted = move_to_dead_letters(c, t, {r.id});
+            promoted = move_to_dead_letters(q, c, info, t, {r.id});
           } else {
             // This was delivery number `attempts`, the attempts - 1 before it failed too.
             applied = delay ? *delay : retry_delay(info.options.retry, attempts - 1);

@@ -504,8 +504,12 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 5);
-  // Version 5: one partition, no archive, the group "default" with the topic's old tables.
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 6);
+  // Version 5: one partition, no archive, the group "default" with the topic's old tables;
+  // version 6: messages without attributes, no dead-letter topic, no retention.
+  EXPECT_TRUE(got[0].attributes.empty());
+  EXPECT_TRUE(c.topic("old").options.dead_letter_topic.empty());
+  EXPECT_EQ(c.topic("old").options.retention, Micros{0});
   EXPECT_EQ(c.topic("old").options.partitions, 1);
   EXPECT_EQ(c.topic("old").options.archive, Micros{0});
   ASSERT_EQ(c.list_groups("old").size(), 1u);
