@@ -79,7 +79,8 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           const std::uint64_t keyed_token = token | kKeyedTokenBit;
           std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
           bind_retry_delay(params, topic.options.retry);
-          params.insert(params.end(), {token, keyed_token, owner_id});
+          // A first delivery's time is the claim's NOW(6), the one its receiver is told.
+          params.insert(params.end(), {now_us, token, keyed_token, owner_id});
           const std::size_t first_id = params.size();
           for (const Row* row : live) params.push_back(row->u64(0));
           std::size_t n = in_list_size(live.size());
@@ -87,7 +88,8 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           // visible_at first: it reads attempts before the increment (assignments run in order).
           c.execute(
               fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
-                          "first_claimed_at = IF(attempts = 0, NOW(6), first_claimed_at), "
+                          "first_claimed_at = IF(attempts = 0, TIMESTAMP'1970-01-01 00:00:00' + "
+                          "INTERVAL ? MICROSECOND, first_claimed_at), "
                           "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
                           "owner_id = ? WHERE id IN {}",
                           t.queue, retry_delay_sql("attempts"), placeholders(n)),

@@ -276,8 +276,8 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
 }
 
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease) {
-  if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
-    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
+  if (lease < Micros{0} || lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 0 to 12 hours");
   }
   const Receipt r = Receipt::parse(receipt);
   const TopicLayout layout = q.catalog.layout(topic);
@@ -285,17 +285,24 @@ Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt,
   const std::optional<Unit> unit = unit_of_receipt(layout, r);
   if (!unit) return Settle::kNotFound;
   const TopicTables& t = unit->tables;
-  // As at the claim: peers may take it at the new lease end plus the retry delay.
+  // As at the claim: peers may take it at the new lease end plus the retry delay. A lease of 0
+  // gives it back now, with no retry delay and no failure counted (SQS's visibility 0); its
+  // token stays, so this receipt still settles it until someone claims it again.
   std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
-  bind_retry_delay(params, info.options.retry);
+  if (lease > Micros{0}) bind_retry_delay(params, info.options.retry);
   params.push_back(r.id);
   params.push_back(r.token);
+  const std::string sql =
+      lease > Micros{0}
+          ? fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND WHERE "
+                        "id = ? AND lease_token = ?",
+                        t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1"))
+          : fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ? "
+                        "AND lease_token = ?",
+                        t.queue);
   return on_topic(q, topic, [&] {
     return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      Result u = c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) "
-                                       "MICROSECOND WHERE id = ? AND lease_token = ?",
-                                       t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1")),
-                           params);
+      Result u = c.execute(sql, params);
       return u.affected_rows == 1 ? Settle::kOk : classify_miss(c, t, r.id);
     });
   });
