@@ -1,9 +1,13 @@
 #include "serve_load.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
 #include <stdexcept>
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -11,6 +15,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "db/connection.h"
+#include "db/dsn.h"
 #include "server/sigv4.h"
 #include "workloads.h"
 
@@ -192,6 +198,99 @@ Measured http_delete_rate(std::uint16_t port, Client& client, const std::string&
     }
     return n;
   });
+}
+
+}  // namespace txmq::bench
+
+namespace txmq::bench {
+namespace {
+
+long status_of_self(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long value = 0;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') value = std::atol(line + n + 1);
+  }
+  std::fclose(f);
+  return value;
+}
+
+std::uint64_t questions(internal::Connection& c) {
+  internal::Result r = c.execute("SHOW GLOBAL STATUS LIKE 'Questions'", {});
+  return std::stoull(r.rows.at(0).bytes(1));
+}
+
+}  // namespace
+
+LongPollFigures hold_long_polls(std::uint16_t port, const std::string& queue_url,
+                                const std::string& dsn, int count) {
+  LongPollFigures f;
+  f.threads_before = status_of_self("Threads");
+  f.rss_kib_before = status_of_self("VmRSS");
+  asio::io_context io;
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;
+  const std::string host = fmt::format("127.0.0.1:{}", port);
+  const std::string body =
+      json{{"QueueUrl", queue_url}, {"WaitTimeSeconds", 20}, {"MaxNumberOfMessages", 1}}.dump();
+  for (int i = 0; i < count; ++i) {
+    auto s = std::make_unique<asio::ip::tcp::socket>(io);
+    s->connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    const server::SignedRequest to_sign{
+        "POST", "/",
+        {{"host", host}, {"content-type", "application/x-amz-json-1.0"},
+         {"x-amz-target", "AmazonSQS.ReceiveMessage"}},
+        body};
+    std::string request = fmt::format(
+        "POST / HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-amz-json-1.0\r\n"
+        "X-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: {}\r\n",
+        host, body.size());
+    for (const auto& [name, value] :
+         server::sign(to_sign, {.access_key = "bench", .secret = "bench-secret"},
+                      std::chrono::system_clock::now())) {
+      request += fmt::format("{}: {}\r\n", name, value);
+    }
+    request += "\r\n" + body;
+    asio::write(*s, asio::buffer(request));
+    s->non_blocking(true);
+    sockets.push_back(std::move(s));
+  }
+  f.held = count;
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // all of them reach their wait
+  f.threads_during = status_of_self("Threads");
+  f.rss_kib_during = status_of_self("VmRSS");
+  internal::Connection c(internal::parse_dsn(dsn));
+  const std::uint64_t q0 = questions(c);
+  const auto t0 = SteadyClock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const std::uint64_t q1 = questions(c);
+  // Minus this connection's own two statements.
+  f.statements_per_second =
+      static_cast<double>(q1 - q0 - 2) / seconds_between(t0, SteadyClock::now());
+  SqsHttpClient sender(port);
+  sender.call("SendMessage", {{"QueueUrl", queue_url}, {"MessageBody", "wake"}});
+  const auto sent = SteadyClock::now();
+  bool woken = false;
+  char buffer[4096];
+  while (!woken && SteadyClock::now() - sent < std::chrono::seconds(10)) {
+    for (auto& s : sockets) {
+      boost::system::error_code ec;
+      const std::size_t n = s->read_some(asio::buffer(buffer), ec);
+      if (!ec && n > 0 && std::string_view(buffer, n).find("wake") != std::string_view::npos) {
+        woken = true;
+        break;
+      }
+    }
+    if (!woken) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  f.wake_ms = woken ? seconds_between(sent, SteadyClock::now()) * 1000.0 : -1;
+  for (auto& s : sockets) {
+    boost::system::error_code ignored;
+    s->close(ignored);
+  }
+  return f;
 }
 
 }  // namespace txmq::bench

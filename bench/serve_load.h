@@ -48,3 +48,20 @@ Measured http_delete_rate(std::uint16_t port, Client& client, const std::string&
                           const std::string& queue_url, int clients, int count);
 
 }  // namespace txmq::bench
+
+namespace txmq::bench {
+
+// `count` ReceiveMessage calls with WaitTimeSeconds=20 held open at once on an idle queue, from
+// one thread over non-blocking sockets; what the server spends on them while they wait, and how
+// soon one send reaches a waiting receive.
+struct LongPollFigures {
+  int held = 0;
+  long threads_before = 0, threads_during = 0;  // of this process, which runs the server
+  long rss_kib_before = 0, rss_kib_during = 0;
+  double statements_per_second = 0;  // the database server's Questions while they wait
+  double wake_ms = 0;                // from SendMessage's answer to a waiting receive's answer
+};
+LongPollFigures hold_long_polls(std::uint16_t port, const std::string& queue_url,
+                                const std::string& dsn, int count);
+
+}  // namespace txmq::bench

@@ -109,7 +109,7 @@ class SqsService {
   struct Batches {
     std::mutex mutex;
     std::map<std::string, std::deque<Pending>, std::less<>> waiting;
-    std::set<std::string, std::less<>> running;
+    std::map<std::string, int, std::less<>> running;  // drains under way, per topic
   };
   void enqueue_send(const std::string& topic, PendingSend pending);
   void drain_sends(const std::string& topic);
