@@ -109,9 +109,12 @@ struct Server::Impl {
 
   void stop() {
     if (stopped.exchange(true)) return;
-    service.shutdown();
+    // First no new connections or requests (idle connections close); then the service answers
+    // the requests it holds (long polls with what they have) and its workers finish; each
+    // connection closes once its answer is written.
     std::promise<void> closed;
     http.shutdown([&closed] { closed.set_value(); });
+    service.shutdown();
     closed.get_future().wait();
     io.stop();
     for (auto& t : threads) t.join();

@@ -1,0 +1,181 @@
+"""txmq serve's life: the line it prints, SIGTERM while a long poll waits (answered, exit 0),
+SIGHUP re-reading --credentials, a broken credentials file, the loopback-only rule without
+credentials, and /healthz while its database goes down and comes back.
+
+    /usr/bin/python3 tests/sqs/lifecycle.py TXMQ_BINARY
+
+Starts a private MariaDB of its own (txmq local start in a scratch TXMQ_HOME) and stops
+everything it started, by pid.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+TXMQ = sys.argv.pop(1) if len(sys.argv) > 1 else "build/txmq"
+SCRATCH = tempfile.mkdtemp(prefix="txmq-lifecycle-")
+HOME = os.path.join(SCRATCH, "home")
+
+
+def txmq(*args, env=None, **kw):
+    e = dict(os.environ, TXMQ_HOME=HOME, **(env or {}))
+    return subprocess.run([TXMQ, *args], env=e, capture_output=True, text=True, timeout=120, **kw)
+
+
+def dsn():
+    out = txmq("local", "status", "--json")
+    return json.loads(out.stdout)["dsn"]
+
+
+class Serve:
+    def __init__(self, *args):
+        e = dict(os.environ, TXMQ_HOME=HOME)
+        e.pop("TXMQ_DSN", None)
+        self.proc = subprocess.Popen([TXMQ, "serve", "--listen", "127.0.0.1:0", *args], env=e,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.line = self.proc.stdout.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.line)
+        if not m:
+            self.proc.kill()
+            raise AssertionError(f"no listening line: {self.line!r} {self.proc.stderr.read()}")
+        self.url = m.group(1)
+
+    def client(self, key="any", secret="any"):
+        return boto3.client("sqs", endpoint_url=self.url, region_name="us-east-1",
+                            aws_access_key_id=key, aws_secret_access_key=secret,
+                            config=botocore.config.Config(retries={"max_attempts": 0},
+                                                          read_timeout=60))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Lifecycle(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        out = txmq("local", "start")
+        assert out.returncode == 0, out.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        txmq("local", "stop")
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+
+    def test_sigterm_answers_a_waiting_long_poll_and_exits_0(self):
+        s = Serve()
+        try:
+            self.assertIn("txmq serve: listening on http://127.0.0.1:", s.line)
+            sqs = s.client()
+            url = sqs.create_queue(QueueName="lifecycle-term")["QueueUrl"]
+            got = {}
+
+            def poll():
+                start = time.monotonic()
+                got["answer"] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20)
+                got["seconds"] = time.monotonic() - start
+
+            t = threading.Thread(target=poll)
+            t.start()
+            time.sleep(1.5)
+            s.proc.send_signal(signal.SIGTERM)
+            t.join(15)
+            self.assertFalse(t.is_alive(), "the long poll was not answered")
+            self.assertNotIn("Messages", got["answer"])
+            self.assertLess(got["seconds"], 10)
+            status = s.proc.wait(15)
+            log = s.proc.stderr.read()
+            self.assertEqual(status, 0, log)
+            self.assertIn("SIGTERM", log)
+        finally:
+            s.stop()
+
+    def test_sighup_rereads_credentials_and_a_broken_file_keeps_the_old_keys(self):
+        path = os.path.join(SCRATCH, "credentials")
+        with open(path, "w") as f:
+            f.write("# the first key\nAKIDFIRST firstsecret\n")
+        s = Serve("--credentials", path)
+        try:
+            self.assertEqual(s.client("AKIDFIRST", "firstsecret").list_queues()["ResponseMetadata"]
+                             ["HTTPStatusCode"], 200)
+            with self.assertRaises(botocore.exceptions.ClientError) as e:
+                s.client("AKIDSECOND", "secondsecret").list_queues()
+            self.assertEqual(e.exception.response["Error"]["Code"], "InvalidClientTokenId")
+            with open(path, "a") as f:
+                f.write("\nAKIDSECOND secondsecret\n")
+            s.proc.send_signal(signal.SIGHUP)
+            time.sleep(1)
+            s.client("AKIDSECOND", "secondsecret").list_queues()
+            with open(path, "w") as f:
+                f.write("AKIDTHIRD\n")  # malformed: the keys stay
+            s.proc.send_signal(signal.SIGHUP)
+            time.sleep(1)
+            s.client("AKIDSECOND", "secondsecret").list_queues()
+        finally:
+            s.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(s.proc.wait(15), 0)
+            log = s.proc.stderr.read()
+            s.stop()
+        self.assertIn("credentials reloaded", log)
+        self.assertIn("old keys kept", log)
+        for secret in ("firstsecret", "secondsecret"):
+            self.assertNotIn(secret, log)
+
+    def test_bad_start_options_are_refused_clearly(self):
+        path = os.path.join(SCRATCH, "broken")
+        with open(path, "w") as f:
+            f.write("AKIDOK oksecret\nAKIDBAD bad secret here\n")
+        for args, expect in ((["--credentials", path], "2"),
+                             (["--credentials", os.path.join(SCRATCH, "missing")], "missing"),
+                             (["--listen", "0.0.0.0:0"], "loopback"),
+                             (["--listen", "127.0.0.1:notaport"], "port"),
+                             (["--account-id", "12"], "12 digits")):
+            e = dict(os.environ, TXMQ_HOME=HOME)
+            r = subprocess.run([TXMQ, "serve", *(["--listen", "127.0.0.1:0"] if "--listen" not in
+                                                 args else []), *args],
+                               env=e, capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(expect, r.stderr, args)
+            self.assertNotIn("oksecret", r.stderr)
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+
+    def test_healthz_follows_the_database(self):
+        s = Serve()
+        try:
+            with urllib.request.urlopen(s.url + "/healthz", timeout=10) as r:
+                self.assertEqual(r.status, 200)
+            self.assertEqual(txmq("local", "stop").returncode, 0)
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(s.url + "/healthz", timeout=60)
+            self.assertEqual(e.exception.code, 503)
+            self.assertEqual(txmq("local", "start").returncode, 0)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with urllib.request.urlopen(s.url + "/healthz", timeout=60) as r:
+                        self.assertEqual(r.status, 200)
+                        break
+                except urllib.error.HTTPError:
+                    self.assertLess(time.monotonic(), deadline, "not healthy again")
+                    time.sleep(0.5)
+        finally:
+            s.stop()
+            txmq("local", "start")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
