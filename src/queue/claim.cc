@@ -34,6 +34,22 @@ Message message_from_row(Row& row) {
 
 namespace {
 
+// Deletes messages past the topic's retention (in the claim's transaction, which holds their
+// locks) and moves their keys on; returns the keyed messages moved in.
+std::vector<std::uint64_t> delete_expired(Connection& c, const TopicTables& t,
+                                          std::vector<Param> ids) {
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
+  Result deleted = c.execute(
+      fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
+      ids);
+  std::vector<std::string> keys;
+  for (Row& row : deleted.rows) {
+    if (!row.null(0)) keys.push_back(row.take_bytes(0));
+  }
+  return finish_keyed(c, t, keys);
+}
+
 // One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
 // scan hint on (skipping rows other claimers hold), moves those past max_attempts to the
 // dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the time
@@ -61,16 +77,24 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           }
           const std::int64_t now_us = r.rows[0].i64(3);
           std::vector<Param> dead_ids;
+          std::vector<Param> expired_ids;
           std::vector<Row*> live;
+          const std::int64_t retention_us = topic.options.retention.count();
           for (Row& row : r.rows) {
-            if (past_max_attempts(topic.options, row.i64(1))) {
+            if (retention_us > 0 && now_us - row.i64(2) > retention_us) {
+              expired_ids.push_back(row.u64(0));  // kept longer than the topic keeps messages
+            } else if (past_max_attempts(topic.options, row.i64(1))) {
               dead_ids.push_back(row.u64(0));
             } else {
               live.push_back(&row);
             }
           }
-          result.dead_lettered = dead_ids.size();
+          result.dead_lettered = dead_ids.size() + expired_ids.size();
           if (!dead_ids.empty()) result.promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
+          if (!expired_ids.empty()) {
+            std::vector<std::uint64_t> moved_in = delete_expired(c, t, std::move(expired_ids));
+            result.promoted.insert(result.promoted.end(), moved_in.begin(), moved_in.end());
+          }
           if (live.empty()) {
             c.commit();
             return result;

@@ -225,5 +225,28 @@ TEST(DeadLetterTopic, MaxAttemptsZeroNeverDeadLetters) {
   EXPECT_TRUE(c->dead_letters(topic).empty());
 }
 
+TEST(Retention, MessagesOlderThanTheTopicKeepsAreDeletedNotDelivered) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, {.retention = 1s});
+  c->send(topic, "old", {.key = "k"});
+  c->send(topic, "old-parked", {.key = "k"});
+  std::this_thread::sleep_for(1200ms);
+  c->send(topic, "fresh");
+  c->send(topic, "fresh-keyed", {.key = "k"});
+  std::set<std::string> got;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (got.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    for (const Message& m : c->receive(topic, {.max_messages = 10, .wait = 200ms})) {
+      got.insert(m.payload);
+      c->ack(topic, m.receipt);
+    }
+  }
+  // The expired head let its key move on; the parked one expired too.
+  EXPECT_EQ(got, (std::set<std::string>{"fresh", "fresh-keyed"}));
+  EXPECT_TRUE(c->receive(topic, {.max_messages = 10}).empty());
+  EXPECT_TRUE(c->dead_letters(topic).empty());
+}
+
 }  // namespace
 }  // namespace txmq
