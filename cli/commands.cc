@@ -131,12 +131,14 @@ struct TopicSettingArgs {
       retry_jitter;
   std::optional<int> max_attempts, partitions;
   std::optional<std::uint64_t> max_payload;
-  std::optional<double> archive;
+  std::optional<double> archive, retention;
+  std::optional<std::string> dead_letter_topic;
 };
 
 void add_topic_setting_options(CLI::App* cmd, TopicSettingArgs& a) {
   cmd->add_option("--lease", a.lease, "default lease in seconds (30)");
-  cmd->add_option("--max-attempts", a.max_attempts, "deliveries before dead-lettering (5)");
+  cmd->add_option("--max-attempts", a.max_attempts,
+                  "deliveries before dead-lettering (5; 0: never)");
   cmd->add_option("--max-payload", a.max_payload, "largest payload in bytes (1 MiB)");
   cmd->add_option("--dedup-window", a.dedup_window,
                   "seconds a send's dedup key is remembered (300)");
@@ -151,6 +153,12 @@ void add_topic_setting_options(CLI::App* cmd, TopicSettingArgs& a) {
                   "partitions, 1 to 64 (1); can be raised later, not lowered");
   cmd->add_option("--archive", a.archive,
                   "seconds to keep acknowledged messages in the archive (0: no archive)");
+  cmd->add_option("--dead-letter-topic", a.dead_letter_topic,
+                  "send messages past max attempts into this topic instead of the dead-letter "
+                  "table (\"\": the table)");
+  cmd->add_option("--retention", a.retention,
+                  "seconds a message is kept unacknowledged; older ones are deleted, not "
+                  "delivered (0: until acknowledged)");
 }
 
 void apply_topic_settings(const TopicSettingArgs& a, TopicOptions& o) {
@@ -164,6 +172,8 @@ void apply_topic_settings(const TopicSettingArgs& a, TopicOptions& o) {
   if (a.retry_jitter) o.retry.jitter = *a.retry_jitter;
   if (a.partitions) o.partitions = *a.partitions;
   if (a.archive) o.archive = seconds_to_micros(*a.archive, "--archive");
+  if (a.retention) o.retention = seconds_to_micros(*a.retention, "--retention");
+  if (a.dead_letter_topic) o.dead_letter_topic = *a.dead_letter_topic;
   // A lower initial delay than the default cap is fine; a cap below the initial one is not,
   // unless the user set both.
   if (a.retry_initial && !a.retry_max && o.retry.max < o.retry.initial) o.retry.max = o.retry.initial;
@@ -181,6 +191,10 @@ nlohmann::json topic_json(const TopicInfo& t) {
           {"retry_jitter", t.options.retry.jitter},
           {"partitions", t.options.partitions},
           {"archive_seconds", t.options.archive.count() / 1e6},
+          {"dead_letter_topic", t.options.dead_letter_topic.empty()
+                                    ? nlohmann::json(nullptr)
+                                    : nlohmann::json(t.options.dead_letter_topic)},
+          {"retention_seconds", t.options.retention.count() / 1e6},
           {"created_at", iso_time(t.created_at)}};
 }
 
@@ -283,7 +297,8 @@ void add_message_commands(CLI::App& app, Globals& g) {
   send->add_option("--delay", sa->delay, "seconds before it can be received");
   send->add_option("--attr", sa->attributes,
                    "an attribute stored with the message: NAME=VALUE (type String) or "
-                   "NAME:TYPE=VALUE; repeatable");
+                   "NAME:TYPE=VALUE; repeatable")
+      ->allow_extra_args(false);  // one value per --attr: a payload may follow
   CLI::Option* dedup_opt = send->add_option(
       "--dedup-key", sa->dedup_key,
       "deduplication key: a send with a key seen in the topic's dedup window sends nothing and "

@@ -42,6 +42,42 @@ std::string base64_decode(const std::string& in) {
   return out;
 }
 
+TEST(Cli, AttributesPurgeAndDeadLetterTopics) {
+  const std::string name = topic_for_test();
+  const std::string dlq = topic_for_test("dlq");
+  ASSERT_EQ(run_txmq({"topic", "create", dlq}).exit_code, 0);
+  auto r = run_txmq({"topic", "create", name, "--dead-letter-topic", dlq, "--retention", "3600",
+                     "--max-attempts", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_txmq({"--json", "topic", "list"});
+  for (const json& j : json_lines(r.out)) {
+    if (j["name"] != name) continue;
+    EXPECT_EQ(j["dead_letter_topic"], dlq);
+    EXPECT_EQ(j["retention_seconds"], 3600);
+    EXPECT_EQ(j["max_attempts"], 0);
+  }
+  // The target cannot go while a topic names it.
+  EXPECT_NE(run_txmq({"topic", "drop", dlq}).exit_code, 0);
+  r = run_txmq({"send", name, "--attr", "color=red", "--attr", "n:Number=5", "payload"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(run_txmq({"send", name, "--attr", "no-equals", "x"}).exit_code, 5);
+  EXPECT_EQ(run_txmq({"send", name, "--attr", "bad name=1", "x"}).exit_code, 5);
+  r = run_txmq({"--json", "receive", name});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json m = json::parse(r.out);
+  EXPECT_EQ(m["payload"], "payload");
+  EXPECT_EQ(m["attributes"]["color"], (json{{"type", "String"}, {"value", "red"}}));
+  EXPECT_EQ(m["attributes"]["n"], (json{{"type", "Number"}, {"value", "5"}}));
+  EXPECT_TRUE(m.contains("first_received_at"));
+  run_txmq({"send", name, "second"});
+  r = run_txmq({"--json", "purge", name});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["purged"], 2);  // the one in flight too
+  EXPECT_EQ(run_txmq({"purge", "no_such_topic_here"}).exit_code, 3);
+  EXPECT_EQ(run_txmq({"topic", "set", name, "--dead-letter-topic", ""}).exit_code, 0);
+  EXPECT_EQ(run_txmq({"topic", "drop", dlq}).exit_code, 0);
+}
+
 TEST(Cli, TopicLifecycleAndExitCodes) {
   std::string name = topic_for_test();
   auto r = run_txmq({"topic", "create", name, "--lease", "10", "--max-attempts", "3"});
