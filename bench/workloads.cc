@@ -27,7 +27,7 @@ void fill(Client& client, const std::string& topic, int count, std::size_t paylo
   for (int done = 0; done < count; done += kChunk) {
     const int n = std::min(kChunk, count - done);
     batch.clear();
-    for (int i = 0; i < n; ++i) batch.push_back({make_payload(payload, done + i), {}, {}, {}});
+    for (int i = 0; i < n; ++i) batch.emplace_back().payload = make_payload(payload, done + i);
     client.send_batch(topic, batch);
   }
 }
@@ -52,7 +52,7 @@ Measured send_rate(Client& client, const std::string& topic, int producers, doub
 Measured send_batch_rate(Client& client, const std::string& topic, int batch, int rows,
                          std::size_t payload) {
   std::vector<OutgoingMessage> messages;
-  for (int i = 0; i < batch; ++i) messages.push_back({make_payload(payload, i), {}, {}, {}});
+  for (int i = 0; i < batch; ++i) messages.emplace_back().payload = make_payload(payload, i);
   return run_threads(1, [&](int, Latencies& lat) {
     std::uint64_t n = 0;
     while (n < static_cast<std::uint64_t>(rows)) {

@@ -57,8 +57,8 @@ int run_demo(const Globals& g, const DemoArgs& a) {
   std::vector<OutgoingMessage> batch;
   batch.reserve(a.messages);
   for (int i = 0; i < a.messages; ++i) {
-    batch.push_back({fmt::format("{{\"order\":{},\"amount_cents\":{}}}", i + 1, (i * 37) % 10000),
-                     std::nullopt, Micros{0}, std::nullopt});
+    batch.emplace_back().payload =
+        fmt::format("{{\"order\":{},\"amount_cents\":{}}}", i + 1, (i * 37) % 10000);
   }
   auto start = std::chrono::steady_clock::now();
   std::vector<std::uint64_t> ids = producer.send_batch(a.topic, batch);

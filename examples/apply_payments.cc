@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
     }
 
     std::size_t applied = 0;
-    txmq::ProcessOptions options{.max_messages = 100, .wait = std::chrono::seconds(2)};
+    txmq::ProcessOptions options;
+    options.max_messages = 100;
+    options.wait = std::chrono::seconds(2);
     // Each call: claim up to 100 payments, apply them, acknowledge them, commit. A handler that
     // throws (a malformed payment) rolls back its batch; after the topic's max attempts the
     // payment goes to the dead-letter table, where `txmq dead list payments` shows it.
