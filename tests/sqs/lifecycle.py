@@ -22,7 +22,10 @@ import urllib.error
 import urllib.request
 
 import boto3
+import botocore.auth
+import botocore.awsrequest
 import botocore.config
+import botocore.credentials
 import botocore.exceptions
 
 TXMQ = sys.argv.pop(1) if len(sys.argv) > 1 else "build/txmq"
@@ -152,6 +155,50 @@ class Lifecycle(unittest.TestCase):
             self.assertIn(expect, r.stderr, args)
             self.assertNotIn("oksecret", r.stderr)
             self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+
+    def test_txmq_send_message_batch_sends_10000_in_one_transaction(self):
+        s = Serve()
+        try:
+            sqs = s.client()
+            url = sqs.create_queue(QueueName="lifecycle-big")["QueueUrl"]
+
+            def call(entries):
+                body = json.dumps({"QueueUrl": url, "Entries": entries})
+                request = botocore.awsrequest.AWSRequest(
+                    method="POST", url=s.url + "/", data=body,
+                    headers={"X-Amz-Target": "Txmq.SendMessageBatch",
+                             "Content-Type": "application/x-amz-json-1.0"})
+                botocore.auth.SigV4Auth(botocore.credentials.Credentials("any", "any"), "sqs",
+                                        "us-east-1").add_auth(request)
+                prepared = request.prepare()
+                r = urllib.request.Request(prepared.url, data=body.encode(), method="POST",
+                                           headers=dict(prepared.headers))
+                try:
+                    with urllib.request.urlopen(r, timeout=120) as answer:
+                        return answer.status, answer.headers, json.loads(answer.read())
+                except urllib.error.HTTPError as e:
+                    return e.code, e.headers, json.loads(e.read())
+
+            entries = [{"Id": f"m{i}", "MessageBody": f"message {i}"} for i in range(10000)]
+            status, headers, out = call(entries)
+            self.assertEqual(status, 200, out)
+            self.assertEqual(len(out["Successful"]), 10000)
+            self.assertEqual(out["Failed"], [])
+            self.assertTrue(headers["Content-Type"].startswith("application/x-amz-json-1.0"))
+            count = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+                "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+            self.assertEqual(count, "10000")
+            # All or nothing: one bad entry refuses the request, in JSON, and sends nothing.
+            entries[5000]["MessageBody"] = "bad \u0000 body"
+            status, headers, out = call(entries)
+            self.assertEqual(status, 400)
+            self.assertEqual(out["__type"], "com.amazonaws.sqs#InvalidMessageContents")
+            self.assertEqual(headers["x-amzn-query-error"], "InvalidMessageContents;Sender")
+            count = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+                "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+            self.assertEqual(count, "10000")
+        finally:
+            s.stop()
 
     def test_healthz_follows_the_database(self):
         s = Serve()
