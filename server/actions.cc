@@ -26,10 +26,6 @@ constexpr std::string_view kDedupIdAttribute = "AWS.SQS.MessageDeduplicationId";
 constexpr std::string_view kTraceHeaderAttribute = "AWS.SQS.AWSTraceHeader";
 constexpr std::string_view kSystemPrefix = "AWS.SQS.";
 constexpr auto kAttemptIdsKeptFor = std::chrono::minutes(5);
-// Group commit: drains of one topic's single sends (or deletes) that may run at once. One: two
-// measured slower on 2 cores (txmq bench --only serve: SendMessage at 16 clients 0.58-0.62x of
-// raw INSERT with one, 0.51-0.54x with two), the cost being CPU, not commits.
-constexpr int kDrains = 1;
 
 std::int64_t epoch_ms(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -558,41 +554,16 @@ void SqsService::send_message(const std::shared_ptr<Call>& call) {
 }
 
 void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {
-  {
-    std::lock_guard lock(sends_.mutex);
-    sends_.waiting[topic].push_back(std::move(pending));
-    // Enough drains run: one of them will take it.
-    if (int& running = sends_.running[topic]; running < kDrains) {
-      ++running;
-    } else {
-      return;
-    }
-  }
-  drain_sends(topic);
+  if (sends_.add(topic, std::move(pending))) drain_sends(topic);
 }
 
 // Group commit: the first sender of a topic sends, in one transaction, every single send that
 // arrived for it meanwhile, and again until none is left; a failed batch is retried one message
 // at a time, so that one message's error stays its own.
 void SqsService::drain_sends(const std::string& topic) {
-  constexpr std::size_t kMaxGroup = 500;
   for (;;) {
-    std::vector<PendingSend> group;
-    {
-      std::lock_guard lock(sends_.mutex);
-      auto& waiting = sends_.waiting[topic];
-      if (waiting.empty()) {
-        if (--sends_.running[topic] == 0) {
-          sends_.waiting.erase(topic);
-          sends_.running.erase(topic);
-        }
-        return;
-      }
-      while (!waiting.empty() && group.size() < kMaxGroup) {
-        group.push_back(std::move(waiting.front()));
-        waiting.pop_front();
-      }
-    }
+    std::vector<PendingSend> group = sends_.next(topic);
+    if (group.empty()) return;
     std::vector<OutgoingMessage> messages;
     messages.reserve(group.size());
     for (auto& p : group) messages.push_back(std::move(p.message));
@@ -897,38 +868,14 @@ void SqsService::delete_message(const std::shared_ptr<Call>& call) {
 }
 
 void SqsService::enqueue_delete(const std::string& topic, PendingDelete pending) {
-  {
-    std::lock_guard lock(deletes_.mutex);
-    deletes_.waiting[topic].push_back(std::move(pending));
-    if (int& running = deletes_.running[topic]; running < kDrains) {
-      ++running;
-    } else {
-      return;
-    }
-  }
-  drain_deletes(topic);
+  if (deletes_.add(topic, std::move(pending))) drain_deletes(topic);
 }
 
 // Group commit of deletes, as drain_sends: Client::ack settles a batch of receipts together.
 void SqsService::drain_deletes(const std::string& topic) {
-  constexpr std::size_t kMaxGroup = 500;
   for (;;) {
-    std::vector<PendingDelete> group;
-    {
-      std::lock_guard lock(deletes_.mutex);
-      auto& waiting = deletes_.waiting[topic];
-      if (waiting.empty()) {
-        if (--deletes_.running[topic] == 0) {
-          deletes_.waiting.erase(topic);
-          deletes_.running.erase(topic);
-        }
-        return;
-      }
-      while (!waiting.empty() && group.size() < kMaxGroup) {
-        group.push_back(std::move(waiting.front()));
-        waiting.pop_front();
-      }
-    }
+    std::vector<PendingDelete> group = deletes_.next(topic);
+    if (group.empty()) return;
     std::vector<std::string> receipts;
     receipts.reserve(group.size());
     for (auto& p : group) receipts.push_back(p.receipt);

@@ -105,11 +105,39 @@ class SqsService {
     std::string receipt;
     std::function<void(Settle outcome, std::exception_ptr error)> done;
   };
+  // Calls waiting for a topic's next group commit. One drain at a time per topic: two measured
+  // slower on 2 cores (txmq bench --only serve: SendMessage at 16 clients 0.58-0.62x of raw
+  // INSERT with one, 0.51-0.54x with two), the cost being CPU, not commits.
   template <typename Pending>
   struct Batches {
+    // Queues a call; true when the caller must drain the topic (no drain runs for it).
+    bool add(const std::string& topic, Pending pending) {
+      std::lock_guard lock(mutex);
+      waiting[topic].push_back(std::move(pending));
+      return running.insert(topic).second;
+    }
+    // The calls to settle together next (up to 500); empty when none is left, which ends the
+    // caller's drain.
+    std::vector<Pending> next(const std::string& topic) {
+      std::lock_guard lock(mutex);
+      std::vector<Pending> group;
+      auto it = waiting.find(topic);
+      if (it == waiting.end() || it->second.empty()) {
+        if (it != waiting.end()) waiting.erase(it);
+        running.erase(topic);
+        return group;
+      }
+      while (!it->second.empty() && group.size() < 500) {
+        group.push_back(std::move(it->second.front()));
+        it->second.pop_front();
+      }
+      return group;
+    }
+
+   private:
     std::mutex mutex;
     std::map<std::string, std::deque<Pending>, std::less<>> waiting;
-    std::map<std::string, int, std::less<>> running;  // drains under way, per topic
+    std::set<std::string, std::less<>> running;
   };
   void enqueue_send(const std::string& topic, PendingSend pending);
   void drain_sends(const std::string& topic);

@@ -34,22 +34,6 @@ Message message_from_row(Row& row) {
 
 namespace {
 
-// Deletes messages past the topic's retention (in the claim's transaction, which holds their
-// locks) and moves their keys on; returns the keyed messages moved in.
-std::vector<std::uint64_t> delete_expired(Connection& c, const TopicTables& t,
-                                          std::vector<Param> ids) {
-  const std::size_t n = in_list_size(ids.size());
-  pad_ids(ids, 0, n);
-  Result deleted = c.execute(
-      fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
-      ids);
-  std::vector<std::string> keys;
-  for (Row& row : deleted.rows) {
-    if (!row.null(0)) keys.push_back(row.take_bytes(0));
-  }
-  return finish_keyed(c, t, keys);
-}
-
 // One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
 // scan hint on (skipping rows other claimers hold), moves those past max_attempts to the
 // dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the time
@@ -92,7 +76,8 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           result.dead_lettered = dead_ids.size() + expired_ids.size();
           if (!dead_ids.empty()) result.promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
           if (!expired_ids.empty()) {
-            std::vector<std::uint64_t> moved_in = delete_expired(c, t, std::move(expired_ids));
+            // Kept longer than the topic keeps messages: deleted, their keys moved on.
+            std::vector<std::uint64_t> moved_in = delete_finished(c, t, std::move(expired_ids));
             result.promoted.insert(result.promoted.end(), moved_in.begin(), moved_in.end());
           }
           if (live.empty()) {

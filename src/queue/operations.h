@@ -75,6 +75,11 @@ std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
                                                 const TopicInfo& topic, const TopicTables& t,
                                                 std::vector<Param> ids);
 
+// Deletes the given rows from the queue table and moves their keys on (finish_keyed), inside the
+// caller's transaction, which holds their locks; returns the keyed messages moved in.
+std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
+                                           std::vector<Param> ids);
+
 // After a commit that made messages claimable: wakes up to `count` waiting consumers
 // (waiting.cc), this client's at once and others' from a background thread. Never throws: the
 // commit succeeded, whatever happens here.

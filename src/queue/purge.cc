@@ -34,9 +34,9 @@ std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
                                  t.queue, t.parked),
                      {});
   });
-  const Row& row = bounds.rows.at(0);
-  const std::uint64_t last_id = row.null(0) ? 0 : row.u64(0);
-  const std::uint64_t last_park_id = row.null(1) ? 0 : row.u64(1);
+  const Row& highest = bounds.rows.at(0);
+  const std::uint64_t last_id = highest.null(0) ? 0 : highest.u64(0);
+  const std::uint64_t last_park_id = highest.null(1) ? 0 : highest.u64(1);
   std::uint64_t total = 0;
   for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
     n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {

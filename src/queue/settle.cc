@@ -63,6 +63,13 @@ std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
                   t.dead, t.queue, placeholders(n)),
       ids);
   }
+  return delete_finished(c, t, std::move(ids));
+}
+
+std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
+                                           std::vector<Param> ids) {
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
   Result deleted = c.execute(
       fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
       ids);
