@@ -37,8 +37,7 @@ std::vector<OutgoingMessage> batch_lines(std::string_view data) {
   while (start < data.size()) {
     std::size_t nl = data.find('\n', start);
     if (nl == std::string_view::npos) nl = data.size();
-    messages.push_back(
-        {std::string(data.substr(start, nl - start)), std::nullopt, Micros{0}, std::nullopt});
+    messages.emplace_back().payload = std::string(data.substr(start, nl - start));
     start = nl + 1;
   }
   return messages;

@@ -108,8 +108,10 @@ class Client {
   // Long polling without a thread per receiver, for servers that hold many receives at once.
   // Calls `wake` at most once, from a thread of the client's, when messages may have become
   // claimable in the group: a send to it was announced by any client, or the group's waiter
-  // (one per topic and group, as receive's) found claimable messages. The caller then claims
-  // with receive (wait 0) and subscribes again when that found nothing. `wake` must return
+  // (one per topic and group, as receive's) found claimable messages. Subscribe first, then
+  // claim with receive (wait 0): a send committed after that claim looked wakes the
+  // subscription (subscribing only after an empty claim could miss a send in between, until
+  // the waiter's next look about a second later). `wake` must return
   // quickly and not call back into the client. Destroying the Subscription before `wake` ran
   // cancels it; after it returns, `wake` is not called.
   class Subscription {

@@ -252,10 +252,12 @@ TEST(Subscribe, TheWakeReceiveResubscribeLoopDrainsMessagesSentOneByOne) {
     std::vector<bool> seen(kMessages, false);
     Signal woken;
     while (received.load() < kMessages && SteadyClock::now() < deadline) {
+      // Subscribed before the claim looks, so that a send committed after the look wakes it
+      // (subscribing after an empty claim would miss a send in between, until the waiter's look).
+      const int before = woken.count();
+      Client::Subscription subscription = c->subscribe(topic, "", [&] { woken.raise(); });
       std::vector<Message> got = c->receive(topic, {.max_messages = 10});
       if (got.empty()) {
-        const int before = woken.count();
-        Client::Subscription subscription = c->subscribe(topic, "", [&] { woken.raise(); });
         woken.wait_past(before, 1s);  // past deadline checks only; a wake-up comes far sooner
         continue;
       }
