@@ -68,7 +68,13 @@ void SqsService::reload_credentials() {
 }
 
 void SqsService::shutdown() {
-  if (stopping_.exchange(true)) return;
+  {
+    // Under the lock that handle() posts under: every request posted before this runs before
+    // join() returns, and none is posted after it (it would never run, and its connection would
+    // wait for an answer forever).
+    std::lock_guard lock(posting_mutex_);
+    if (stopping_.exchange(true)) return;
+  }
   std::set<std::shared_ptr<Poll>> polls;
   {
     std::lock_guard lock(polls_mutex_);
@@ -80,6 +86,14 @@ void SqsService::shutdown() {
 
 void SqsService::handle(HttpRequest&& request, Responder respond) {
   counters_.requests.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(posting_mutex_);
+  if (stopping_) {
+    HttpResponse r;
+    r.status = 503;
+    r.body = "txmq serve is stopping\n";
+    respond(std::move(r));
+    return;
+  }
   if (request.method() == http::verb::get &&
       (request.target() == "/healthz" || request.target() == "/health")) {
     asio::post(workers_, [this, respond = std::move(respond)]() mutable { health(respond); });

@@ -152,6 +152,7 @@ class SqsService {
   std::mutex credentials_mutex_;
   std::shared_ptr<const Credentials> credentials_;  // null: no --credentials
   Counters counters_;
+  std::mutex posting_mutex_;  // handle() posts and shutdown() stops under it
   std::atomic<bool> stopping_{false};
   std::mutex polls_mutex_;
   std::set<std::shared_ptr<Poll>> polls_;

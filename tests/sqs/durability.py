@@ -102,6 +102,12 @@ class Harness:
             status = self.serve.wait(30)
         except subprocess.TimeoutExpired:
             self.problems.append(f"txmq serve did not exit within 30 s of SIGTERM ({why})")
+            # Where it hangs: every thread's stack, for the log.
+            if shutil.which("gdb"):
+                stacks = subprocess.run(["gdb", "-p", str(self.serve.pid), "-batch", "-ex",
+                                         "thread apply all bt"], capture_output=True, text=True,
+                                        timeout=120)
+                print(stacks.stdout[-20000:], flush=True)
             self.serve.kill()
             self.serve.wait()
             return
