@@ -1,10 +1,12 @@
 #include "server/wire.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <map>
 
-#include <fmt/format.h>
+#include "server/digests.h"
 
 namespace txmq::server {
 namespace {
@@ -20,7 +22,10 @@ struct ErrorSpec {
   bool sender;
 };
 
-// From botocore's SQS models (the Query model's error traits) and SQS's common errors.
+// From SQS's service models: the Query model's error traits (botocore 1.29) and the JSON model's
+// awsQueryError traits (Smithy model, 2025), which add InvalidAddress, InvalidSecurity,
+// RequestThrottled, ResourceNotFoundException, the KMS errors, and give ReceiptHandleIsInvalid
+// 404; then SQS's common errors (the API reference's CommonErrors), which have no shape.
 constexpr ErrorSpec kErrors[] = {
     {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", 400, true},
     {"QueueNameExists", "QueueAlreadyExists", 400, true},
@@ -38,8 +43,18 @@ constexpr ErrorSpec kErrors[] = {
     {"InvalidAttributeName", "InvalidAttributeName", 400, true},
     {"InvalidAttributeValue", "InvalidAttributeValue", 400, true},
     {"InvalidMessageContents", "InvalidMessageContents", 400, true},
-    {"ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 400, true},
+    {"ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404, true},
     {"InvalidIdFormat", "InvalidIdFormat", 400, true},
+    {"InvalidAddress", "InvalidAddress", 404, true},
+    {"RequestThrottled", "RequestThrottled", 403, true},
+    {"ResourceNotFoundException", "ResourceNotFoundException", 404, true},
+    {"KmsAccessDenied", "KMS.AccessDeniedException", 400, true},
+    {"KmsDisabled", "KMS.DisabledException", 400, true},
+    {"KmsInvalidKeyUsage", "KMS.InvalidKeyUsageException", 400, true},
+    {"KmsInvalidState", "KMS.InvalidStateException", 400, true},
+    {"KmsNotFound", "KMS.NotFoundException", 400, true},
+    {"KmsOptInRequired", "KMS.OptInRequired", 403, true},
+    {"KmsThrottled", "KMS.ThrottlingException", 400, true},
     {"InvalidParameterValue", "InvalidParameterValue", 400, true},
     {"MissingParameter", "MissingParameter", 400, true},
     {"MissingAction", "MissingAction", 400, true},
@@ -54,7 +69,15 @@ constexpr ErrorSpec kErrors[] = {
     {"IncompleteSignature", "IncompleteSignature", 400, true},
     {"RequestExpired", "RequestExpired", 400, true},
     {"InvalidSecurity", "InvalidSecurity", 403, true},
+    {"InvalidQueryParameter", "InvalidQueryParameter", 400, true},
+    {"InvalidParameterCombination", "InvalidParameterCombination", 400, true},
+    {"AccessDeniedException", "AccessDeniedException", 400, true},
+    {"NotAuthorized", "NotAuthorized", 400, true},
+    {"OptInRequired", "OptInRequired", 403, true},
+    {"ThrottlingException", "ThrottlingException", 400, true},
+    {"ValidationError", "ValidationError", 400, true},
     {"InternalError", "InternalError", 500, false},
+    {"InternalFailure", "InternalFailure", 500, false},
     {"ServiceUnavailable", "ServiceUnavailable", 503, false},
 };
 
@@ -179,11 +202,14 @@ const std::map<std::string_view, std::vector<Member>>& actions() {
         {"VisibilityTimeout", "VisibilityTimeout", Kind::kInteger}}},
       {"ChangeMessageVisibilityBatch",
        {{"QueueUrl", "QueueUrl", Kind::kString},
-        {"Entries", "ChangeMessageVisibilityBatchRequestEntry", Kind::kEntries, {}, {},
+        {"Entries",
+         "ChangeMessageVisibilityBatchRequestEntry",
+         Kind::kEntries,
+         {},
+         {},
          &kVisibilityEntry}}},
       {"TagQueue",
        {{"QueueUrl", "QueueUrl", Kind::kString},
-        {"Tags", "Tags", Kind::kStringMap, "Key", "Value"},
         {"Tags", "Tag", Kind::kStringMap, "Key", "Value"}}},
       {"UntagQueue",
        {{"QueueUrl", "QueueUrl", Kind::kString}, {"TagKeys", "TagKey", Kind::kStringList}}},
@@ -225,15 +251,14 @@ void convert(const std::vector<Member>& members, const Node& from, json& to) {
         break;
       }
       case Kind::kStringMap: {
-        json& map = to[std::string(m.json)];
-        if (!map.is_object()) map = json::object();
+        json& map = to[std::string(m.json)] = json::object();
         for (const Node* item : node->numbered()) {
           const Node* k = item->child(m.key);
           const Node* v = item->child(m.value);
           if (k == nullptr) {
-            throw SqsError::of("MissingParameter",
-                               fmt::format("The request must contain the parameter {}.N.{}.",
-                                           m.query, m.key));
+            throw SqsError::of(
+                "MissingParameter",
+                fmt::format("The request must contain the parameter {}.N.{}.", m.query, m.key));
           }
           map[k->value] = v == nullptr ? "" : v->value;
         }
@@ -244,9 +269,9 @@ void convert(const std::vector<Member>& members, const Node& from, json& to) {
         for (const Node* item : node->numbered()) {
           const Node* k = item->child("Name");
           if (k == nullptr) {
-            throw SqsError::of("MissingParameter",
-                               fmt::format("The request must contain the parameter {}.N.Name.",
-                                           m.query));
+            throw SqsError::of(
+                "MissingParameter",
+                fmt::format("The request must contain the parameter {}.N.Name.", m.query));
           }
           json value = json::object();
           if (const Node* v = item->child("Value")) {
@@ -394,8 +419,8 @@ SqsError::SqsError(std::string code_, std::string query_code_, std::string messa
 SqsError SqsError::of(std::string_view code, std::string message) {
   for (const ErrorSpec& e : kErrors) {
     if (e.code == code || e.query_code == code) {
-      return SqsError(std::string(e.code), std::string(e.query_code), std::move(message),
-                      e.status, e.sender);
+      return SqsError(std::string(e.code), std::string(e.query_code), std::move(message), e.status,
+                      e.sender);
     }
   }
   return SqsError(std::string(code), std::string(code), std::move(message), 400, true);
@@ -426,9 +451,8 @@ json query_input(std::string_view action,
                  const std::vector<std::pair<std::string, std::string>>& params) {
   auto it = actions().find(action);
   if (it == actions().end()) {
-    throw SqsError::of("InvalidAction",
-                       fmt::format("The action {} is not valid for this endpoint.",
-                                   std::string(action).substr(0, 64)));
+    throw SqsError::of("InvalidAction", fmt::format("The action {} is not valid for this endpoint.",
+                                                    std::string(action).substr(0, 64)));
   }
   Node root;
   for (const auto& [name, value] : params) {
@@ -454,7 +478,7 @@ std::string query_response_xml(std::string_view action, const json& output,
   // Actions without output (DeleteQueue, DeleteMessage, ...) have no Result element.
   static const std::vector<std::string_view> kNoResult = {
       "DeleteQueue", "DeleteMessage", "PurgeQueue", "SetQueueAttributes", "ChangeMessageVisibility",
-      "TagQueue", "UntagQueue"};
+      "TagQueue",    "UntagQueue"};
   if (std::find(kNoResult.begin(), kNoResult.end(), action) == kNoResult.end()) {
     out += fmt::format("<{}Result>", action);
     write_members(out, action, output);
@@ -486,16 +510,44 @@ JsonErrorReply json_error(const SqsError& error) {
 std::string xml_escape(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 16);
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      case '\r': out += "&#xD;"; break;
-      default: out += c;
+  while (!text.empty()) {
+    // Characters XML 1.0 cannot carry (controls, invalid UTF-8, U+FFFE/U+FFFF) become U+FFFD so
+    // that the document stays well-formed; bodies never have them (SQS's character rule), error
+    // messages quoting a client's bytes may.
+    const std::size_t bad = invalid_body_character(text).value_or(text.size());
+    for (char c : text.substr(0, bad)) {
+      switch (c) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        case '\'':
+          out += "&apos;";
+          break;
+        case '\r':
+          out += "&#xD;";
+          break;
+        default:
+          out += c;
+      }
     }
+    if (bad == text.size()) break;
+    out += "\xEF\xBF\xBD";
+    // Skip the offending byte and the continuation bytes that belong to it.
+    std::size_t skip = 1;
+    while (skip < 4 && bad + skip < text.size() &&
+           (static_cast<unsigned char>(text[bad + skip]) & 0xc0) == 0x80) {
+      ++skip;
+    }
+    text.remove_prefix(bad + skip);
   }
   return out;
 }

@@ -4,13 +4,12 @@
 // (nlohmann::json); this file turns Query-protocol requests into those inputs and outputs into
 // Query XML, and writes errors in each protocol's shape. The shapes follow botocore's SQS model
 // (2012-11-05: the Query protocol's flattened lists and maps, and the JSON protocol's names).
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace txmq::server {
 
@@ -52,7 +51,8 @@ struct JsonErrorReply {
 JsonErrorReply json_error(const SqsError& error);
 
 // XML character data and attribute values: & < > " ' escaped, and \r as &#xD; so that it
-// survives an XML parser's line-end normalisation.
+// survives an XML parser's line-end normalisation. A character outside SQS's (and XML's) set,
+// or a byte that is not UTF-8, becomes U+FFFD.
 std::string xml_escape(std::string_view text);
 
 }  // namespace txmq::server
