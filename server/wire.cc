@@ -1,10 +1,10 @@
 #include "server/wire.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <charconv>
 #include <map>
+
+#include <fmt/format.h>
 
 #include "server/digests.h"
 

@@ -4,12 +4,13 @@
 // (nlohmann::json); this file turns Query-protocol requests into those inputs and outputs into
 // Query XML, and writes errors in each protocol's shape. The shapes follow botocore's SQS model
 // (2012-11-05: the Query protocol's flattened lists and maps, and the JSON protocol's names).
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace txmq::server {
 

@@ -1,13 +1,13 @@
 // The SQS wire formats and digests of txmq serve (server/wire.h, server/digests.h).
-#include "server/wire.h"
-
-#include <gtest/gtest.h>
+#include <map>
+#include <sstream>
 
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
-#include <sstream>
+#include <gtest/gtest.h>
 
 #include "server/digests.h"
+#include "server/wire.h"
 
 namespace txmq::server {
 namespace {
