@@ -121,13 +121,25 @@ class Lifecycle(unittest.TestCase):
             with open(path, "a") as f:
                 f.write("\nAKIDSECOND secondsecret\n")
             s.proc.send_signal(signal.SIGHUP)
-            time.sleep(1)
-            s.client("AKIDSECOND", "secondsecret").list_queues()
+            deadline = time.monotonic() + 20  # a loaded machine may take a moment
+            while True:
+                try:
+                    s.client("AKIDSECOND", "secondsecret").list_queues()
+                    break
+                except botocore.exceptions.ClientError:
+                    self.assertLess(time.monotonic(), deadline, "SIGHUP did not load the key")
+                    time.sleep(0.2)
             with open(path, "w") as f:
                 f.write("AKIDTHIRD\n")  # malformed: the keys stay
             s.proc.send_signal(signal.SIGHUP)
-            time.sleep(1)
-            s.client("AKIDSECOND", "secondsecret").list_queues()
+            deadline = time.monotonic() + 20  # a loaded machine may take a moment
+            while True:
+                try:
+                    s.client("AKIDSECOND", "secondsecret").list_queues()
+                    break
+                except botocore.exceptions.ClientError:
+                    self.assertLess(time.monotonic(), deadline, "SIGHUP did not load the key")
+                    time.sleep(0.2)
         finally:
             s.proc.send_signal(signal.SIGTERM)
             self.assertEqual(s.proc.wait(15), 0)
