@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
@@ -116,12 +117,18 @@ struct Server::Impl {
     http.shutdown([&closed] { closed.set_value(); });
     service.shutdown();
     closed.get_future().wait();
+    keep_running.reset();
     io.stop();
     for (auto& t : threads) t.join();
   }
 
   const tcp::endpoint endpoint;
   asio::io_context io;
+  // Keeps the io threads running until stop() has seen every connection close: once the
+  // acceptor is closed, a moment with no operation pending (a long poll's timer cancelled,
+  // its answer not yet posted) would otherwise end io.run() and strand the answer.
+  asio::executor_work_guard<asio::io_context::executor_type> keep_running =
+      asio::make_work_guard(io);
   Client client;
   SqsService service;
   HttpServer http;
