@@ -35,7 +35,13 @@ txmq_build() {
 txmq_install_sqs_node() {
   local dir="$1"
   [ -f "$dir/node_modules/@aws-sdk/client-sqs/package.json" ] && return 0
-  command -v npm >/dev/null || { echo "txmq: npm is needed for the JSON-protocol SQS tests" >&2; return 1; }
+  if ! command -v npm >/dev/null; then  # a fresh Debian 12: its own Node.js and npm
+    echo "txmq: installing nodejs and npm for the JSON-protocol SQS tests" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
   echo "txmq: installing @aws-sdk/client-sqs into $dir" >&2
   mkdir -p "$dir"
   npm install --prefix "$dir" --no-audit --no-fund --loglevel=error @aws-sdk/client-sqs@3 >/dev/null

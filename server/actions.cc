@@ -261,6 +261,31 @@ json failed_entry(const std::string& id, const SqsError& e) {
   return {{"Id", id}, {"SenderFault", e.sender_fault}, {"Code", e.code}, {"Message", e.what()}};
 }
 
+// A listing's MaxResults and NextToken (the base64 of the last name of the page before).
+struct Page {
+  bool paged = false;      // MaxResults given: then a NextToken says there is more
+  std::size_t limit = 1000;
+  std::string after;       // list names after this one
+};
+
+Page page_of(const json& input) {
+  Page page;
+  if (const auto max = int_member(input, "MaxResults")) {
+    if (*max < 1 || *max > 1000) {
+      fail("InvalidParameterValue", "Value for parameter MaxResults is invalid. Reason: Must be "
+                                    "between 1 and 1000, if provided.");
+    }
+    page.paged = true;
+    page.limit = static_cast<std::size_t>(*max);
+  }
+  if (std::string token = string_member(input, "NextToken", false); !token.empty()) {
+    auto decoded = base64_decode(token);
+    if (!decoded) fail("InvalidParameterValue", "Invalid NextToken value.");
+    page.after = std::move(*decoded);
+  }
+  return page;
+}
+
 std::string queue_name_of_url(std::string_view url) {
   while (!url.empty() && url.back() == '/') url.remove_suffix(1);
   const std::size_t slash = url.rfind('/');
@@ -295,27 +320,16 @@ json SqsService::get_queue_url(Call& c) {
 
 json SqsService::list_queues(Call& c) {
   const std::string prefix = string_member(c.input, "QueueNamePrefix", false);
-  const auto max = int_member(c.input, "MaxResults");
-  if (max && (*max < 1 || *max > 1000)) {
-    fail("InvalidParameterValue", "Value for parameter MaxResults is invalid. Reason: Must be "
-                                  "between 1 and 1000, if provided.");
-  }
-  std::string after;
-  if (std::string token = string_member(c.input, "NextToken", false); !token.empty()) {
-    auto decoded = base64_decode(token);
-    if (!decoded) fail("InvalidParameterValue", "Invalid NextToken value.");
-    after = *decoded;
-  }
-  const std::size_t limit = max ? static_cast<std::size_t>(*max) : 1000;
+  const Page page = page_of(c.input);
   // One more than asked: whether there is a next page.
-  std::vector<std::string> names = catalog_.list(prefix, after, limit + 1);
+  std::vector<std::string> names = catalog_.list(prefix, page.after, page.limit + 1);
   json out = json::object();
-  const bool more = names.size() > limit;
-  if (more) names.resize(limit);
+  const bool more = names.size() > page.limit;
+  if (more) names.resize(page.limit);
   json urls = json::array();
   for (const auto& n : names) urls.push_back(queue_url(c, n));
   if (!urls.empty()) out["QueueUrls"] = std::move(urls);
-  if (more && max) out["NextToken"] = base64_encode(names.back());
+  if (more && page.paged) out["NextToken"] = base64_encode(names.back());
   return out;
 }
 
@@ -403,7 +417,7 @@ json SqsService::untag_queue(Call& c) {
 }
 
 json SqsService::list_queue_tags(Call& c) {
-  auto q = catalog_.get(queue_of(c)->name);
+  auto q = queue_of(c);
   json out = json::object();
   if (!q->tags.empty()) out["Tags"] = q->tags;
   return out;
@@ -411,24 +425,13 @@ json SqsService::list_queue_tags(Call& c) {
 
 json SqsService::list_dead_letter_source_queues(Call& c) {
   auto q = queue_of(c);
-  const auto max = int_member(c.input, "MaxResults");
-  if (max && (*max < 1 || *max > 1000)) {
-    fail("InvalidParameterValue", "Value for parameter MaxResults is invalid. Reason: Must be "
-                                  "between 1 and 1000, if provided.");
-  }
-  std::string after;
-  if (std::string token = string_member(c.input, "NextToken", false); !token.empty()) {
-    auto decoded = base64_decode(token);
-    if (!decoded) fail("InvalidParameterValue", "Invalid NextToken value.");
-    after = *decoded;
-  }
-  const std::size_t limit = max ? static_cast<std::size_t>(*max) : 1000;
+  const Page page = page_of(c.input);
   json urls = json::array();
   std::string last;
   bool more = false;
   for (const auto& n : catalog_.dead_letter_sources(q->name)) {
-    if (n <= after) continue;
-    if (urls.size() == limit) {
+    if (n <= page.after) continue;
+    if (urls.size() == page.limit) {
       more = true;
       break;
     }
@@ -436,7 +439,7 @@ json SqsService::list_dead_letter_source_queues(Call& c) {
     last = n;
   }
   json out = {{"queueUrls", urls}};
-  if (more && max) out["NextToken"] = base64_encode(last);
+  if (more && page.paged) out["NextToken"] = base64_encode(last);
   return out;
 }
 

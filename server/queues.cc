@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -21,11 +20,6 @@ constexpr std::int64_t kMaxRetentionSeconds = 3660LL * 24 * 3600;
 // Room in a topic's max_payload_bytes for the system attributes the server stores with a
 // message (its dedup id, trace header); SQS's own size rule is checked by the server.
 constexpr std::size_t kSystemAttributeRoom = 2048;
-
-const std::set<std::string, std::less<>> kReadOnly = {
-    "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-    "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp",
-    "QueueArn"};
 
 std::optional<std::int64_t> integer(std::string_view text) {
   std::int64_t v = 0;
@@ -336,9 +330,7 @@ std::map<std::string, std::string> QueueCatalog::checked(
           bad_value(key, "sourceQueueArns goes with redrivePermission byQueue, and only with it");
         }
       }
-    } else if (kReadOnly.contains(key)) {
-      fail("InvalidAttributeName", fmt::format("Unknown Attribute {}.", key));
-    } else {
+    } else {  // the read-only ones (QueueArn, the counters, ...) included, as SQS answers
       fail("InvalidAttributeName", fmt::format("Unknown Attribute {}.", key));
     }
     out[key] = value;
