@@ -343,14 +343,16 @@ json SqsService::get_queue_attributes(Call& c) {
   auto q = queue_of(c);
   std::vector<std::string> names = string_list(c.input, "AttributeNames");
   const bool all = std::find(names.begin(), names.end(), "All") != names.end();
+  std::shared_ptr<const QueueInfo> source;
+  if (q->source_queue) source = catalog_.find(*q->source_queue);
   std::map<std::string, std::string> values =
-      effective_attributes(*q, options_.region, options_.account);
+      effective_attributes(*q, options_.region, options_.account, source.get());
   const bool counts =
       all || std::any_of(names.begin(), names.end(), [](const std::string& n) {
         return n.starts_with("ApproximateNumberOfMessages");
       });
   if (counts) {
-    const TopicStats s = client_.stats(q->topic);
+    const TopicStats s = client_.stats(q->topic, q->group);
     values["ApproximateNumberOfMessages"] = std::to_string(s.ready + s.waiting_on_key);
     values["ApproximateNumberOfMessagesNotVisible"] = std::to_string(s.in_flight);
     values["ApproximateNumberOfMessagesDelayed"] = std::to_string(s.delayed);
@@ -366,7 +368,8 @@ json SqsService::get_queue_attributes(Call& c) {
         "ApproximateNumberOfMessagesDelayed", "DelaySeconds", "ReceiveMessageWaitTimeSeconds",
         "RedrivePolicy", "FifoQueue", "ContentBasedDeduplication", "KmsMasterKeyId",
         "KmsDataKeyReusePeriodSeconds", "DeduplicationScope", "FifoThroughputLimit",
-        "RedriveAllowPolicy", "SqsManagedSseEnabled"};
+        "RedriveAllowPolicy", "SqsManagedSseEnabled", std::string(kSourceQueueAttribute),
+        std::string(kConsumerGroupAttribute), std::string(kGroupStartAttribute)};
     for (const auto& n : names) {
       if (!kKnown.contains(n)) fail("InvalidAttributeName", fmt::format("Unknown Attribute {}.", n));
       if (auto it = values.find(n); it != values.end()) attributes[n] = it->second;
@@ -389,8 +392,9 @@ json SqsService::set_queue_attributes(Call& c) {
 
 json SqsService::purge_queue(Call& c) {
   auto q = queue_of(c);
-  client_.purge(q->topic);
-  if (q->fifo) client_.forget_dedup_keys(q->topic);
+  client_.purge(q->topic, q->group);
+  // Deduplication is the topic's, on sending: a group queue's purge leaves the source's.
+  if (q->fifo && !q->source_queue) client_.forget_dedup_keys(q->topic);
   {
     std::lock_guard lock(attempts_mutex_);
     for (auto it = receive_attempts_.begin(); it != receive_attempts_.end();) {
@@ -446,6 +450,15 @@ json SqsService::list_dead_letter_source_queues(Call& c) {
 // --- Sending ---------------------------------------------------------------------------------------
 
 namespace {
+
+// A consumer group cannot be sent to alone: a send reaches every group of the topic.
+void check_sendable(const QueueInfo& q) {
+  if (!q.source_queue) return;
+  fail("UnsupportedOperation",
+       fmt::format("Queue {} is a consumer-group queue of {}: send to {}, and every one of its "
+                   "consumer-group queues receives the message.",
+                   q.name, *q.source_queue, *q.source_queue));
+}
 
 // One message of SendMessage or a batch entry, checked against SQS's rules and the queue's
 // settings; returns the message to send.
@@ -547,6 +560,7 @@ json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
 
 void SqsService::send_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);
+  check_sendable(*q);
   OutgoingMessage m = outgoing(call->input, *q);
   auto message = std::make_shared<OutgoingMessage>(m);
   enqueue_send(q->topic, {std::move(m), [this, call, q, message](std::uint64_t id,
@@ -593,6 +607,7 @@ void SqsService::drain_sends(const std::string& topic) {
 
 json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
   auto q = queue_of(c);
+  check_sendable(*q);
   const json& entries = batch_entries(c.input, max_entries);
   std::size_t total = 0;
   for (const auto& e : entries) {
@@ -705,6 +720,7 @@ void SqsService::receive_message(const std::shared_ptr<Call>& call) {
   auto poll = std::make_shared<Poll>(call, io_);
   poll->queue = q;
   poll->options.max_messages = static_cast<int>(int_in(in, "MaxNumberOfMessages", 1, 10, 1));
+  poll->options.group = q->group;
   const std::int64_t visibility = int_in(in, "VisibilityTimeout", 0, 43200, q->visibility_timeout);
   poll->options.lease = std::max<Micros>(std::chrono::milliseconds(1), std::chrono::seconds(visibility));
   const std::int64_t wait = int_in(in, "WaitTimeSeconds", 0, 20, q->wait_seconds);
@@ -757,7 +773,7 @@ void SqsService::try_claim(const std::shared_ptr<Poll>& poll) {
     Client::Subscription fresh;
     std::vector<Message> got;
     try {
-      fresh = client_.subscribe(poll->queue->topic, {}, [this, weak] {
+      fresh = client_.subscribe(poll->queue->topic, poll->queue->group, [this, weak] {
         auto p = weak.lock();
         if (!p) return;
         {

@@ -56,6 +56,14 @@ std::int64_t now_seconds() {
 
 std::string to_json(const std::map<std::string, std::string>& m) { return json(m).dump(); }
 
+void check_tags(const std::map<std::string, std::string>& tags) {
+  for (const auto& [k, v] : tags) {
+    if (k.empty() || k.size() > 128 || v.size() > 256) {
+      fail("InvalidParameterValue", "Tag keys are 1 to 128 characters, values up to 256");
+    }
+  }
+}
+
 std::map<std::string, std::string> from_json(const std::string& text) {
   return json::parse(text).get<std::map<std::string, std::string>>();
 }
@@ -86,6 +94,8 @@ void read_settings(QueueInfo& q) {
   q.deduplication_per_group = scope != a.end() && scope->second == "messageGroup";
   q.dead_letter_queue.reset();
   q.max_receive_count = 0;
+  q.source_queue.reset();
+  if (auto it = a.find(std::string(kSourceQueueAttribute)); it != a.end()) q.source_queue = it->second;
   if (auto rp = a.find("RedrivePolicy"); rp != a.end() && !rp->second.empty()) {
     const json p = json::parse(rp->second);
     const std::string arn = p.at("deadLetterTargetArn").get<std::string>();
@@ -96,9 +106,39 @@ void read_settings(QueueInfo& q) {
   }
 }
 
+namespace {
+
+// The attributes a consumer-group queue has of its own; the others are its source's topic's.
+bool own_attribute_of_group_queue(std::string_view name) {
+  return name == "VisibilityTimeout" || name == "ReceiveMessageWaitTimeSeconds" ||
+         name == "Policy" || name == "KmsMasterKeyId" || name == "KmsDataKeyReusePeriodSeconds" ||
+         name == "SqsManagedSseEnabled" || name == kSourceQueueAttribute ||
+         name == kConsumerGroupAttribute || name == kGroupStartAttribute;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> effective_attributes(const QueueInfo& q,
                                                         std::string_view region,
-                                                        std::string_view account) {
+                                                        std::string_view account,
+                                                        const QueueInfo* source) {
+  if (q.source_queue && source) {
+    // The source's topic settings (its RedrivePolicy included: dead letters of every group go
+    // to the same target), then what the group queue has of its own.
+    std::map<std::string, std::string> out = effective_attributes(*source, region, account);
+    out.erase("RedriveAllowPolicy");  // a group queue is never a dead-letter target
+    std::erase_if(out, [](const auto& kv) { return own_attribute_of_group_queue(kv.first); });
+    QueueInfo own = q;
+    std::erase_if(own.attributes,
+                  [](const auto& kv) { return !own_attribute_of_group_queue(kv.first); });
+    for (auto& [k, v] : effective_attributes(own, region, account)) {
+      if (own_attribute_of_group_queue(k) || k == "QueueArn" || k == "CreatedTimestamp" ||
+          k == "LastModifiedTimestamp") {
+        out[k] = std::move(v);
+      }
+    }
+    return out;
+  }
   std::map<std::string, std::string> out = {
       {"DelaySeconds", "0"},
       {"MaximumMessageSize", std::to_string(1 << 20)},
@@ -151,14 +191,37 @@ QueueCatalog::QueueCatalog(Client& client, std::string region, std::string accou
           "CREATE TABLE IF NOT EXISTS txmq_sqs_queues ("
           " name VARBINARY(80) NOT NULL PRIMARY KEY,"
           " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+          " consumer_group VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',"
           " fifo TINYINT UNSIGNED NOT NULL,"
           " attributes MEDIUMTEXT NOT NULL,"
           " tags MEDIUMTEXT NOT NULL,"
           " created_at BIGINT NOT NULL,"
           " modified_at BIGINT NOT NULL,"
-          " UNIQUE KEY (topic)"
+          " UNIQUE KEY topic (topic, consumer_group)"
           ") ENGINE=InnoDB");
     });
+  }
+  // A catalog made before consumer-group queues gains their column (servers starting together:
+  // the one that loses the race finds the column there).
+  for (int round = 0;; ++round) {
+    try {
+      client_.transact([](Transaction& t) {
+        t.execute("SELECT consumer_group FROM txmq_sqs_queues LIMIT 0");
+      });
+      break;
+    } catch (const Error& e) {
+      if (e.server_errno() != 1054 || round > 0) throw;  // ER_BAD_FIELD_ERROR: add it
+    }
+    try {
+      client_.transact([](Transaction& t) {
+        t.execute(
+            "ALTER TABLE txmq_sqs_queues ADD COLUMN consumer_group VARCHAR(48) CHARACTER SET "
+            "ascii COLLATE ascii_bin NOT NULL DEFAULT '' AFTER topic, DROP INDEX topic, ADD "
+            "UNIQUE KEY topic (topic, consumer_group)");
+      });
+    } catch (const Error& e) {
+      if (e.server_errno() != 1060) throw;  // ER_DUP_FIELDNAME: another server added it
+    }
   }
 }
 
@@ -191,8 +254,8 @@ std::shared_ptr<const QueueInfo> QueueCatalog::load(std::string_view name) {
   std::shared_ptr<QueueInfo> q;
   client_.transact([&](Transaction& t) {
     SqlResult r = t.execute(
-        "SELECT topic, fifo, attributes, tags, created_at, modified_at FROM txmq_sqs_queues "
-        "WHERE name = ?",
+        "SELECT topic, fifo, attributes, tags, created_at, modified_at, consumer_group FROM "
+        "txmq_sqs_queues WHERE name = ?",
         {name});
     q.reset();
     if (r.rows.empty()) return;
@@ -204,6 +267,7 @@ std::shared_ptr<const QueueInfo> QueueCatalog::load(std::string_view name) {
     q->tags = from_json(r.rows[0].as_string(3));
     q->created_at = r.rows[0].as_int(4);
     q->modified_at = r.rows[0].as_int(5);
+    q->group = r.rows[0].as_string(6);
   });
   if (q) read_settings(*q);
   std::lock_guard lock(mutex_);
@@ -235,10 +299,54 @@ void QueueCatalog::forget(std::string_view name) {
 
 std::map<std::string, std::string> QueueCatalog::checked(
     const std::map<std::string, std::string>& attributes, bool fifo, bool creating,
-    std::string_view name) {
+    std::string_view name, bool group_queue) {
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : attributes) {
-    if (key == "DelaySeconds") {
+    if (group_queue && key != "FifoQueue" && !own_attribute_of_group_queue(key)) {
+      fail("InvalidAttributeName",
+           fmt::format("Attribute {} of a consumer-group queue is its source queue's topic "
+                       "setting: set it on the source queue.",
+                       key));
+    }
+    if (key == kSourceQueueAttribute || key == kConsumerGroupAttribute ||
+        key == kGroupStartAttribute) {
+      if (!creating) {
+        fail("InvalidAttributeName",
+             fmt::format("Attribute {} is given when the queue is created and cannot change.",
+                         key));
+      }
+      if (!group_queue) {
+        fail("InvalidAttributeName",
+             fmt::format("Attribute {} goes with {}: a consumer-group queue names its source "
+                         "queue.",
+                         key, kSourceQueueAttribute));
+      }
+      if (key == kSourceQueueAttribute) {
+        // A name, or the ARN of a queue of this account and region.
+        std::string source = value;
+        if (value.starts_with("arn:")) {
+          auto n = name_of_arn(value, region_, account_);
+          if (!n) bad_value(key, "the source queue must be a queue of this account and region");
+          source = *n;
+        }
+        out[key] = source;
+        continue;
+      }
+      if (key == kConsumerGroupAttribute) {
+        const bool ok = !value.empty() && value.size() <= 48 && value[0] >= 'a' &&
+                        value[0] <= 'z' && std::all_of(value.begin(), value.end(), [](char c) {
+                          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                        });
+        if (!ok) bad_value(key, "a txmq group name: 1 to 48 of a-z, 0-9 and _, starting with a letter");
+        if (value == "default") {
+          bad_value(key, "group default is the source queue's own: name another group");
+        }
+      }
+      if (key == kGroupStartAttribute && value != "now" && value != "earliest") {
+        bad_value(key, "must be now (messages sent from now on) or earliest (also the messages "
+                       "the topic retains)");
+      }
+    } else if (key == "DelaySeconds") {
       check_range(key, value, 0, kMaxDelaySeconds);
     } else if (key == "MaximumMessageSize") {
       check_range(key, value, 1024, 1 << 20);
@@ -300,6 +408,10 @@ std::map<std::string, std::string> QueueCatalog::checked(
           bad_value(key, "Dead-letter queue must be the same type of queue as the source queue");
         }
         if (*target == name) bad_value(key, "A queue cannot be its own dead-letter queue");
+        if (dlq->source_queue) {
+          bad_value(key, "A consumer-group queue cannot be a dead-letter target: name a queue "
+                         "of its own");
+        }
         if (auto allow = dlq->attributes.find("RedriveAllowPolicy");
             allow != dlq->attributes.end()) {
           const json a = json::parse(allow->second);
@@ -364,12 +476,11 @@ std::shared_ptr<const QueueInfo> QueueCatalog::create(
          "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
          "underscores, must end with .fifo suffix and be 1 to 80 in length");
   }
-  const std::map<std::string, std::string> wanted = checked(attributes, fifo, true, name);
-  for (const auto& [k, v] : tags) {
-    if (k.empty() || k.size() > 128 || v.size() > 256) {
-      fail("InvalidParameterValue", "Tag keys are 1 to 128 characters, values up to 256");
-    }
+  if (attributes.contains(std::string(kSourceQueueAttribute))) {
+    return create_group_queue(name, attributes, tags);
   }
+  const std::map<std::string, std::string> wanted = checked(attributes, fifo, true, name, false);
+  check_tags(tags);
   QueueInfo fresh;
   fresh.name = std::string(name);
   fresh.topic = topic_of(name);
@@ -387,8 +498,15 @@ std::shared_ptr<const QueueInfo> QueueCatalog::create(
   });
   forget(name);
   auto existing = get(name);
+  check_same(*existing, wanted);
+  make_topic(*existing);
+  return existing;
+}
+
+void QueueCatalog::check_same(const QueueInfo& existing,
+                              const std::map<std::string, std::string>& wanted) {
   // Equal values for the attributes given (SQS compares what the request names).
-  const auto current = effective_attributes(*existing, region_, account_);
+  const auto current = effective_attributes(existing, region_, account_);
   for (const auto& [k, v] : wanted) {
     auto it = current.find(k);
     if (it == current.end() || it->second != v) {
@@ -398,14 +516,88 @@ std::shared_ptr<const QueueInfo> QueueCatalog::create(
                        k));
     }
   }
-  make_topic(*existing);
+  if (existing.source_queue.has_value() != wanted.contains(std::string(kSourceQueueAttribute))) {
+    fail("QueueAlreadyExists",
+         fmt::format("A queue already exists with the same name and a different value for "
+                     "attribute {}",
+                     kSourceQueueAttribute));
+  }
+}
+
+std::shared_ptr<const QueueInfo> QueueCatalog::create_group_queue(
+    std::string_view name, std::map<std::string, std::string> attributes,
+    const std::map<std::string, std::string>& tags) {
+  const bool fifo = name.ends_with(".fifo");
+  std::map<std::string, std::string> wanted = checked(attributes, fifo, true, name, true);
+  check_tags(tags);
+  const std::string source_name = wanted.at(std::string(kSourceQueueAttribute));
+  const std::string key(kSourceQueueAttribute);
+  if (source_name == name) bad_value(key, "a queue cannot be its own source");
+  auto source = find(source_name);
+  if (!source) bad_value(key, fmt::format("the source queue {} does not exist", source_name));
+  if (source->source_queue) {
+    bad_value(key, fmt::format("{} is itself a consumer-group queue: name the queue it reads ({})",
+                               source_name, *source->source_queue));
+  }
+  if (source->fifo != fifo) {
+    bad_value(key, "a consumer-group queue is a FIFO queue (.fifo) when its source is one, and "
+                   "only then");
+  }
+  // By default the group is named after the queue as topics are: servers agree on it.
+  wanted.try_emplace(std::string(kConsumerGroupAttribute), topic_of(name));
+  const std::string group = wanted.at(std::string(kConsumerGroupAttribute));
+  const std::int64_t now = now_seconds();
+  client_.transact([&](Transaction& t) {
+    // Shares the source's row lock with DeleteQueue of the source, which looks for group
+    // queues under an exclusive one: a group queue is never left without its topic.
+    SqlResult r = t.execute(
+        "SELECT topic FROM txmq_sqs_queues WHERE name = ? AND consumer_group = '' LOCK IN SHARE "
+        "MODE",
+        {source_name});
+    if (r.rows.empty() || r.rows[0].as_string(0) != source->topic) {
+      bad_value(key, fmt::format("the source queue {} does not exist", source_name));
+    }
+    t.execute(
+        "INSERT IGNORE INTO txmq_sqs_queues (name, topic, consumer_group, fifo, attributes, "
+        "tags, created_at, modified_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        {name, source->topic, group, fifo ? 1 : 0, to_json(wanted), to_json(tags), now, now});
+  });
+  forget(name);
+  auto existing = find(name);
+  if (!existing) {  // the unique (topic, group) refused it
+    std::string other;
+    client_.transact([&](Transaction& t) {
+      SqlResult r = t.execute(
+          "SELECT name FROM txmq_sqs_queues WHERE topic = ? AND consumer_group = ?",
+          {source->topic, group});
+      other = r.rows.empty() ? "" : r.rows[0].as_string(0);
+    });
+    bad_value(std::string(kConsumerGroupAttribute),
+              fmt::format("group {} of {} is read by queue {} already", group, source_name, other));
+  }
+  check_same(*existing, wanted);
+  if (existing->topic != source->topic) {
+    fail("QueueAlreadyExists",
+         fmt::format("A queue already exists with the same name and a different value for "
+                     "attribute {}",
+                     key));
+  }
+  const bool earliest = existing->attributes.contains(std::string(kGroupStartAttribute)) &&
+                        existing->attributes.at(std::string(kGroupStartAttribute)) == "earliest";
+  try {
+    client_.create_group(existing->topic, existing->group,
+                         earliest ? GroupStart::kEarliest : GroupStart::kNow);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kNotFound) throw;
+    fail("QueueDoesNotExist", "The source queue was deleted meanwhile.");
+  }
   return existing;
 }
 
 void QueueCatalog::set_attributes(std::string_view name,
                                   const std::map<std::string, std::string>& attributes) {
   auto q = get(name);
-  const auto changes = checked(attributes, q->fifo, false, name);
+  const auto changes = checked(attributes, q->fifo, false, name, q->source_queue.has_value());
   QueueInfo updated = *q;
   for (const auto& [k, v] : changes) {
     if (v.empty() && (k == "RedrivePolicy" || k == "RedriveAllowPolicy" || k == "Policy")) {
@@ -421,22 +613,19 @@ void QueueCatalog::set_attributes(std::string_view name,
               {to_json(updated.attributes), updated.modified_at, name});
   });
   forget(name);
-  make_topic(updated);
+  // A consumer-group queue's own attributes are the server's (receive defaults): no topic change.
+  if (!updated.source_queue) make_topic(updated);
 }
 
 void QueueCatalog::set_tags(std::string_view name, const std::map<std::string, std::string>& add,
                             const std::vector<std::string>& remove) {
   get(name);
+  check_tags(add);
   client_.transact([&](Transaction& t) {
     SqlResult r = t.execute("SELECT tags FROM txmq_sqs_queues WHERE name = ? FOR UPDATE", {name});
     if (r.rows.empty()) fail("QueueDoesNotExist", "The specified queue does not exist.");
     auto tags = from_json(r.rows[0].as_string(0));
-    for (const auto& [k, v] : add) {
-      if (k.empty() || k.size() > 128 || v.size() > 256) {
-        fail("InvalidParameterValue", "Tag keys are 1 to 128 characters, values up to 256");
-      }
-      tags[k] = v;
-    }
+    for (const auto& [k, v] : add) tags[k] = v;
     for (const auto& k : remove) tags.erase(k);
     if (tags.size() > 50) fail("InvalidParameterValue", "Too many tags: a queue has up to 50");
     t.execute("UPDATE txmq_sqs_queues SET tags = ? WHERE name = ?", {to_json(tags), name});
@@ -454,14 +643,39 @@ void QueueCatalog::remove(std::string_view name) {
   }
   // The row first: a queue whose row is gone does not exist, whatever is left of its topic.
   client_.transact([&](Transaction& t) {
+    if (!q->source_queue) {
+      // Locks the topic's rows (and the gap after them) against a group queue being created.
+      SqlResult r = t.execute(
+          "SELECT name FROM txmq_sqs_queues WHERE topic = ? AND consumer_group <> '' ORDER BY "
+          "name FOR UPDATE",
+          {q->topic});
+      if (!r.rows.empty()) {
+        fail("InvalidParameterValue",
+             fmt::format("Queue {} is the source of consumer-group queue {}: delete that first",
+                         name, r.rows[0].as_string(0)));
+      }
+    }
     t.execute("DELETE FROM txmq_sqs_queues WHERE name = ?", {name});
   });
   forget(name);
   try {
-    client_.drop_topic(q->topic);
+    if (q->source_queue) client_.drop_group(q->topic, q->group);
+    else client_.drop_topic(q->topic);
   } catch (const Error& e) {
     if (e.code() != Errc::kNotFound) throw;
   }
+}
+
+std::vector<std::string> QueueCatalog::group_queues(std::string_view topic) {
+  std::vector<std::string> names;
+  client_.transact([&](Transaction& t) {
+    SqlResult r = t.execute(
+        "SELECT name FROM txmq_sqs_queues WHERE topic = ? AND consumer_group <> '' ORDER BY name",
+        {topic});
+    names.clear();
+    for (const auto& row : r.rows) names.push_back(row.as_string(0));
+  });
+  return names;
 }
 
 std::vector<std::string> QueueCatalog::list(std::string_view prefix, std::string_view after,
@@ -487,7 +701,8 @@ std::optional<std::string> QueueCatalog::name_of_topic(std::string_view topic) {
   }
   std::optional<std::string> name;
   client_.transact([&](Transaction& t) {
-    SqlResult r = t.execute("SELECT name FROM txmq_sqs_queues WHERE topic = ?", {topic});
+    SqlResult r = t.execute(
+        "SELECT name FROM txmq_sqs_queues WHERE topic = ? AND consumer_group = ''", {topic});
     name.reset();
     if (!r.rows.empty()) name = r.rows[0].as_string(0);
   });

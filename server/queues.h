@@ -5,6 +5,11 @@
 // topic that holds its messages, the SQS attributes as they were set, and its tags. A queue's
 // topic name is derived from its SQS name alone ("sqs_" + a lower-cased form + "_" + 12 hex
 // digits of its SHA-256), so that servers creating the same queue at once agree on it.
+//
+// A consumer-group queue (CreateQueue with TxmqSourceQueue) reads a consumer group of another
+// queue's topic: every message sent to the source queue reaches the source queue and each of its
+// group queues, each receiving and deleting on its own (the fan-out SNS gives SQS queues). Such a
+// queue shares its source's topic; its row names the group.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -21,9 +26,18 @@
 
 namespace txmq::server {
 
+// txmq's own queue attributes, beyond SQS's (README, "Consumer groups as queues").
+inline constexpr std::string_view kSourceQueueAttribute = "TxmqSourceQueue";
+inline constexpr std::string_view kConsumerGroupAttribute = "TxmqConsumerGroup";
+inline constexpr std::string_view kGroupStartAttribute = "TxmqGroupStart";
+
 struct QueueInfo {
   std::string name;   // the SQS name
   std::string topic;  // the txmq topic
+  // The consumer group this queue receives for: empty ("default") for a queue of its own, the
+  // group's name for a consumer-group queue, whose source_queue names the queue it reads.
+  std::string group;
+  std::optional<std::string> source_queue;
   bool fifo = false;
   // The settable attributes as set (SQS's names, string values), without defaults.
   std::map<std::string, std::string> attributes;
@@ -44,10 +58,12 @@ struct QueueInfo {
 };
 
 // Every attribute of GetQueueAttributes "All" that is not a counter: the settable ones with
-// their defaults, then the read-only ones the catalog knows.
+// their defaults, then the read-only ones the catalog knows. A consumer-group queue shows its
+// source's topic settings (give `source`) beside its own.
 std::map<std::string, std::string> effective_attributes(const QueueInfo& queue,
                                                         std::string_view region,
-                                                        std::string_view account);
+                                                        std::string_view account,
+                                                        const QueueInfo* source = nullptr);
 std::string queue_arn(std::string_view region, std::string_view account, std::string_view name);
 // The queue name of an ARN of this region and account; nullopt for another one.
 std::optional<std::string> name_of_arn(std::string_view arn, std::string_view region,
@@ -78,6 +94,8 @@ class QueueCatalog {
   void set_attributes(std::string_view name, const std::map<std::string, std::string>& attributes);
   void set_tags(std::string_view name, const std::map<std::string, std::string>& add,
                 const std::vector<std::string>& remove);
+  // Deletes a queue; a consumer-group queue's group goes with it. Refused for a queue that is a
+  // dead-letter target or the source of consumer-group queues: delete those first.
   void remove(std::string_view name);
   // Names in order, from after `after`, with the prefix; at most `limit`.
   std::vector<std::string> list(std::string_view prefix, std::string_view after, std::size_t limit);
@@ -85,12 +103,21 @@ class QueueCatalog {
   std::optional<std::string> name_of_topic(std::string_view topic);
   // Queues whose RedrivePolicy names `target`.
   std::vector<std::string> dead_letter_sources(std::string_view target);
+  // The consumer-group queues that read `topic`.
+  std::vector<std::string> group_queues(std::string_view topic);
 
  private:
   std::shared_ptr<const QueueInfo> load(std::string_view name);
   // Checks and normalises attributes for a queue (fifo or not; creating: FifoQueue allowed).
   std::map<std::string, std::string> checked(const std::map<std::string, std::string>& attributes,
-                                             bool fifo, bool creating, std::string_view name);
+                                             bool fifo, bool creating, std::string_view name,
+                                             bool group_queue);
+  // CreateQueue of a consumer-group queue (attributes hold TxmqSourceQueue).
+  std::shared_ptr<const QueueInfo> create_group_queue(
+      std::string_view name, std::map<std::string, std::string> attributes,
+      const std::map<std::string, std::string>& tags);
+  // QueueAlreadyExists unless `existing` has the values `wanted` gives.
+  void check_same(const QueueInfo& existing, const std::map<std::string, std::string>& wanted);
   void make_topic(const QueueInfo& queue);
   void forget(std::string_view name);
 

@@ -212,6 +212,34 @@ class Lifecycle(unittest.TestCase):
         finally:
             s.stop()
 
+    def test_a_catalog_from_before_group_queues_gains_their_column(self):
+        s = Serve()
+        try:
+            s.client().create_queue(QueueName="legacy")
+        finally:
+            s.stop()
+        # Back to the catalog's first shape, with its queue in it.
+        socket = re.search(r"socket=([^&]+)", dsn()).group(1)
+        sql = ("ALTER TABLE txmq_sqs_queues DROP INDEX topic, DROP COLUMN consumer_group, "
+               "ADD UNIQUE KEY topic (topic)")
+        out = subprocess.run(["mariadb", "-uroot", "-S", socket, "txmq", "-e", sql],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        s = Serve()
+        try:
+            sqs = s.client()
+            legacy = sqs.get_queue_url(QueueName="legacy")["QueueUrl"]
+            audit = sqs.create_queue(QueueName="legacy-audit",
+                                     Attributes={"TxmqSourceQueue": "legacy"})["QueueUrl"]
+            sqs.send_message(QueueUrl=legacy, MessageBody="both")
+            for url in (legacy, audit):
+                got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])
+                self.assertEqual([m["Body"] for m in got], ["both"])
+            sqs.delete_queue(QueueUrl=audit)
+            sqs.delete_queue(QueueUrl=legacy)
+        finally:
+            s.stop()
+
     def test_healthz_follows_the_database(self):
         s = Serve()
         try:

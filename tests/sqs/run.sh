@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runs one client suite of the SQS tests against a `txmq serve` of its own:
-#   tests/sqs/run.sh TXMQ_BINARY BUILD_DIR query|cli|json
+#   tests/sqs/run.sh TXMQ_BINARY BUILD_DIR query|cli|json [ARGS for the suite's runner]
+# (e.g. `... query ConsumerGroupQueuesTest` runs one class of test_query.py).
 # The server runs on the database the usual DSN resolution gives (TXMQ_DSN, else the embedded
 # server of $TXMQ_HOME: CTest's txmq_server fixture), on a free loopback port, with a scratch
 # credentials file. The suite gets the endpoint and the keys in its environment; the machine's
@@ -8,13 +9,14 @@
 # must exit 0; on any failure it is killed by its pid.
 set -euo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 TXMQ_BINARY BUILD_DIR query|cli|json" >&2
+if [ $# -lt 3 ]; then
+  echo "usage: $0 TXMQ_BINARY BUILD_DIR query|cli|json [ARGS]" >&2
   exit 2
 fi
 TXMQ="$1"
 SQS_BUILD="$2"
 SUITE="$3"
+shift 3
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/txmq-sqs-$SUITE.XXXXXX")"
@@ -86,9 +88,9 @@ export TXMQ_SQS_UNKNOWN_KEY="AKIDTXMQNOBODY"
 
 status=0
 case "$SUITE" in
-  query) /usr/bin/python3 "$HERE/test_query.py" -v || status=$? ;;
+  query) /usr/bin/python3 "$HERE/test_query.py" -v "$@" || status=$? ;;
   cli) bash "$HERE/test_cli.sh" || status=$? ;;
-  json) TXMQ_SQS_NODE_DIR="$SQS_BUILD/sqs-node" node --test "$HERE/test_json.mjs" || status=$? ;;
+  json) TXMQ_SQS_NODE_DIR="$SQS_BUILD/sqs-node" node --test "$@" "$HERE/test_json.mjs" || status=$? ;;
   *) echo "run.sh: unknown suite '$SUITE'" >&2; status=2 ;;
 esac
 

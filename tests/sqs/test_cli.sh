@@ -69,6 +69,17 @@ sqs delete-message --queue-url "$url" --receipt-handle "$(field 'd["Messages"][0
 
 check "nothing left" "" "$(sqs receive-message --queue-url "$url" --wait-time-seconds 1)"
 
+# A consumer-group queue (txmq's own attribute): it receives every message sent to its source.
+audit_url="$(sqs create-queue --queue-name "audit-$TXMQ_SQS_PREFIX" \
+  --attributes TxmqSourceQueue="$QUEUE" | field 'd["QueueUrl"]')"
+sqs send-message --queue-url "$url" --message-body "fan-out" >/dev/null
+check "a consumer-group queue receives its source's message" "fan-out" \
+  "$(sqs receive-message --queue-url "$audit_url" --wait-time-seconds 5 | field 'd["Messages"][0]["Body"]')"
+check "and so does its source" "fan-out" \
+  "$(sqs receive-message --queue-url "$url" --wait-time-seconds 5 | field 'd["Messages"][0]["Body"]')"
+sqs delete-queue --queue-url "$audit_url"
+sqs purge-queue --queue-url "$url"
+
 check "list-queues with the prefix" "$url" \
   "$(sqs list-queues --queue-name-prefix "$QUEUE" | field '" ".join(d["QueueUrls"])')"
 

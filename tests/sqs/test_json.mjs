@@ -16,7 +16,7 @@ const {
   ChangeMessageVisibilityCommand, ListDeadLetterSourceQueuesCommand, TagQueueCommand,
   ListQueueTagsCommand, QueueDoesNotExist, QueueNameExists, InvalidBatchEntryId,
   BatchEntryIdsNotDistinct, TooManyEntriesInBatchRequest, EmptyBatchRequest,
-  InvalidMessageContents, InvalidAttributeName,
+  InvalidMessageContents, InvalidAttributeName, UnsupportedOperation,
 } = sqsSdk;
 
 const ENDPOINT = process.env.TXMQ_SQS_ENDPOINT;
@@ -118,7 +118,8 @@ async function rejectsWith(promise, name, errorClass) {
 }
 
 after(async () => {
-  for (const url of created) {
+  // Newest first: a consumer-group queue goes before its source.
+  for (const url of created.reverse()) {
     try { await sqs.send(new DeleteQueueCommand({ QueueUrl: url })); } catch { /* gone already */ }
   }
 });
@@ -335,6 +336,32 @@ describe("redrive and purge", () => {
     assert.deepEqual(await counts(url), [0, 0, 0]);
     await sleep(2500);
     assert.deepEqual(await receive(url), []);
+  });
+});
+
+describe("consumer-group queues", () => {
+  it("each group queue gets every message sent to its source, and cannot be sent to", async () => {
+    const source = await createQueue("gsrc");
+    const audit = await createQueue("gaudit", { TxmqSourceQueue: `${PREFIX}-gsrc` });
+    const billing = await createQueue("gbilling", { TxmqSourceQueue: arn(`${PREFIX}-gsrc`),
+                                                    TxmqConsumerGroup: "billing" });
+    const sent = [];
+    for (let i = 0; i < 3; i++) {
+      sent.push((await sqs.send(new SendMessageCommand({ QueueUrl: source, MessageBody: `m${i}` }))).MessageId);
+    }
+    for (const url of [source, audit, billing]) {
+      const got = await drain(url, 3);
+      assert.deepEqual(got.map((m) => m.Body).sort(), ["m0", "m1", "m2"], url);
+      assert.deepEqual(got.map((m) => m.MessageId).sort(), [...sent].sort(), url);
+    }
+    const { Attributes: a } = await sqs.send(new GetQueueAttributesCommand({
+      QueueUrl: billing, AttributeNames: ["All"] }));
+    assert.equal(a.TxmqSourceQueue, `${PREFIX}-gsrc`);
+    assert.equal(a.TxmqConsumerGroup, "billing");
+    await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: audit, MessageBody: "x" })),
+                      "UnsupportedOperation", UnsupportedOperation);
+    await rejectsWith(sqs.send(new SetQueueAttributesCommand({
+      QueueUrl: audit, Attributes: { DelaySeconds: "3" } })), "InvalidAttributeName", InvalidAttributeName);
   });
 });
 

@@ -732,6 +732,184 @@ class RedriveAndPurgeTest(SqsTestCase):
         self.assertEqual([m["Body"] for m in self.drain(url, 1)], ["second"])
 
 
+class ConsumerGroupQueuesTest(SqsTestCase):
+    """Queues that read a consumer group of another queue's topic (TxmqSourceQueue): every
+    message sent to the source reaches the source and each group queue, each deleting its own."""
+
+    def group_queue(self, suffix, source_url, fifo=False, **attributes):
+        attributes["TxmqSourceQueue"] = source_url.rsplit("/", 1)[1]
+        return self.create(suffix, fifo=fifo, attributes=attributes)
+
+    def test_every_group_queue_gets_every_message(self):
+        source = self.create("src")
+        audit = self.group_queue("audit", source)
+        billing = self.group_queue("billing", source, VisibilityTimeout="1")
+        bodies = [f"order {i}" for i in range(5)]
+        for b in bodies:
+            self.sqs.send_message(QueueUrl=source, MessageBody=b)
+        ids = {}
+        for url in (source, audit, billing):
+            got = self.drain(url, len(bodies))
+            self.assertEqual(sorted(m["Body"] for m in got), bodies, url)
+            ids[url] = sorted(m["MessageId"] for m in got)
+        # One message, one id, whichever queue received it.
+        self.assertEqual(ids[source], ids[audit])
+        self.assertEqual(ids[source], ids[billing])
+
+    def test_each_queue_keeps_its_own_messages(self):
+        source = self.create("src")
+        audit = self.group_queue("audit", source, VisibilityTimeout="1")
+        self.sqs.send_message(QueueUrl=source, MessageBody="one")
+        self.assertEqual(len(self.drain(source, 1)), 1)
+        self.assertEqual(self.counts(source), (0, 0, 0))
+        self.assertEqual(self.counts(audit), (1, 0, 0))
+        [m] = self.receive(audit, AttributeNames=["ApproximateReceiveCount"])
+        self.assertEqual(m["Attributes"]["ApproximateReceiveCount"], "1")
+        self.assertEqual(self.counts(audit), (0, 1, 0))
+        # Not deleted: visible again after the group queue's own visibility timeout (1 s).
+        [again] = self.receive(audit, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])
+        self.assertEqual(again["Body"], "one")
+        self.assertEqual(again["Attributes"]["ApproximateReceiveCount"], "2")
+        self.sqs.delete_message(QueueUrl=audit, ReceiptHandle=again["ReceiptHandle"])
+        self.assertEqual(self.counts(audit), (0, 0, 0))
+
+    def test_long_poll_of_a_group_queue_wakes_on_send(self):
+        source = self.create("src")
+        audit = self.group_queue("audit", source)
+        got = {}
+
+        def poll():
+            started = time.monotonic()
+            got["messages"] = self.sqs.receive_message(QueueUrl=audit, WaitTimeSeconds=10)
+            got["seconds"] = time.monotonic() - started
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(1)
+        self.sqs.send_message(QueueUrl=source, MessageBody="wake")
+        t.join()
+        self.assertEqual([m["Body"] for m in got["messages"]["Messages"]], ["wake"])
+        self.assertLess(got["seconds"], 5)
+
+    def test_attributes_of_a_group_queue(self):
+        source = self.create("src", attributes={"DelaySeconds": "0",
+                                                "MessageRetentionPeriod": "3600"})
+        audit = self.group_queue("audit", source, VisibilityTimeout="7")
+        a = self.sqs.get_queue_attributes(QueueUrl=audit, AttributeNames=["All"])["Attributes"]
+        self.assertEqual(a["TxmqSourceQueue"], self.name("src"))
+        self.assertTrue(a["TxmqConsumerGroup"].startswith("sqs_"), a)
+        self.assertEqual(a["VisibilityTimeout"], "7")
+        self.assertEqual(a["MessageRetentionPeriod"], "3600")  # the source's topic setting
+        self.assertEqual(a["QueueArn"], arn(self.name("audit")))
+        # Own settings change; the topic's are the source's.
+        self.sqs.set_queue_attributes(QueueUrl=audit, Attributes={"VisibilityTimeout": "9"})
+        a = self.sqs.get_queue_attributes(QueueUrl=audit,
+                                          AttributeNames=["VisibilityTimeout"])["Attributes"]
+        self.assertEqual(a, {"VisibilityTimeout": "9"})
+        self.assert_error("InvalidAttributeName", self.sqs.set_queue_attributes, QueueUrl=audit,
+                          Attributes={"DelaySeconds": "5"})
+        self.assert_error("InvalidAttributeName", self.sqs.set_queue_attributes, QueueUrl=audit,
+                          Attributes={"TxmqSourceQueue": self.name("src")})
+        # Created again with equal attributes: the same queue; with another source: refused.
+        same = self.sqs.create_queue(QueueName=self.name("audit"), Attributes={
+            "TxmqSourceQueue": self.name("src")})["QueueUrl"]
+        self.assertEqual(same, audit)
+        other = self.create("other")
+        self.assert_error("QueueAlreadyExists", self.sqs.create_queue,
+                          QueueName=self.name("audit"),
+                          Attributes={"TxmqSourceQueue": self.name("other")})
+        self.assert_error("QueueAlreadyExists", self.sqs.create_queue,
+                          QueueName=self.name("other"),
+                          Attributes={"TxmqSourceQueue": self.name("src")})
+
+    def test_named_group_and_earliest_start(self):
+        source = self.create("src")
+        self.sqs.send_message(QueueUrl=source, MessageBody="before")
+        late = self.group_queue("late", source)
+        early = self.group_queue("early", source, TxmqConsumerGroup="early_readers",
+                                 TxmqGroupStart="earliest")
+        self.sqs.send_message(QueueUrl=source, MessageBody="after")
+        self.assertEqual([m["Body"] for m in self.drain(late, 1)], ["after"])
+        self.assertEqual(sorted(m["Body"] for m in self.drain(early, 2)), ["after", "before"])
+        a = self.sqs.get_queue_attributes(QueueUrl=early, AttributeNames=["All"])["Attributes"]
+        self.assertEqual(a["TxmqConsumerGroup"], "early_readers")
+        # One queue per group.
+        self.assert_error("InvalidAttributeValue", self.sqs.create_queue,
+                          QueueName=self.name("twin"),
+                          Attributes={"TxmqSourceQueue": self.name("src"),
+                                      "TxmqConsumerGroup": "early_readers"})
+
+    def test_send_to_a_group_queue_is_refused(self):
+        source = self.create("src")
+        audit = self.group_queue("audit", source)
+        e = self.assert_error("AWS.SimpleQueueService.UnsupportedOperation",
+                              self.sqs.send_message, QueueUrl=audit, MessageBody="x")
+        self.assertIn(self.name("src"), e.response["Error"]["Message"])
+        self.assert_error("AWS.SimpleQueueService.UnsupportedOperation",
+                          self.sqs.send_message_batch, QueueUrl=audit,
+                          Entries=[{"Id": "a", "MessageBody": "x"}])
+        self.assertEqual(self.counts(source), (0, 0, 0))
+
+    def test_purge_of_a_group_queue_leaves_the_others(self):
+        source = self.create("src")
+        audit = self.group_queue("audit", source)
+        for i in range(3):
+            self.sqs.send_message(QueueUrl=source, MessageBody=f"m{i}")
+        self.sqs.purge_queue(QueueUrl=audit)
+        self.assertEqual(self.counts(audit), (0, 0, 0))
+        self.assertEqual(self.counts(source), (3, 0, 0))
+
+    def test_delete_order_and_refusals(self):
+        source = self.create("src")
+        audit = self.group_queue("audit", source)
+        self.sqs.send_message(QueueUrl=source, MessageBody="kept")
+        # The source goes last: deleting it first would take the group queue's messages.
+        e = self.assert_error("InvalidParameterValue", self.sqs.delete_queue, QueueUrl=source)
+        self.assertIn(self.name("audit"), e.response["Error"]["Message"])
+        self.assertEqual(self.counts(audit), (1, 0, 0))
+        # Not a source of another group queue, nor a dead-letter target.
+        self.assert_error("InvalidAttributeValue", self.sqs.create_queue,
+                          QueueName=self.name("nested"),
+                          Attributes={"TxmqSourceQueue": self.name("audit")})
+        policy = json.dumps({"deadLetterTargetArn": arn(self.name("audit")),
+                             "maxReceiveCount": 2})
+        self.assert_error_in(("InvalidParameterValue", "InvalidAttributeValue"),
+                             self.sqs.create_queue, QueueName=self.name("dlsrc"),
+                             Attributes={"RedrivePolicy": policy})
+        self.assert_error("InvalidAttributeValue", self.sqs.create_queue,
+                          QueueName=self.name("orphan"),
+                          Attributes={"TxmqSourceQueue": self.name("missing")})
+        self.assert_error("InvalidAttributeName", self.sqs.create_queue,
+                          QueueName=self.name("lonely"),
+                          Attributes={"TxmqConsumerGroup": "lonely"})
+        self.assert_error("InvalidAttributeName", self.sqs.create_queue,
+                          QueueName=self.name("delayed"),
+                          Attributes={"TxmqSourceQueue": self.name("src"),
+                                      "DelaySeconds": "3"})
+        self.sqs.delete_queue(QueueUrl=audit)
+        self.assert_error("AWS.SimpleQueueService.NonExistentQueue",
+                          self.sqs.get_queue_attributes, QueueUrl=audit)
+        self.assertEqual(self.counts(source), (1, 0, 0))
+        self.sqs.delete_queue(QueueUrl=source)
+
+    def test_fifo_group_queue_keeps_order_and_blocks_groups(self):
+        source = self.create("src", fifo=True,
+                             attributes={"ContentBasedDeduplication": "true"})
+        self.assert_error("InvalidAttributeValue", self.sqs.create_queue,
+                          QueueName=self.name("plain"),
+                          Attributes={"TxmqSourceQueue": self.name("src", fifo=True)})
+        audit = self.group_queue("audit", source, fifo=True)
+        for i in range(4):
+            self.sqs.send_message(QueueUrl=source, MessageBody=f"a{i}", MessageGroupId="a")
+        self.sqs.send_message(QueueUrl=source, MessageBody="a0", MessageGroupId="a")  # a dup
+        [first] = self.receive(audit, VisibilityTimeout=30)
+        self.assertEqual(first["Body"], "a0")
+        self.assertEqual(self.receive(audit, WaitTimeSeconds=0), [])  # group a is in flight
+        self.sqs.delete_message(QueueUrl=audit, ReceiptHandle=first["ReceiptHandle"])
+        rest = [m["Body"] for m in self.drain(audit, 3)]
+        self.assertEqual(rest, ["a1", "a2", "a3"])
+        self.assertEqual([m["Body"] for m in self.drain(source, 4)], ["a0", "a1", "a2", "a3"])
+
+
 class ErrorsTest(SqsTestCase):
     def test_missing_queue(self):
         missing = f"{ENDPOINT}/{ACCOUNT}/{self.name('nope')}"
