@@ -12,7 +12,8 @@
 //    client's waiting receivers. It registers its connection id in txmq_waiters (a MEMORY table:
 //    connection ids mean nothing after a server restart, when it starts empty), then runs
 //        SELECT IF(EXISTS(SELECT 1 FROM <queue> WHERE visible_at <= NOW(6)), 2, SLEEP(1))
-//    in a loop: one statement a second while idle, however many threads wait on it.
+//    in a loop, each time after renewing its registration (REPLACE, below): two statements a
+//    second while idle, however many threads wait on it.
 //  - After a sender's commit, the client's announcer thread runs
 //        DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT n RETURNING ...
 //    (one cheap statement on a tiny in-memory table; it deletes nothing when nobody waits) and
@@ -20,8 +21,17 @@
 //    announcements of concurrent senders share one such statement every 5 ms.
 //  - No wake-up is lost: the waiter registers *before* its EXISTS looks, and the sender reads
 //    the registrations *after* its commit. Either the look sees the message, or the sender sees
-//    the registration and interrupts the SLEEP (a KILL that lands between two statements is
-//    harmless too: the next statement's look comes after the commit and sees the message).
+//    the registration and interrupts the SLEEP. A KILL QUERY that lands between two statements
+//    is dropped by the server (it only interrupts a running statement), which is harmless before
+//    a look: the look comes after the commit and sees the message. But the sender also deleted
+//    the registration, and a waiter that does not know it would sleep through the next sends.
+//    So every statement that sleeps looks, but a pause after a busy look (below, at most
+//    250 ms), and each one is preceded by a REPLACE of the registration whose affected-row count
+//    tells whether a sender deleted the row meanwhile (then the waiter takes the wake-up and
+//    looks at once). A KILL can still fall between that REPLACE and the SLEEP (microseconds):
+//    then a wake-up waits for the next look. Reading the registration inside the sleeping
+//    statement would close that gap but hold the MEMORY table's lock through the SLEEP and so
+//    block every sender's announcement.
 //  - Messages that become claimable by time alone (a delay that falls due, a lease that runs
 //    out, an exactly-once transaction rolled back) and sends nobody announced (an Outbox on the
 //    application's connection, another program's INSERT) are seen by the next look: within a
@@ -38,7 +48,7 @@
 //    looking, and take wake-ups as blocked threads do (after them). A woken subscriber leaves
 //    the waiter's list and its wake function is called once, from the client's dispatcher
 //    thread; it then claims and subscribes again. So 1,000 subscriptions cost no thread and no
-//    connection each, only the waiter's one statement a second per topic and group.
+//    connection each, only the waiter's two statements a second per topic and group.
 #include "queue/waiting.h"
 
 #include <fmt/format.h>
@@ -54,10 +64,10 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr auto kLook = std::chrono::seconds(1);             // longest SLEEP between looks
 constexpr auto kLinger = std::chrono::seconds(10);          // keep watching after the last receiver
-constexpr auto kReregister = std::chrono::seconds(10);      // renew the registration this often
 constexpr auto kPollWhileUnhealthy = std::chrono::milliseconds(250);
 constexpr auto kFirstPauseAfterReady = std::chrono::milliseconds(10);
-constexpr auto kMaxPauseAfterReady = std::chrono::seconds(1);
+// Also the longest a wake-up can wait when a sender's KILL lands just before a pause's SLEEP.
+constexpr auto kMaxPauseAfterReady = std::chrono::milliseconds(250);
 constexpr unsigned kQueryInterrupted = 1317;  // ER_QUERY_INTERRUPTED: a sender's KILL QUERY
 constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the waiter went away
@@ -235,6 +245,20 @@ bool TopicWaiter::healthy() {
   return healthy_;
 }
 
+void TopicWaiter::saw_claimable() {
+  Woken woken;
+  {
+    std::lock_guard lock(mutex_);
+    if (entered_ == 0) {
+      ++generation_;
+      known_empty_ = false;
+      return;
+    }
+    wake_locked(1, woken);
+  }
+  dispatch(std::move(woken), WakeDispatcher::Kind::kWoken);
+}
+
 void TopicWaiter::set_empty(std::uint64_t generation) {
   std::lock_guard lock(mutex_);
   if (generation_ == generation) known_empty_ = true;
@@ -273,13 +297,11 @@ void TopicWaiter::run() {
   const std::string look_sql = fmt::format("SELECT IF({}, 2, SLEEP(?))", any_claimable);
   std::unique_ptr<Connection> c;
   bool registered = false;
-  SteadyClock::time_point registered_at;
   auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
       kFirstPauseAfterReady);
   std::chrono::microseconds pause_next{0};  // a plain SLEEP before the next look
   int failures = 0;
   for (;;) {
-    bool anyone_waiting = false;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) break;
@@ -288,7 +310,6 @@ void TopicWaiter::run() {
         woken_.notify_all();
         break;
       }
-      anyone_waiting = entered_ > 0;
     }
     try {
       if (!c) {
@@ -301,13 +322,20 @@ void TopicWaiter::run() {
         connection_id_ = id;
         registered = false;
       }
-      if (!registered || SteadyClock::now() - registered_at > kReregister) {
-        c->execute(
+      bool look = pause_next.count() == 0;
+      {
+        const Result replaced = c->execute(
             "REPLACE INTO txmq_waiters (connection_id, topic, registered_at) "
             "VALUES (CONNECTION_ID(), ?, NOW(6))",
             {std::string_view(topic_)});
+        // 1 row: inserted anew, so a sender deleted ours to announce and its KILL found no
+        // statement to interrupt. Take the wake-up, and look rather than pause.
+        if (registered && replaced.affected_rows == 1) {
+          notify(1);
+          pause_next = {};
+          look = true;
+        }
         registered = true;
-        registered_at = SteadyClock::now();
       }
       std::uint64_t generation;
       {
@@ -316,18 +344,14 @@ void TopicWaiter::run() {
         healthy_ = true;
       }
       failures = 0;
-      // Look only when someone waits: a look is what tells receivers "nothing to claim".
-      const bool look = pause_next.count() == 0 && anyone_waiting;
       Result r = look ? c->execute(look_sql, {seconds(kLook)})
-                      : c->execute("SELECT SLEEP(?)",
-                                   {seconds(pause_next.count() > 0 ? pause_next : kLook)});
+                      : c->execute("SELECT SLEEP(?)", {seconds(pause_next)});
       const std::int64_t outcome = r.rows.at(0).i64(0);
       if (outcome == 2) {
         // Something looks claimable. Rows locked by an exactly-once transaction look so too:
         // pause between such looks, longer each time, so that they do not spin.
-        notify(1);
-        registered = false;  // a KILL that landed between statements may have unregistered us
-        pause_next = pause_after_ready;
+        saw_claimable();
+        pause_next = pause_after_ready;  // preceded by a REPLACE that checks the registration
         pause_after_ready = std::min<std::chrono::microseconds>(pause_after_ready * 2,
                                                                 kMaxPauseAfterReady);
       } else if (outcome == 1) {  // SLEEP interrupted without an error
@@ -338,9 +362,6 @@ void TopicWaiter::run() {
         if (look) {
           set_empty(generation);
           pause_after_ready = kFirstPauseAfterReady;
-        } else if (pause_next.count() == 0) {
-          std::lock_guard lock(mutex_);
-          known_empty_ = false;  // nobody looked
         }
         pause_next = {};
       }

@@ -103,6 +103,10 @@ class TopicWaiter {
   Woken take_subscribers_locked(std::size_t n);
   void dispatch(Woken woken, WakeDispatcher::Kind kind);
   void set_empty(std::uint64_t generation);
+  // A look found something claimable: wakes one waiting receiver; with none waiting, only
+  // stops receivers from skipping their claim (a permit would wake the next one for what a
+  // receiver woken before is about to claim).
+  void saw_claimable();
   void pause(std::chrono::milliseconds how_long);
 
   const Dsn dsn_;
