@@ -99,6 +99,14 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
     asio::post(workers_, [this, respond = std::move(respond)]() mutable { health(respond); });
     return;
   }
+  if (options_.web) {
+    std::shared_ptr<const Credentials> credentials;
+    {
+      std::lock_guard credentials_lock(credentials_mutex_);
+      credentials = credentials_;
+    }
+    if (options_.web(request, respond, credentials)) return;
+  }
   auto call = std::make_shared<Call>();
   call->request = std::move(request);
   call->respond = std::move(respond);

@@ -37,6 +37,13 @@ struct ServiceOptions {
   int workers = 16;
   // Where errors are logged, one line each (never a secret).
   std::function<void(std::string_view)> log;
+  // Requests that are not SQS API calls (the dashboard, /metrics): called on an HTTP thread for
+  // every request before the SQS dispatch, with the credentials in force (null without
+  // --credentials); returns true when it took the request, which it then answers through
+  // `respond` (posting any work that blocks to threads of its own).
+  std::function<bool(HttpRequest& request, Responder& respond,
+                     const std::shared_ptr<const Credentials>& credentials)>
+      web;
 };
 
 struct Counters {
