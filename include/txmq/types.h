@@ -161,7 +161,7 @@ struct ReceiveOptions {
   // Lease length; default: the topic's.
   std::optional<Micros> lease;
   // When nothing is claimable, wait up to this long (at most 1 hour) for a message. Waiting costs
-  // the server about two statements per second per waiting process, whatever the number of
+  // the server about one statement per second per waiting process, whatever the number of
   // waiting threads; a committed send wakes a waiting consumer at once (README, "Long polling").
   Micros wait{0};
   // The consumer group to claim for; empty: "default".

@@ -12,26 +12,25 @@
 //    client's waiting receivers. It registers its connection id in txmq_waiters (a MEMORY table:
 //    connection ids mean nothing after a server restart, when it starts empty), then runs
 //        SELECT IF(EXISTS(SELECT 1 FROM <queue> WHERE visible_at <= NOW(6)), 2, SLEEP(1))
-//    in a loop, each time after renewing its registration (REPLACE, below): two statements a
-//    second while idle, however many threads wait on it.
+//    in a loop: one statement a second while idle, however many threads wait on it.
 //  - After a sender's commit, the client's announcer thread runs
 //        DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT n RETURNING ...
-//    (one cheap statement on a tiny in-memory table; it deletes nothing when nobody waits) and
-//    KILL QUERY on each connection returned: up to one waiter per message made claimable. The
-//    announcements of concurrent senders share one such statement every 5 ms.
+//    (one cheap statement on a tiny in-memory table; it deletes nothing when nobody waits),
+//    KILL QUERY on each connection returned, and puts their registrations back at the end of
+//    the order: up to one waiter per message made claimable, the least recently woken first,
+//    and two senders never pick the same one. The announcements of concurrent senders share
+//    one such round every 5 ms.
 //  - No wake-up is lost: the waiter registers *before* its EXISTS looks, and the sender reads
 //    the registrations *after* its commit. Either the look sees the message, or the sender sees
-//    the registration and interrupts the SLEEP. A KILL QUERY that lands between two statements
-//    is dropped by the server (it only interrupts a running statement), which is harmless before
-//    a look: the look comes after the commit and sees the message. But the sender also deleted
-//    the registration, and a waiter that does not know it would sleep through the next sends.
-//    So every statement that sleeps looks, but a pause after a busy look (below, at most
-//    250 ms), and each one is preceded by a REPLACE of the registration whose affected-row count
-//    tells whether a sender deleted the row meanwhile (then the waiter takes the wake-up and
-//    looks at once). A KILL can still fall between that REPLACE and the SLEEP (microseconds):
-//    then a wake-up waits for the next look. Reading the registration inside the sleeping
-//    statement would close that gap but hold the MEMORY table's lock through the SLEEP and so
-//    block every sender's announcement.
+//    the registration and interrupts the SLEEP. A KILL QUERY that lands between two of the
+//    waiter's statements is dropped by the server (it only interrupts a running statement):
+//    that is harmless before a look, which comes after the commit and sees the message, so the
+//    waiter looks in every statement that sleeps, whether or not someone waits (a look that
+//    finds something while nobody waits wakes no one), but a pause after a busy look (below),
+//    which is at most 250 ms. And the sender puts the registration back itself: when the
+//    waiter's own re-registration had to follow a KILL it never saw, the waiter used to sleep
+//    through the next sends, unregistered, until a look found them (up to a second; 4 of
+//    1,000 wake-ups under ASan).
 //  - Messages that become claimable by time alone (a delay that falls due, a lease that runs
 //    out, an exactly-once transaction rolled back) and sends nobody announced (an Outbox on the
 //    application's connection, another program's INSERT) are seen by the next look: within a
@@ -48,7 +47,7 @@
 //    looking, and take wake-ups as blocked threads do (after them). A woken subscriber leaves
 //    the waiter's list and its wake function is called once, from the client's dispatcher
 //    thread; it then claims and subscribes again. So 1,000 subscriptions cost no thread and no
-//    connection each, only the waiter's two statements a second per topic and group.
+//    connection each, only the waiter's one statement a second per topic and group.
 #include "queue/waiting.h"
 
 #include <fmt/format.h>
@@ -68,6 +67,7 @@ constexpr auto kPollWhileUnhealthy = std::chrono::milliseconds(250);
 constexpr auto kFirstPauseAfterReady = std::chrono::milliseconds(10);
 // Also the longest a wake-up can wait when a sender's KILL lands just before a pause's SLEEP.
 constexpr auto kMaxPauseAfterReady = std::chrono::milliseconds(250);
+constexpr auto kReregister = std::chrono::seconds(10);      // renew the registration this often
 constexpr unsigned kQueryInterrupted = 1317;  // ER_QUERY_INTERRUPTED: a sender's KILL QUERY
 constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the waiter went away
@@ -297,6 +297,7 @@ void TopicWaiter::run() {
   const std::string look_sql = fmt::format("SELECT IF({}, 2, SLEEP(?))", any_claimable);
   std::unique_ptr<Connection> c;
   bool registered = false;
+  SteadyClock::time_point registered_at;
   auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
       kFirstPauseAfterReady);
   std::chrono::microseconds pause_next{0};  // a plain SLEEP before the next look
@@ -322,20 +323,13 @@ void TopicWaiter::run() {
         connection_id_ = id;
         registered = false;
       }
-      bool look = pause_next.count() == 0;
-      {
-        const Result replaced = c->execute(
+      if (!registered || SteadyClock::now() - registered_at > kReregister) {
+        c->execute(
             "REPLACE INTO txmq_waiters (connection_id, topic, registered_at) "
             "VALUES (CONNECTION_ID(), ?, NOW(6))",
             {std::string_view(topic_)});
-        // 1 row: inserted anew, so a sender deleted ours to announce and its KILL found no
-        // statement to interrupt. Take the wake-up, and look rather than pause.
-        if (registered && replaced.affected_rows == 1) {
-          notify(1);
-          pause_next = {};
-          look = true;
-        }
         registered = true;
+        registered_at = SteadyClock::now();
       }
       std::uint64_t generation;
       {
@@ -344,6 +338,8 @@ void TopicWaiter::run() {
         healthy_ = true;
       }
       failures = 0;
+      // Every statement that sleeps looks, but a pause: see the top of this file.
+      const bool look = pause_next.count() == 0;
       Result r = look ? c->execute(look_sql, {seconds(kLook)})
                       : c->execute("SELECT SLEEP(?)", {seconds(pause_next)});
       const std::int64_t outcome = r.rows.at(0).i64(0);
@@ -351,7 +347,7 @@ void TopicWaiter::run() {
         // Something looks claimable. Rows locked by an exactly-once transaction look so too:
         // pause between such looks, longer each time, so that they do not spin.
         saw_claimable();
-        pause_next = pause_after_ready;  // preceded by a REPLACE that checks the registration
+        pause_next = pause_after_ready;
         pause_after_ready = std::min<std::chrono::microseconds>(pause_after_ready * 2,
                                                                 kMaxPauseAfterReady);
       } else if (outcome == 1) {  // SLEEP interrupted without an error
@@ -567,10 +563,12 @@ void Waiters::wake_waiters(Connection& c, const std::string& topic, std::size_t 
         "RETURNING connection_id",
         {std::string_view(topic), static_cast<std::int64_t>(wanted)});
     std::size_t gone = 0;
+    std::vector<Param> woken;
     for (const Row& row : r.rows) {
       try {
         // An id the server gave out, not user input.
         c.query(fmt::format("KILL QUERY {}", row.u64(0)));
+        woken.push_back(row.u64(0));
       } catch (const Error& e) {
         if (e.server_errno() == kNoSuchThread) {
           ++gone;
@@ -585,6 +583,21 @@ void Waiters::wake_waiters(Connection& c, const std::string& topic, std::size_t 
           throw;
         }
       }
+    }
+    if (!woken.empty()) {
+      // Back at the end of the order: a KILL that lands between two of the waiter's statements
+      // is dropped, and a waiter that does not know it was woken must stay registered. (IGNORE:
+      // the waiter may have registered again already.)
+      std::string rows;
+      std::vector<Param> params;
+      for (const Param& id : woken) {
+        rows += rows.empty() ? "(?, ?, NOW(6))" : ", (?, ?, NOW(6))";
+        params.push_back(id);
+        params.push_back(std::string_view(topic));
+      }
+      c.execute("INSERT IGNORE INTO txmq_waiters (connection_id, topic, registered_at) VALUES " +
+                    rows,
+                params);
     }
     if (r.rows.size() < wanted) break;  // nobody else waits
     wanted = gone;
