@@ -139,6 +139,10 @@ class Client {
   // Returns how many were requeued.
   std::size_t requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids = {},
                            std::string_view group = {});
+  // Deletes the group's dead letters with these ids for good (ids that are not dead letters of
+  // the group are skipped). Empty ids: all of them. Returns how many were deleted.
+  std::size_t delete_dead(std::string_view topic, std::span<const std::uint64_t> ids = {},
+                          std::string_view group = {});
 
   // --- Consumer groups (types.h, GroupStart) ---------------------------------------------------
 

@@ -207,6 +207,10 @@ struct TopicStats {
   // The group's lag: age of its oldest unacknowledged message (ready, in flight, delayed or
   // waiting on its key); 0 when none.
   double lag_seconds = 0;
+  // Ids the group's partitions have handed out so far (InnoDB's counters): one per message sent
+  // to the topic, also for sends that rolled back, and a group created later starts from the
+  // topic's counter. Not a count of messages; its growth over time is the rate of sends.
+  std::uint64_t ids_taken = 0;
 };
 
 struct InFlightMessage {

@@ -283,6 +283,11 @@ std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::ui
   return internal::requeue_dead(impl_->queue, topic, group, ids);
 }
 
+std::size_t Client::delete_dead(std::string_view topic, std::span<const std::uint64_t> ids,
+                                std::string_view group) {
+  return internal::delete_dead(impl_->queue, topic, group, ids);
+}
+
 bool Client::create_group(std::string_view topic, std::string_view group, GroupStart start) {
   return impl_->queue.catalog.create_group(topic, group, start);
 }

@@ -43,7 +43,8 @@ auto lowest_of_group(QueueContext& q, std::string_view topic, std::string_view g
   return all;
 }
 
-TopicStats stats_of(QueueContext& q, std::string_view topic, const TopicTables& t) {
+TopicStats stats_of(QueueContext& q, std::string_view topic, const Unit& unit) {
+  const TopicTables& t = unit.tables;
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(
         fmt::format("SELECT CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
@@ -62,8 +63,18 @@ TopicStats stats_of(QueueContext& q, std::string_view topic, const TopicTables& 
         fmt::format("SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), NOW(6)) FROM {}",
                     t.parked),
         {});
+    // The id counter (InnoDB's, read live): ids start at the partition's first id.
+    Result a = c.execute(
+        "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = ?",
+        {t.queue.substr(1, t.queue.size() - 2)});
     TopicStats s;
     s.topic = std::string(topic);
+    if (!a.rows.empty() && !a.rows[0].null(0)) {
+      const std::uint64_t next = a.rows[0].u64(0);
+      const std::uint64_t first = first_id_of(unit.partition);
+      s.ids_taken = next > first ? next - first : 0;
+    }
     const Row& row = r.rows.at(0);
     s.ready = row.u64(0);
     s.in_flight = row.u64(1);
@@ -86,11 +97,12 @@ TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group
   total.topic = std::string(topic);
   total.group = std::string(group.empty() ? kDefaultGroup : group);
   for (const Unit& unit : group_units(q, topic, group)) {
-    const TopicStats s = stats_of(q, topic, unit.tables);
+    const TopicStats s = stats_of(q, topic, unit);
     total.ready += s.ready;
     total.in_flight += s.in_flight;
     total.delayed += s.delayed;
     total.dead += s.dead;
+    total.ids_taken += s.ids_taken;
     total.waiting_on_key += s.waiting_on_key;
     total.oldest_ready_age_seconds =
         std::max(total.oldest_ready_age_seconds, s.oldest_ready_age_seconds);
@@ -222,6 +234,59 @@ std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_vi
       if (partition_of(id) == unit.partition) mine.push_back(id);
     }
     if (!mine.empty()) total += requeue_in(q, topic, unit, mine);
+  }
+  return total;
+}
+
+namespace {
+
+// Deletes one partition's dead letters with the given ids (all of them when ids is empty), in
+// autocommit statements of at most kRequeueChunk rows, so that no lock is held long.
+std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const Unit& unit,
+                           std::span<const std::uint64_t> ids) {
+  const TopicTables& t = unit.tables;
+  std::size_t total = 0;
+  if (ids.empty()) {
+    for (;;) {
+      const std::size_t gone = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+        return static_cast<std::size_t>(
+            c.execute(fmt::format("DELETE FROM {} ORDER BY id LIMIT {}", t.dead, kRequeueChunk), {})
+                .affected_rows);
+      });
+      total += gone;
+      if (gone < kRequeueChunk) return total;
+    }
+  }
+  for (std::size_t from = 0; from < ids.size(); from += kRequeueChunk) {
+    const std::size_t to = std::min(ids.size(), from + kRequeueChunk);
+    std::vector<Param> wanted(ids.begin() + static_cast<std::ptrdiff_t>(from),
+                              ids.begin() + static_cast<std::ptrdiff_t>(to));
+    const std::size_t n = in_list_size(wanted.size());
+    pad_ids(wanted, 0, n);
+    total += run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
+      return static_cast<std::size_t>(
+          c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.dead, placeholders(n)), wanted)
+              .affected_rows);
+    });
+  }
+  return total;
+}
+
+}  // namespace
+
+std::size_t delete_dead(QueueContext& q, std::string_view topic, std::string_view group,
+                        std::span<const std::uint64_t> ids) {
+  std::size_t total = 0;
+  for (const Unit& unit : group_units(q, topic, group)) {
+    if (ids.empty()) {
+      total += delete_dead_in(q, topic, unit, ids);
+      continue;
+    }
+    std::vector<std::uint64_t> mine;
+    for (std::uint64_t id : ids) {
+      if (partition_of(id) == unit.partition) mine.push_back(id);
+    }
+    if (!mine.empty()) total += delete_dead_in(q, topic, unit, mine);
   }
   return total;
 }

@@ -177,6 +177,8 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
                                      std::string_view group, std::size_t limit);
 std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
                          std::span<const std::uint64_t> ids);
+std::size_t delete_dead(QueueContext& q, std::string_view topic, std::string_view group,
+                        std::span<const std::uint64_t> ids);
 
 // The archive (settle.cc): rows from from_id on, in id order; purge deletes rows past the
 // topic's retention in bounded batches and returns how many went.
