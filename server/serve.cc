@@ -12,6 +12,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
 
+#include "server/dashboard.h"
 #include "server/http.h"
 #include "server/service.h"
 
@@ -94,13 +95,23 @@ ServiceOptions service_options(const ServeOptions& options) {
   return o;
 }
 
+// The dashboard at / and /ui/ (docs/dashboard.md), ahead of the SQS dispatch.
+ServiceOptions with_dashboard(ServiceOptions o, Dashboard& dashboard) {
+  o.web = [&dashboard](HttpRequest& request, Responder& respond,
+                       const std::shared_ptr<const Credentials>& credentials) {
+    return dashboard.handle(request, respond, credentials);
+  };
+  return o;
+}
+
 }  // namespace
 
 struct Server::Impl {
   explicit Impl(const ServeOptions& options)
       : endpoint(checked_endpoint(options)),
         client(client_options(options)),
-        service(client, io, service_options(options)),
+        dashboard(client, DashboardOptions{.log = log_line}),
+        service(client, io, with_dashboard(service_options(options), dashboard)),
         http(io, endpoint, [this](HttpRequest&& r, Responder respond) {
           service.handle(std::move(r), std::move(respond));
         }) {
@@ -117,6 +128,7 @@ struct Server::Impl {
     http.shutdown([&closed] { closed.set_value(); });
     service.shutdown();
     closed.get_future().wait();
+    dashboard.stop();  // its sampler; no request reaches it once the service has stopped
     keep_running.reset();
     io.stop();
     for (auto& t : threads) t.join();
@@ -130,6 +142,7 @@ struct Server::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> keep_running =
       asio::make_work_guard(io);
   Client client;
+  Dashboard dashboard;
   SqsService service;
   HttpServer http;
   std::vector<std::thread> threads;
