@@ -453,12 +453,15 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     if (it != series.end()) {
       const Series& s = it->second;
       const Point* before = nullptr;
-      for (const Point& p : s.points) {
+      const auto add = [&](const Point& p) {
         json j = point_json(p);
         j["rates"] = before ? rates_between(*before, p) : json{{"sent", nullptr}, {"finished", nullptr}};
         points.push_back(std::move(j));
         before = &p;
-      }
+      };
+      for (const Point& p : s.points) add(p);
+      // The newest sample too, when it is newer than the ring's last: the charts end now.
+      if (!s.points.empty() && s.latest.at > s.points.back().at + 0.5) add(s.latest);
     }
     return {{"topic", topic}, {"group", group}, {"points", std::move(points)}};
   }

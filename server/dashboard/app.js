@@ -171,7 +171,9 @@
 
   // series: [{label, cls, value(point) -> number or null}]
   function lineChart(container, legend, points, now, series) {
-    const W = 600, H = 200, L = 46, R = 10, T = 10, B = 24;
+    // Drawn at the size shown, so that its text stays legible on a phone.
+    const W = Math.max(280, Math.round(container.clientWidth || 600)), H = 190, L = 46, R = 10, T = 10, B = 24;
+    const every = W < 450 ? 30 : 15; // minutes between time labels
     const root = svg('svg', {viewBox: `0 0 ${W} ${H}`, class: 'chart-svg', role: 'img'});
     const x = (t) => L + ((t - (now - HOUR)) / HOUR) * (W - L - R);
     let max = 0;
@@ -188,7 +190,7 @@
       root.append(svg('line', {x1: L, x2: W - R, y1: y(v), y2: y(v), class: 'grid'}));
       root.append(svg('text', {x: L - 6, y: y(v) + 4, class: 'tick', 'text-anchor': 'end'}, tickLabel(v)));
     }
-    for (let m = 60; m >= 0; m -= 15) {
+    for (let m = 60; m >= 0; m -= every) {
       const t = now - m * 60;
       root.append(svg('line', {x1: x(t), x2: x(t), y1: T, y2: H - B, class: 'grid'}));
       root.append(svg('text', {x: x(t), y: H - 6, class: 'tick', 'text-anchor': m === 0 ? 'end' : 'middle'},
@@ -197,16 +199,21 @@
     for (const s of series) {
       let d = '';
       let pen = false;
+      let run = 0; // points in the current stretch: a lone point is drawn as a dot
       for (const p of points) {
         if (p.at < now - HOUR) continue;
         const v = s.value(p);
         if (v === null || v === undefined) {
+          if (run === 1) d += 'h0.01';
           pen = false;
+          run = 0;
           continue;
         }
         d += `${pen ? 'L' : 'M'}${x(p.at).toFixed(1)},${y(v).toFixed(1)}`;
         pen = true;
+        run++;
       }
+      if (run === 1) d += 'h0.01';
       if (d) root.append(svg('path', {d, class: `line ${s.cls}`}));
     }
     if (points.length < 2) {

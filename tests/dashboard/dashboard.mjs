@@ -129,8 +129,9 @@ try {
   assert.equal(s.dead, 0, 'deleted');
   assert.equal(s.ready, 5, 'deleted, not requeued');
 
-  step('charts: waiting for a second sample (every 10 s)');
-  await page.waitForFunction(() => document.querySelectorAll('#depth-chart path.line').length > 0, null, {timeout: 40000});
+  step('charts: waiting for a second sample');
+  await page.waitForFunction(() => document.querySelectorAll('#depth-chart path.line').length > 0 &&
+    !document.querySelector('#depth-chart text.empty'), null, {timeout: 40000});
   assert.ok(await page.locator('#rate-chart svg').count() === 1);
   await page.screenshot({path: path.join(OUT, 'dashboard.png'), fullPage: true});
 
