@@ -502,7 +502,7 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
     }
   });
 
-  CLI::App* dead = app.add_subcommand("dead", "dead letters: list, requeue");
+  CLI::App* dead = app.add_subcommand("dead", "dead letters: list, requeue, delete");
   dead->require_subcommand(1);
   auto da = std::make_shared<ListArgs>();
   CLI::App* dlist = dead->add_subcommand("list", "list dead letters");
@@ -558,6 +558,35 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
     if (!rq->ids.empty() && n < rq->ids.size()) {
       print_error(fmt::format("{} of the {} ids given were not dead letters of {}",
                               rq->ids.size() - n, rq->ids.size(), rq->topic));
+      g.exit_code = kExitNotFound;
+    }
+  });
+
+  struct DeleteArgs {
+    std::string topic, group;
+    std::vector<std::uint64_t> ids;
+    bool all = false;
+  };
+  auto dd = std::make_shared<DeleteArgs>();
+  CLI::App* ddelete =
+      dead->add_subcommand("delete", "delete dead letters for good (the ids given, or --all)");
+  ddelete->add_option("topic", dd->topic)->required();
+  CLI::Option* ids_option = ddelete->add_option("ids", dd->ids, "dead letter ids");
+  ddelete->add_flag("--all", dd->all, "every dead letter of the group")->excludes(ids_option);
+  ddelete->add_option("--group", dd->group, "consumer group (default)");
+  ddelete->callback([&g, dd] {
+    if (dd->ids.empty() && !dd->all) {
+      throw CLI::ValidationError("ids", "give the ids to delete, or --all");
+    }
+    const std::size_t n = connect(g)->delete_dead(dd->topic, dd->ids, dd->group);
+    if (g.json) {
+      print_json({{"topic", dd->topic}, {"deleted", n}});
+    } else {
+      std::printf("deleted %zu dead letters\n", n);
+    }
+    if (!dd->ids.empty() && n < dd->ids.size()) {
+      print_error(fmt::format("{} of the {} ids given were not dead letters of {}",
+                              dd->ids.size() - n, dd->ids.size(), dd->topic));
       g.exit_code = kExitNotFound;
     }
   });

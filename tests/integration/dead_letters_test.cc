@@ -121,5 +121,31 @@ TEST(DeadLetters, DeleteInAMissingTopicOrGroupIsNotFound) {
   }
 }
 
+TEST(DeadLetters, TheCommandDeletesByIdOrAll) {
+  auto c = client();
+  const std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.max_attempts = 1});
+  for (int i = 0; i < 3; ++i) c->send(name, "doomed");
+  const std::vector<std::uint64_t> ids = kill_all(*c, name, "default", 3);
+  ASSERT_EQ(ids.size(), 3u);
+
+  // Neither ids nor --all: a usage error that deletes nothing; both: refused too.
+  EXPECT_EQ(test::run_txmq({"dead", "delete", name}).exit_code, 1);
+  EXPECT_EQ(test::run_txmq({"dead", "delete", name, std::to_string(ids[0]), "--all"}).exit_code, 1);
+  EXPECT_EQ(c->stats(name).dead, 3u);
+
+  auto r = test::run_txmq({"--json", "dead", "delete", name, std::to_string(ids[0])});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"deleted\":1,\"topic\":\"" + name + "\"}\n");
+  // An id that is no dead letter (any more): exit 3, the others deleted.
+  r = test::run_txmq({"dead", "delete", name, std::to_string(ids[0]), std::to_string(ids[1])});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "deleted 1 dead letters\n");
+  r = test::run_txmq({"dead", "delete", name, "--all"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "deleted 1 dead letters\n");
+  EXPECT_EQ(c->stats(name).dead, 0u);
+}
+
 }  // namespace
 }  // namespace txmq
