@@ -685,7 +685,7 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
                  : e.retryable()                      ? 503
                                                       : 500;
       r.body = json{{"error", e.what()}}.dump(-1, ' ', false, json::error_handler_t::replace);
-      state->log(fmt::format("dashboard: {}: {}", name, e.what()));
+      if (r.status >= 500) state->log(fmt::format("dashboard: {}: {}", name, e.what()));
     } catch (const std::exception& e) {
       r.status = 500;
       r.body = json{{"error", e.what()}}.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -173,9 +173,13 @@
   function lineChart(container, legend, points, now, series) {
     // Drawn at the size shown, so that its text stays legible on a phone.
     const W = Math.max(280, Math.round(container.clientWidth || 600)), H = 190, L = 46, R = 10, T = 10, B = 24;
-    const every = W < 450 ? 30 : 15; // minutes between time labels
+    // The last hour, or less while the samples cover less (at least 5 minutes).
+    const first = points.find((p) => p.at >= now - HOUR);
+    const span = first ? Math.min(HOUR, Math.max(300, Math.ceil((now - first.at) / 300) * 300)) : HOUR;
+    const labels = W < 450 ? 2 : 4;
+    const every = [1, 2, 5, 10, 15, 20, 30, 60].find((m) => (span / 60) / m <= labels) || 60; // minutes
     const root = svg('svg', {viewBox: `0 0 ${W} ${H}`, class: 'chart-svg', role: 'img'});
-    const x = (t) => L + ((t - (now - HOUR)) / HOUR) * (W - L - R);
+    const x = (t) => L + ((t - (now - span)) / span) * (W - L - R);
     let max = 0;
     for (const p of points) {
       for (const s of series) {
@@ -190,7 +194,7 @@
       root.append(svg('line', {x1: L, x2: W - R, y1: y(v), y2: y(v), class: 'grid'}));
       root.append(svg('text', {x: L - 6, y: y(v) + 4, class: 'tick', 'text-anchor': 'end'}, tickLabel(v)));
     }
-    for (let m = 60; m >= 0; m -= every) {
+    for (let m = Math.floor(span / 60 / every) * every; m >= 0; m -= every) {
       const t = now - m * 60;
       root.append(svg('line', {x1: x(t), x2: x(t), y1: T, y2: H - B, class: 'grid'}));
       root.append(svg('text', {x: x(t), y: H - 6, class: 'tick', 'text-anchor': m === 0 ? 'end' : 'middle'},
@@ -201,7 +205,7 @@
       let pen = false;
       let run = 0; // points in the current stretch: a lone point is drawn as a dot
       for (const p of points) {
-        if (p.at < now - HOUR) continue;
+        if (p.at < now - span) continue;
         const v = s.value(p);
         if (v === null || v === undefined) {
           if (run === 1) d += 'h0.01';
@@ -221,6 +225,8 @@
         'collecting samples (one every 10 s while the dashboard is open)'));
     }
     container.replaceChildren(root);
+    const caption = container.parentElement.querySelector('.span');
+    if (caption) caption.textContent = span === HOUR ? 'last hour' : `last ${span / 60} min`;
     legend.replaceChildren(...series.map((s) => {
       const last = points.length ? s.value(points[points.length - 1]) : null;
       return el('span', {class: `key ${s.cls}`}, el('i'), `${s.label} ${last === null ? '—' : tickLabel(last)}`);
