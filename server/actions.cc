@@ -581,6 +581,10 @@ void SqsService::drain_sends(const std::string& topic) {
   for (;;) {
     std::vector<PendingSend> group = sends_.next(topic);
     if (group.empty()) return;
+    counters_.send_groups.fetch_add(1, std::memory_order_relaxed);
+    counters_.sends_grouped.fetch_add(group.size(), std::memory_order_relaxed);
+    counters_.send_groups.fetch_add(1, std::memory_order_relaxed);
+    counters_.sends_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     std::vector<OutgoingMessage> messages;
     messages.reserve(group.size());
     for (auto& p : group) messages.push_back(std::move(p.message));
@@ -895,6 +899,10 @@ void SqsService::drain_deletes(const std::string& topic) {
   for (;;) {
     std::vector<PendingDelete> group = deletes_.next(topic);
     if (group.empty()) return;
+    counters_.delete_groups.fetch_add(1, std::memory_order_relaxed);
+    counters_.deletes_grouped.fetch_add(group.size(), std::memory_order_relaxed);
+    counters_.delete_groups.fetch_add(1, std::memory_order_relaxed);
+    counters_.deletes_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     std::vector<std::string> receipts;
     receipts.reserve(group.size());
     for (auto& p : group) receipts.push_back(p.receipt);

@@ -50,6 +50,11 @@ struct Counters {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t> polls_held{0};
+  // Group commit: transactions of single sends and deletes, and the calls they settled.
+  std::atomic<std::uint64_t> send_groups{0};
+  std::atomic<std::uint64_t> sends_grouped{0};
+  std::atomic<std::uint64_t> delete_groups{0};
+  std::atomic<std::uint64_t> deletes_grouped{0};
 };
 
 class SqsService {
