@@ -71,18 +71,25 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
   return shape;
 }
 
-std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning) {
+// `first_payload`: the first row's payload expression (a check that binds its own parameters
+// before the payload's).
+std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning,
+                       std::string_view first_payload = "?") {
   std::string sql =
       fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}) VALUES ", table,
                   shape.attributes ? ", attributes" : "");
-  const std::string row =
-      fmt::format("({}, UTC_TIMESTAMP(6), {}, ?{})",
-                  shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
-                  shape.key ? "?" : "NULL", shape.attributes ? ", ?" : "");
-  sql.reserve(sql.size() + rows * (row.size() + 1) + 16);
+  auto row = [&](std::string_view payload) {
+    return fmt::format(
+        "({}, UTC_TIMESTAMP(6), {}, {}{})",
+        shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
+        shape.key ? "?" : "NULL", payload, shape.attributes ? ", ?" : "");
+  };
+  const std::string first = row(first_payload);
+  const std::string next = row("?");
+  sql.reserve(sql.size() + first.size() + rows * (next.size() + 1) + 16);
   for (std::size_t i = 0; i < rows; ++i) {
     if (i > 0) sql += ',';
-    sql += row;
+    sql += i == 0 ? first : next;
   }
   if (returning) sql += " RETURNING id";
   return sql;
@@ -444,10 +451,87 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   return id;
 }
 
+namespace {
+
+// A batch without keys or dedup keys, for a topic with one group, that fits one statement: one
+// multi-row INSERT ... RETURNING in autocommit (one round trip and one commit, instead of BEGIN,
+// the layout's SELECT, the INSERT and COMMIT; a statement is atomic, so the batch still commits
+// whole or not at all). As in send_one, the first row's payload is NULL unless the topic's
+// layout is still the one read, which fails the statement before anything is written (error
+// 1048 under STRICT_ALL_TABLES). nullopt: the batch takes the transaction path (it does not
+// qualify, or the layout changed).
+std::optional<std::vector<std::uint64_t>> send_in_one_statement(
+    QueueContext& q, std::string_view topic, std::span<const OutgoingMessage> messages) {
+  if (messages.size() > kMaxRowsPerStatement) return std::nullopt;
+  std::size_t bytes = 0;
+  for (const OutgoingMessage& m : messages) {
+    if (m.key || m.dedup_key) return std::nullopt;
+    bytes += m.payload.size() + attributes_size(m.attributes) + 4 * m.attributes.size() +
+             kRowOverheadBytes;
+  }
+  if (bytes > q.max_statement_bytes) return std::nullopt;
+  const TopicLayout layout = q.catalog.layout(topic);
+  if (layout.groups.size() > 1) return std::nullopt;  // copies need a transaction
+  std::vector<const OutgoingMessage*> rows;
+  rows.reserve(messages.size());
+  for (const OutgoingMessage& m : messages) rows.push_back(&m);
+  const RowShape shape = shape_of(rows);
+  const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
+  const std::string sql =
+      insert_sql(topic_tables(topic, layout.allocator().number, p).queue, rows.size(), shape, true,
+                 "IF((SELECT layout FROM txmq_topics WHERE name = ?) = ?, ?, NULL)");
+  std::vector<std::string> encoded;
+  if (shape.attributes) {
+    encoded.reserve(rows.size());
+    for (const OutgoingMessage* m : rows) encoded.push_back(encode_attributes(m->attributes));
+  }
+  std::vector<Param> params;
+  params.reserve(rows.size() * 3 + 2);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::size_t from = params.size();
+    bind_row(params, shape, *rows[i], rows[i]->payload,
+             shape.attributes ? std::string_view(encoded[i]) : std::string_view());
+    if (i == 0) {  // the layout check's parameters come before the first payload
+      const std::size_t payload_at = from + (shape.delay ? 1 : 0);
+      params.insert(params.begin() + static_cast<std::ptrdiff_t>(payload_at),
+                    {Param(topic), Param(layout.version)});
+    }
+  }
+  constexpr unsigned kBadNull = 1048;
+  using Ids = std::optional<std::vector<std::uint64_t>>;
+  Ids ids = on_topic(q, topic, [&] {
+    // A reply lost on the way back is reported as kCommitUnknown.
+    return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) -> Ids {
+      try {
+        Result r = c.execute(sql, params);
+        std::vector<std::uint64_t> got;
+        got.reserve(r.rows.size());
+        for (const Row& row : r.rows) got.push_back(row.u64(0));
+        return got;
+      } catch (const Error& e) {
+        if (e.server_errno() == kBadNull) return std::nullopt;
+        throw;
+      }
+    });
+  });
+  if (!ids) {
+    q.catalog.forget(topic);  // the layout changed since it was read
+    return std::nullopt;
+  }
+  if (ids->size() != messages.size()) {
+    throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
+  }
+  announce(q, layout, claimable_now(messages));
+  return ids;
+}
+
+}  // namespace
+
 std::vector<std::uint64_t> send_batch(QueueContext& q, std::string_view topic,
                                       std::span<const OutgoingMessage> messages) {
   const TopicInfo info = check_send(q, topic, messages);
   if (messages.empty()) return {};
+  if (auto ids = send_in_one_statement(q, topic, messages)) return std::move(*ids);
   auto attempt = [&] {
     return on_topic(q, topic, [&] {
       return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
