@@ -543,16 +543,27 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
   return m;
 }
 
-// The answer to a send of message m that got id.
-json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
-  json out = {{"MessageId", message_id(q.topic, id)}, {"MD5OfMessageBody", md5_hex(m.payload)}};
+// The answer to a send of message m, but its ids (sent_ids adds them).
+json sent_digests(const OutgoingMessage& m) {
+  json out = {{"MD5OfMessageBody", md5_hex(m.payload)}};
   json user = user_attributes_all(m.attributes);
   if (!user.empty()) out["MD5OfMessageAttributes"] = md5_of_message_attributes(user);
   if (auto it = m.attributes.find(kTraceHeaderAttribute); it != m.attributes.end()) {
     json sys = {{"AWSTraceHeader", {{"DataType", "String"}, {"StringValue", it->second.value}}}};
     out["MD5OfMessageSystemAttributes"] = md5_of_message_attributes(sys);
   }
+  return out;
+}
+
+void sent_ids(json& out, const QueueInfo& q, std::uint64_t id) {
+  out["MessageId"] = message_id(q.topic, id);
   if (q.fifo) out["SequenceNumber"] = fmt::format("{:020}", id);
+}
+
+// The answer to a send of message m that got id.
+json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
+  json out = sent_digests(m);
+  sent_ids(out, q, id);
   return out;
 }
 
@@ -562,11 +573,14 @@ void SqsService::send_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);
   check_sendable(*q);
   OutgoingMessage m = outgoing(call->input, *q);
-  auto message = std::make_shared<OutgoingMessage>(m);
-  enqueue_send(q->topic, {std::move(m), [this, call, q, message](std::uint64_t id,
-                                                                 std::exception_ptr error) {
+  // The digests are made here, on this call's worker, not by the drain, which answers the calls
+  // of its group commit one after another (and the message is not copied for them).
+  json answer = sent_digests(m);
+  enqueue_send(q->topic, {std::move(m), [this, call, q, answer = std::move(answer)](
+                                            std::uint64_t id, std::exception_ptr error) mutable {
                             if (error) return reply_error(*call, error);
-                            reply(*call, sent_json(*q, *message, id));
+                            sent_ids(answer, *q, id);
+                            reply(*call, answer);
                           }});
 }
 
