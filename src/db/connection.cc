@@ -5,6 +5,7 @@
 #include <mysql.h>
 #include <mysqld_error.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -388,6 +389,21 @@ double Row::f64(std::size_t i) const {
   if (cell.null) return 0;
   if (cell.is_integer) return static_cast<double>(cell.integer);
   return std::strtod(cell.bytes.c_str(), nullptr);
+}
+
+}  // namespace txmq::internal
+
+namespace txmq::internal {
+
+std::int64_t Row::parse_integer(const std::string& text) {
+  const char* end = text.data() + text.size();
+  std::int64_t value = 0;
+  auto [p, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc() && p == end) return value;
+  std::uint64_t big = 0;  // an unsigned value above INT64_MAX keeps its bits, as integers do
+  auto [q, ec2] = std::from_chars(text.data(), end, big);
+  if (ec2 == std::errc() && q == end) return static_cast<std::int64_t>(big);
+  throw Error(Errc::kInternal, fmt::format("a column read as an integer holds '{}'", text));
 }
 
 }  // namespace txmq::internal

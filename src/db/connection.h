@@ -34,15 +34,20 @@ class Row {
   explicit Row(std::vector<Cell> cells) : cells_(std::move(cells)) {}
 
   bool null(std::size_t i) const { return cells_.at(i).null; }
-  std::int64_t i64(std::size_t i) const { return cells_.at(i).integer; }
-  std::uint64_t u64(std::size_t i) const {
-    return static_cast<std::uint64_t>(cells_.at(i).integer);
+  // An integer column. A column the server sends otherwise (DECIMAL, text) is parsed, so that
+  // an expression whose type widened is not read as 0; NULL reads 0.
+  std::int64_t i64(std::size_t i) const {
+    const Cell& c = cells_.at(i);
+    return c.is_integer || c.null ? c.integer : parse_integer(c.bytes);
   }
+  std::uint64_t u64(std::size_t i) const { return static_cast<std::uint64_t>(i64(i)); }
   const std::string& bytes(std::size_t i) const { return cells_.at(i).bytes; }
   // A floating-point column (sent as text by the server).
   double f64(std::size_t i) const;
   std::string take_bytes(std::size_t i) { return std::move(cells_.at(i).bytes); }
   std::size_t size() const { return cells_.size(); }
+  // Throws kInternal when `text` is not an integer.
+  static std::int64_t parse_integer(const std::string& text);
   const Cell& cell(std::size_t i) const { return cells_.at(i); }
   std::optional<std::string> opt_bytes(std::size_t i) const {
     return null(i) ? std::nullopt : std::optional<std::string>(bytes(i));
