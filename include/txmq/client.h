@@ -131,6 +131,13 @@ class Client {
 
   // Views of one consumer group (empty: "default"), over all partitions.
   TopicStats stats(std::string_view topic, std::string_view group = {});
+  // As stats, but cheap on deep queues, for monitoring: reads at most about 2 * exact_up_to rows
+  // of each table (the lowest and the highest ids). A table with more is estimated from the id
+  // range and the density and mix of those rows, and the result says `estimated`.
+  TopicStats stats(std::string_view topic, std::string_view group, std::uint64_t exact_up_to);
+  // The totals every client of the database recorded (ClientOptions::record_metrics), for topics
+  // and groups that exist. This client's last second may not be in them yet.
+  std::vector<RecordedMetric> recorded_metrics();
   std::vector<InFlightMessage> in_flight(std::string_view topic, std::size_t limit = 1000,
                                          std::string_view group = {});
   std::vector<DeadLetter> dead_letters(std::string_view topic, std::size_t limit = 1000,

@@ -25,6 +25,10 @@ struct ClientOptions {
   // Receives warnings (such as a server that would lose acknowledged sends in a crash).
   // Default: one line on stderr. Each distinct warning is given once per process.
   std::function<void(std::string_view)> on_warning;
+  // Counts sends, receives, acks, nacks, lease expiries and dead-letterings, and times sends,
+  // claims and deliveries, in memory; adds them to the database's txmq_metrics table about once
+  // a second and when the client is destroyed (Client::recorded_metrics, txmq metrics).
+  bool record_metrics = true;
 };
 
 // When a failed delivery is tried again: after a nack without an explicit delay, after a lease
@@ -211,7 +215,31 @@ struct TopicStats {
   // to the topic, also for sends that rolled back, and a group created later starts from the
   // topic's counter. Not a count of messages; its growth over time is the rate of sends.
   std::uint64_t ids_taken = 0;
+  // Whether the counts and ages are estimates: stats with `exact_up_to` met a table with more
+  // rows than that (Client::stats).
+  bool estimated = false;
 };
+
+// A total that every client of the database adds to (ClientOptions::record_metrics): a counter,
+// or a histogram of durations in seconds. Client::recorded_metrics.
+struct RecordedMetric {
+  std::string topic;
+  std::string group;  // empty for a topic's sends
+  // Counters: "sent", "received", "acked", "nacked", "lease_expired", "dead_lettered".
+  // Histograms: "send_seconds" (Client::send and send_batch calls), "claim_seconds" (receive
+  // calls that got messages, without their wait), "end_to_end_seconds" (from a send's commit to
+  // its message's acknowledgement).
+  std::string name;
+  double value = 0;  // a counter's total; a histogram's number of observations
+  double sum = 0;    // a histogram's sum of observations
+  // A histogram's cumulative counts: observations up to each bound (kMetricBuckets), then all.
+  std::vector<std::uint64_t> buckets;
+};
+
+// The upper bounds, in seconds, of RecordedMetric's histogram buckets.
+inline constexpr double kMetricBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                            0.1,    0.25,  0.5,    1,     2.5,  5,     10,
+                                            30,     60,    300,    1800,  3600};
 
 struct InFlightMessage {
   std::uint64_t id = 0;

@@ -369,9 +369,9 @@ bool catalog_is_current(Connection& c) {
     Result r = c.execute(
         "SELECT version, (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
         "DATABASE() AND table_name IN ('txmq_topics', 'txmq_groups', 'txmq_consumers', "
-        "'txmq_waiters')) FROM txmq_schema WHERE singleton = 1",
+        "'txmq_waiters', 'txmq_metrics')) FROM txmq_schema WHERE singleton = 1",
         {});
-    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 4;
+    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 5;
   } catch (const Error& e) {
     if (e.code() == Errc::kNotFound) return false;  // a new database
     throw;
@@ -443,6 +443,15 @@ void TopicCatalog::bootstrap() {
         " topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
         " registered_at DATETIME(6) NOT NULL,"
         " KEY (topic)) ENGINE=MEMORY");
+    // Totals that every client adds to (metrics.cc): counters, and histograms by bucket.
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_metrics ("
+        " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " grp VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " metric VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " bucket SMALLINT NOT NULL,"
+        " value DOUBLE NOT NULL,"
+        " PRIMARY KEY (topic, grp, metric, bucket)) ENGINE=InnoDB");
     if (version == kSchemaVersion) return;
     Result locked = c.execute("SELECT GET_LOCK('txmq_schema_migration', 60)", {});
     if (locked.rows.at(0).null(0) || locked.rows.at(0).i64(0) != 1) {
@@ -597,6 +606,7 @@ void TopicCatalog::drop(std::string_view name) {
     }
     const TopicTables t = topic_tables(name);
     c.query(fmt::format("DROP TABLE IF EXISTS {}, {}", t.dedup, t.archive));
+    c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
     return r.affected_rows == 1;
   });
   forget(name);
@@ -805,6 +815,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
       c.execute("DELETE FROM txmq_groups WHERE topic = ? AND name = ?", {topic, group});
     });
     c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(topic, g.number)});
+    c.execute("DELETE FROM txmq_metrics WHERE topic = ? AND grp = ?", {topic, group});
     for (unsigned p = 0; p < layout->partitions(); ++p) {
       const TopicTables t = topic_tables(topic, g.number, p);
       c.query(

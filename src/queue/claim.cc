@@ -41,7 +41,9 @@ namespace {
 // lease that runs out is retried with the topic's backoff.
 struct ClaimResult {
   std::vector<Message> messages;
-  std::size_t dead_lettered = 0;
+  std::size_t dead_lettered = 0;  // and deleted past the topic's retention
+  std::size_t dead_letters = 0;    // of them, dead-lettered
+  std::size_t lease_expiries = 0;  // of the messages: their last lease ended unsettled
   std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
 };
 
@@ -74,6 +76,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
             }
           }
           result.dead_lettered = dead_ids.size() + expired_ids.size();
+          result.dead_letters = dead_ids.size();
           if (!dead_ids.empty()) result.promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
           if (!expired_ids.empty()) {
             // Kept longer than the topic keeps messages: deleted, their keys moved on.
@@ -106,6 +109,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit
           c.commit();
           result.messages.reserve(live.size());
           for (Row* row : live) {
+            if (row->i64(8) != 0) ++result.lease_expiries;
             Message m = message_from_row(*row);
             m.receipt = Receipt{m.id, m.key ? keyed_token : token, unit.group}.str();
             // The expiry is counted from the claim's first statement: never later than the
@@ -134,7 +138,8 @@ Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, in
   // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
   // are taken; a plan that sorted a range first would lock every row it sorted.
   const std::string sql = fmt::format(
-      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {} FROM {} FORCE INDEX "
+      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0 FROM {} "
+      "FORCE INDEX "
       "(PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP "
       "LOCKED",
       micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
@@ -254,9 +259,18 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
     std::size_t dead_lettered = 0;
     for (std::size_t i = 0; i < units.size() && messages.size() < wanted; ++i) {
       const Unit& unit = units[(first + i) % units.size()];
+      const auto start = std::chrono::steady_clock::now();
       ClaimResult claimed = on_topic(q, topic, [&] {
         return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease);
       });
+      q.metrics.count(topic, group.name, Counter::kDeadLettered, claimed.dead_letters);
+      if (!claimed.messages.empty()) {
+        q.metrics.observe(topic, group.name, Histogram::kClaim,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                              .count());
+        q.metrics.count(topic, group.name, Counter::kReceived, claimed.messages.size());
+        q.metrics.count(topic, group.name, Counter::kLeaseExpired, claimed.lease_expiries);
+      }
       made_claimable(q, unit, claimed.promoted);
       dead_lettered += claimed.dead_lettered;
       for (Message& m : claimed.messages) messages.push_back(std::move(m));

@@ -122,7 +122,8 @@ struct Client::Impl {
   explicit Impl(ClientOptions o)
       : options(std::move(o)),
         queue(resolve_dsn(options.dsn), options.pool_size,
-              options.consumer_name.empty() ? default_consumer_name() : options.consumer_name) {}
+              options.consumer_name.empty() ? default_consumer_name() : options.consumer_name,
+              options.record_metrics) {}
 
   static internal::Dsn resolve_dsn(const std::string& dsn) {
     if (!dsn.empty()) return internal::parse_dsn(dsn);
@@ -191,14 +192,30 @@ void Client::update_topic(std::string_view name, const TopicOptions& options) {
 std::vector<TopicInfo> Client::list_topics() { return impl_->queue.catalog.list(); }
 TopicInfo Client::topic(std::string_view name) { return impl_->queue.catalog.get(name); }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
 std::uint64_t Client::send(std::string_view topic, std::string_view payload,
                            const SendOptions& options) {
-  return internal::send_one(impl_->queue, topic, payload, options);
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t id = internal::send_one(impl_->queue, topic, payload, options);
+  internal::MetricsRecorder& m = impl_->queue.metrics;
+  m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
+  m.count(topic, {}, internal::Counter::kSent, 1);
+  return id;
 }
 
 std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
                                               std::span<const OutgoingMessage> messages) {
-  return internal::send_batch(impl_->queue, topic, messages);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::uint64_t> ids = internal::send_batch(impl_->queue, topic, messages);
+  internal::MetricsRecorder& m = impl_->queue.metrics;
+  m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
+  m.count(topic, {}, internal::Counter::kSent, ids.size());
+  return ids;
 }
 
 Transaction Client::begin() {
@@ -265,7 +282,17 @@ Client::Subscription Client::subscribe(std::string_view topic, std::string_view 
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group) {
-  return internal::stats(impl_->queue, topic, group);
+  return internal::stats(impl_->queue, topic, group, 0);
+}
+
+TopicStats Client::stats(std::string_view topic, std::string_view group,
+                         std::uint64_t exact_up_to) {
+  if (exact_up_to == 0) throw Error(Errc::kInvalidArgument, "exact_up_to must be at least 1");
+  return internal::stats(impl_->queue, topic, group, exact_up_to);
+}
+
+std::vector<RecordedMetric> Client::recorded_metrics() {
+  return internal::read_metrics(impl_->queue.pool);
 }
 
 std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size_t limit,

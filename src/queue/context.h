@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "db/pool.h"
+#include "queue/metrics.h"
 #include "queue/names.h"
 #include "queue/waiting.h"
 #include "txmq/client.h"
@@ -159,12 +160,22 @@ Unit unit_of(std::string_view topic, unsigned group, unsigned partition);
 // so raising the partition count moves as few keys as possible.
 unsigned partition_of_key(std::string_view key, unsigned partitions);
 
+// Messages a transaction sent to a topic: all of them, and those claimable at once.
+struct SentCount {
+  std::size_t total = 0;
+  std::size_t claimable = 0;
+};
+
 // What every queue operation needs.
 struct QueueContext {
-  QueueContext(Dsn dsn, int pool_size, std::string owner_name)
-      : pool(std::move(dsn), pool_size), catalog(pool), owner(std::move(owner_name)) {}
+  QueueContext(Dsn dsn, int pool_size, std::string owner_name, bool record_metrics)
+      : pool(std::move(dsn), pool_size),
+        metrics(pool, record_metrics),
+        catalog(pool),
+        owner(std::move(owner_name)) {}
 
   Pool pool;
+  MetricsRecorder metrics;  // after pool: its last flush runs before the pool goes
   TopicCatalog catalog;
   std::string owner;
   ConsumerRegistration registration;

@@ -16,6 +16,8 @@ struct Outcome {
   std::size_t processed = 0;
   bool dead_lettered = false;  // only dead letters were at the front: look again at once
   std::vector<std::uint64_t> promoted;  // keyed messages moved in behind finished ones
+  std::size_t dead_letters = 0;
+  std::vector<double> end_to_end;  // seconds from each processed message's send to the commit
 };
 
 // A handler that failed had its messages rolled back; count the delivery as an attempt (in its
@@ -60,17 +62,22 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           }
           if (!dead_ids.empty()) {
             // Dead letters commit on their own, whatever a handler later does.
+            const std::size_t count = dead_ids.size();
             std::vector<std::uint64_t> promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
             c.commit();
-            return Outcome{0, true, std::move(promoted)};
+            return Outcome{0, true, std::move(promoted), count, {}};
           }
           if (r.rows.empty()) {
             c.commit();
             return Outcome{};
           }
+          const auto claimed_at = std::chrono::steady_clock::now();
+          const std::int64_t now_us = r.rows[0].i64(3);
           std::vector<Message> messages;
           messages.reserve(r.rows.size());
+          std::vector<double> end_to_end;
           for (Row& row : r.rows) {
+            end_to_end.push_back(static_cast<double>(now_us - row.i64(2)) / 1e6);
             messages.push_back(message_from_row(row));
             messages.back().lease_expires_at = Clock::time_point::max();
             handed.push_back(messages.back().id);
@@ -103,7 +110,10 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys);
           c.commit();
           announce_sent(q, sent);
-          return Outcome{messages.size(), false, std::move(promoted)};
+          const double handled =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - claimed_at).count();
+          for (double& seconds : end_to_end) seconds += handled;
+          return Outcome{messages.size(), false, std::move(promoted), 0, std::move(end_to_end)};
         });
   } catch (const Error& e) {
     // Deadlocks and lost connections were retried by the pool until it gave up: not the
@@ -141,6 +151,13 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
         return process_once(q, info, unit.tables, options.max_messages, handler);
       });
       made_claimable(q, unit, outcome.promoted);
+      const std::string& group = layout.group(options.group).name;
+      q.metrics.count(topic, group, Counter::kDeadLettered, outcome.dead_letters);
+      q.metrics.count(topic, group, Counter::kReceived, outcome.processed);
+      q.metrics.count(topic, group, Counter::kAcked, outcome.processed);
+      for (double seconds : outcome.end_to_end) {
+        q.metrics.observe(topic, group, Histogram::kEndToEnd, seconds);
+      }
       dead_lettered = dead_lettered || outcome.dead_lettered;
       processed = outcome.processed;
       if (processed == static_cast<std::size_t>(options.max_messages)) return ClaimTry::kGotAll;

@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
+#include <optional>
 
 #include "queue/attributes.h"
 #include "queue/operations.h"
@@ -43,67 +45,167 @@ auto lowest_of_group(QueueContext& q, std::string_view topic, std::string_view g
   return all;
 }
 
-TopicStats stats_of(QueueContext& q, std::string_view topic, const Unit& unit) {
+// A queue table's rows by state: all of them (limit 0), or the `limit` with the lowest or the
+// highest ids.
+struct QueueSample {
+  std::uint64_t rows = 0;
+  std::uint64_t ready = 0;
+  std::uint64_t in_flight = 0;
+  std::uint64_t delayed = 0;
+  double oldest_ready_age = 0;  // seconds; 0 when none is ready
+  double oldest_age = 0;
+  std::uint64_t first_id = 0;
+  std::uint64_t last_id = 0;
+};
+
+double age_of(const Row& row, std::size_t i) {
+  return row.null(i) ? 0.0 : static_cast<double>(row.i64(i)) / 1e6;
+}
+
+QueueSample sample_queue(Connection& c, const std::string& table, std::uint64_t limit,
+                         bool highest) {
+  const std::string from =
+      limit == 0 ? table
+                 : fmt::format("(SELECT id, visible_at, lease_token, enqueued_at FROM {} ORDER BY "
+                               "id {} LIMIT ?) AS s",
+                               table, highest ? "DESC" : "ASC");
+  std::vector<Param> params;
+  if (limit != 0) params.push_back(limit);
+  Result r = c.execute(
+      fmt::format("SELECT COUNT(*), CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
+                  " CAST(COALESCE(SUM(visible_at > n.now AND lease_token <> 0), 0) AS UNSIGNED),"
+                  " CAST(COALESCE(SUM(visible_at > n.now AND lease_token = 0), 0) AS UNSIGNED),"
+                  " TIMESTAMPDIFF(MICROSECOND, MIN(IF(visible_at <= n.now, enqueued_at, NULL)),"
+                  " n.now), TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), n.now),"
+                  " CAST(COALESCE(MIN(id), 0) AS UNSIGNED), CAST(COALESCE(MAX(id), 0) AS UNSIGNED)"
+                  " FROM {} CROSS JOIN (SELECT NOW(6) AS now) AS n",
+                  from),
+      params);
+  const Row& row = r.rows.at(0);
+  return {row.u64(0), row.u64(1), row.u64(2), row.u64(3), age_of(row, 4), age_of(row, 5),
+          row.u64(6),  row.u64(7)};
+}
+
+// Rows of a table keyed by an increasing number (`key`), with the age of the oldest: all of them
+// (limit 0), or the `limit` lowest or highest keys.
+struct KeySample {
+  std::uint64_t rows = 0;
+  double oldest_age = 0;
+  std::uint64_t first = 0;
+  std::uint64_t last = 0;
+};
+
+KeySample sample_keys(Connection& c, const std::string& table, std::string_view key,
+                      std::uint64_t limit, bool highest) {
+  const std::string from =
+      limit == 0 ? table
+                 : fmt::format("(SELECT {0}, enqueued_at FROM {1} ORDER BY {0} {2} LIMIT ?) AS s",
+                               key, table, highest ? "DESC" : "ASC");
+  std::vector<Param> params;
+  if (limit != 0) params.push_back(limit);
+  Result r = c.execute(fmt::format("SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), "
+                                   "NOW(6)), CAST(COALESCE(MIN({0}), 0) AS UNSIGNED), "
+                                   "CAST(COALESCE(MAX({0}), 0) AS UNSIGNED) FROM {1}",
+                                   key, from),
+                       params);
+  const Row& row = r.rows.at(0);
+  return {row.u64(0), age_of(row, 1), row.u64(2), row.u64(3)};
+}
+
+// The rows between two samples of at most `limit` rows each (lowest, highest), from the density
+// of the keys in them; nullopt when the samples overlap or touch (the table has at most
+// 2 * limit rows: count them).
+std::optional<double> rows_between(std::uint64_t low_rows, std::uint64_t low_first,
+                                   std::uint64_t low_last, std::uint64_t high_rows,
+                                   std::uint64_t high_first, std::uint64_t high_last) {
+  if (high_first <= low_last + 1) return std::nullopt;
+  const double spans = static_cast<double>(low_last - low_first + 1) +
+                       static_cast<double>(high_last - high_first + 1);
+  const double density = std::min(1.0, static_cast<double>(low_rows + high_rows) / spans);
+  return static_cast<double>(high_first - low_last - 1) * density;
+}
+
+// A table's row count and oldest age, exact up to 2 * limit rows (limit 0: always).
+std::pair<KeySample, bool> count_keys(Connection& c, const std::string& table,
+                                      std::string_view key, std::uint64_t limit) {
+  KeySample low = sample_keys(c, table, key, limit, false);
+  if (limit == 0 || low.rows < limit) return {low, false};
+  const KeySample high = sample_keys(c, table, key, limit, true);
+  const std::optional<double> middle =
+      rows_between(low.rows, low.first, low.last, high.rows, high.first, high.last);
+  if (!middle) return {sample_keys(c, table, key, 0, false), false};
+  low.rows += high.rows + static_cast<std::uint64_t>(std::llround(*middle));
+  return {low, true};
+}
+
+TopicStats stats_of(QueueContext& q, std::string_view topic, const Unit& unit,
+                    std::uint64_t exact_up_to) {
   const TopicTables& t = unit.tables;
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
-    Result r = c.execute(
-        fmt::format("SELECT CAST(COALESCE(SUM(visible_at <= n.now), 0) AS UNSIGNED),"
-                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token <> 0), 0)"
-                    " AS UNSIGNED),"
-                    " CAST(COALESCE(SUM(visible_at > n.now AND lease_token = 0), 0)"
-                    " AS UNSIGNED),"
-                    " TIMESTAMPDIFF(MICROSECOND, MIN(IF(visible_at <= n.now, enqueued_at, NULL)),"
-                    " n.now),"
-                    " TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), n.now)"
-                    " FROM {} CROSS JOIN (SELECT NOW(6) AS now) AS n",
-                    t.queue),
-        {});
-    Result d = c.execute(fmt::format("SELECT COUNT(*) FROM {}", t.dead), {});
-    Result p = c.execute(
-        fmt::format("SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), NOW(6)) FROM {}",
-                    t.parked),
-        {});
+    TopicStats s;
+    s.topic = std::string(topic);
+    QueueSample low = sample_queue(c, t.queue, exact_up_to, false);
+    if (exact_up_to != 0 && low.rows >= exact_up_to) {
+      const QueueSample high = sample_queue(c, t.queue, exact_up_to, true);
+      const std::optional<double> middle = rows_between(low.rows, low.first_id, low.last_id,
+                                                        high.rows, high.first_id, high.last_id);
+      if (!middle) {
+        low = sample_queue(c, t.queue, 0, false);
+      } else {
+        // The ids between are taken as the highest ones are: not yet reached by consumers
+        // (claims go in id order), so in the same mix of ready and delayed.
+        const auto share = [&](std::uint64_t n) {
+          return n + static_cast<std::uint64_t>(
+                         std::llround(*middle * static_cast<double>(n) /
+                                      static_cast<double>(std::max<std::uint64_t>(high.rows, 1))));
+        };
+        low.ready += share(high.ready);
+        low.in_flight += share(high.in_flight);
+        low.delayed += share(high.delayed);
+        if (low.oldest_ready_age == 0) low.oldest_ready_age = high.oldest_ready_age;
+        s.estimated = true;
+      }
+    }
+    s.ready = low.ready;
+    s.in_flight = low.in_flight;
+    s.delayed = low.delayed;
+    s.oldest_ready_age_seconds = low.oldest_ready_age;
+    const auto [dead, dead_estimated] = count_keys(c, t.dead, "id", exact_up_to);
+    const auto [parked, parked_estimated] = count_keys(c, t.parked, "park_id", exact_up_to);
+    s.dead = dead.rows;
+    s.waiting_on_key = parked.rows;
+    s.estimated = s.estimated || dead_estimated || parked_estimated;
+    s.lag_seconds = std::max(low.oldest_age, parked.oldest_age);
     // The id counter (InnoDB's, read live): ids start at the partition's first id.
     Result a = c.execute(
         "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
         "AND TABLE_NAME = ?",
         {t.queue.substr(1, t.queue.size() - 2)});
-    TopicStats s;
-    s.topic = std::string(topic);
     if (!a.rows.empty() && !a.rows[0].null(0)) {
       const std::uint64_t next = a.rows[0].u64(0);
       const std::uint64_t first = first_id_of(unit.partition);
       s.ids_taken = next > first ? next - first : 0;
     }
-    const Row& row = r.rows.at(0);
-    s.ready = row.u64(0);
-    s.in_flight = row.u64(1);
-    s.delayed = row.u64(2);
-    s.oldest_ready_age_seconds = row.null(3) ? 0.0 : static_cast<double>(row.i64(3)) / 1e6;
-    s.dead = d.rows.at(0).u64(0);
-    s.waiting_on_key = p.rows.at(0).u64(0);
-    const auto age = [](const Row& at, std::size_t i) {
-      return at.null(i) ? 0.0 : static_cast<double>(at.i64(i)) / 1e6;
-    };
-    s.lag_seconds = std::max(age(row, 4), age(p.rows.at(0), 1));
     return s;
   });
 }
 
 }  // namespace
 
-TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group) {
+TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group,
+                 std::uint64_t exact_up_to) {
   TopicStats total;
   total.topic = std::string(topic);
   total.group = std::string(group.empty() ? kDefaultGroup : group);
   for (const Unit& unit : group_units(q, topic, group)) {
-    const TopicStats s = stats_of(q, topic, unit);
+    const TopicStats s = stats_of(q, topic, unit, exact_up_to);
     total.ready += s.ready;
     total.in_flight += s.in_flight;
     total.delayed += s.delayed;
     total.dead += s.dead;
     total.ids_taken += s.ids_taken;
     total.waiting_on_key += s.waiting_on_key;
+    total.estimated = total.estimated || s.estimated;
     total.oldest_ready_age_seconds =
         std::max(total.oldest_ready_age_seconds, s.oldest_ready_age_seconds);
     total.lag_seconds = std::max(total.lag_seconds, s.lag_seconds);

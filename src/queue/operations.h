@@ -170,7 +170,10 @@ std::shared_ptr<Client::Subscription::Impl> subscribe(QueueContext& q, std::stri
                                                       std::string_view group,
                                                       std::function<void()> wake);
 
-TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group);
+// exact_up_to 0: counts every row; else reads about 2 * exact_up_to rows per table and
+// estimates beyond (Client::stats).
+TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group,
+                 std::uint64_t exact_up_to);
 std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::string_view group, std::size_t limit);
 std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,

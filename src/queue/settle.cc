@@ -85,10 +85,12 @@ namespace {
 // Acknowledges parsed[from, to) in one DELETE: in autocommit for messages without a key; in a
 // transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
 // Returns the ids moved in.
+// `acked` gets the end-to-end latency, in seconds, of each message deleted.
 std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                                      const std::vector<Receipt>& parsed,
                                      const std::vector<std::size_t>& which, bool keyed,
-                                     bool archive, std::vector<Settle>& results) {
+                                     bool archive, std::vector<Settle>& results,
+                                     std::vector<double>& acked) {
   const std::size_t count = which.size();
   const std::size_t n = in_list_size(count);
   // id IN (...) lets the server walk the primary key; the row IN (...) is the fence.
@@ -105,7 +107,13 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   pairs += ")";
   const std::string where =
       fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
-  const std::string sql = fmt::format("DELETE FROM {} {} RETURNING id, msg_key", t.queue, where);
+  const std::string sql = fmt::format(
+      "DELETE FROM {} {} RETURNING id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))",
+      t.queue, where);
+  auto latencies = [&acked](const Result& r) {
+    acked.clear();
+    for (const Row& row : r.rows) acked.push_back(static_cast<double>(row.i64(2)) / 1e6);
+  };
   auto classify = [&](Connection& c, const Attempt& attempt, const Result& r) {
     if (r.rows.size() == count) return;
     // Some were not ours any more: say which. A fenced row still there is another lease's.
@@ -139,6 +147,7 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                         }
                         Result r = c.execute(sql, params);
                         classify(c, attempt, r);
+                        latencies(r);
                         std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys_of(r));
                         c.commit();
                         return promoted;
@@ -148,6 +157,7 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt& attempt) {
     Result r = c.execute(sql, params);
     classify(c, attempt, r);
+    latencies(r);
     stray_keys = keys_of(r);
   });
   if (stray_keys.empty()) return {};
@@ -169,6 +179,13 @@ bool in_layout(const TopicLayout& layout, const Receipt& r) {
   return partition_of(r.id) < layout.partitions() &&
          std::any_of(layout.groups.begin(), layout.groups.end(),
                      [&](const GroupEntry& g) { return g.number == r.group; });
+}
+
+std::string_view group_name(const TopicLayout& layout, unsigned number) {
+  for (const GroupEntry& g : layout.groups) {
+    if (g.number == number) return g.name;
+  }
+  return {};
 }
 
 // The queue a receipt's message is in; none when it is not in the layout.
@@ -213,15 +230,19 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
     by_queue[{parsed[i].group, partition_of(parsed[i].id), keyed}].push_back(i);
   }
   constexpr std::size_t kChunk = 512;
+  std::vector<double> acked;
   on_topic(q, topic, [&] {
     for (const auto& [where, which] : by_queue) {
       const Unit unit = unit_of(topic, std::get<0>(where), std::get<1>(where));
+      const std::string_view group = group_name(layout, std::get<0>(where));
       for (std::size_t from = 0; from < which.size(); from += kChunk) {
         std::vector<std::size_t> chunk(which.begin() + from,
                                        which.begin() + std::min(which.size(), from + kChunk));
         made_claimable(q, unit,
                        ack_chunk(q, unit.tables, parsed, chunk, std::get<2>(where), archive,
-                                 results));
+                                 results, acked));
+        q.metrics.count(topic, group, Counter::kAcked, acked.size());
+        for (double seconds : acked) q.metrics.observe(topic, group, Histogram::kEndToEnd, seconds);
       }
     }
   });
@@ -242,10 +263,12 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
   const TopicTables& t = unit->tables;
   std::vector<std::uint64_t> promoted;
   Micros applied{0};
+  bool dead_lettered = false;
   const Settle settle = on_topic(q, topic, [&] {
     return q.pool.run(
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
           promoted.clear();
+          dead_lettered = false;
           c.begin();
           Result row = c.execute(
               fmt::format("SELECT attempts, lease_token FROM {} WHERE id = ? FOR UPDATE", t.queue),
@@ -261,6 +284,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
           const std::int64_t attempts = row.rows[0].i64(0);
           if (past_max_attempts(info.options, attempts)) {
             promoted = move_to_dead_letters(q, c, info, t, {r.id});
+            dead_lettered = true;
           } else {
             // This was delivery number `attempts`, the attempts - 1 before it failed too.
             applied = delay ? *delay : retry_delay(info.options.retry, attempts - 1);
@@ -274,6 +298,9 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
         });
   });
   if (settle == Settle::kOk) {
+    const std::string_view group = group_name(layout, r.group);
+    q.metrics.count(topic, group, Counter::kNacked, 1);
+    if (dead_lettered) q.metrics.count(topic, group, Counter::kDeadLettered, 1);
     q.hints.lower(t.queue, r.id);
     made_claimable(q, *unit, promoted);
     // Claimable at once: wake a waiting consumer (a delayed one is seen when it falls due).

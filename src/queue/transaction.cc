@@ -125,8 +125,9 @@ std::vector<std::uint64_t> Transaction::send_batch(std::string_view topic,
                                                    std::span<const OutgoingMessage> messages) {
   std::vector<std::uint64_t> ids =
       impl_->guarded([&] { return send_on(impl_->q, *impl_->c, topic, messages); });
-  const std::size_t claimable = internal::claimable_now(messages);
-  if (claimable > 0) impl_->sent[std::string(topic)] += claimable;
+  internal::SentCount& sent = impl_->sent[std::string(topic)];
+  sent.total += ids.size();
+  sent.claimable += internal::claimable_now(messages);
   return ids;
 }
 

@@ -31,15 +31,19 @@ struct Transaction::Impl {
   bool managed = false;
   bool open = true;
   std::optional<Error> failed;  // what ended the transaction on the server's side
-  // Claimable messages sent, by topic: announced to waiting consumers after the commit.
-  std::map<std::string, std::size_t, std::less<>> sent;
+  // Messages sent, by topic: counted, and the claimable ones announced to waiting consumers,
+  // after the commit.
+  std::map<std::string, internal::SentCount, std::less<>> sent;
 };
 
 namespace internal {
-// Announces what a committed transaction sent (waiting.cc).
+// Counts what a committed transaction sent, and announces it (waiting.cc).
 inline void announce_sent(QueueContext& q,
-                          const std::map<std::string, std::size_t, std::less<>>& sent) {
-  for (const auto& [topic, count] : sent) announce(q, topic, count);
+                          const std::map<std::string, SentCount, std::less<>>& sent) {
+  for (const auto& [topic, count] : sent) {
+    q.metrics.count(topic, {}, Counter::kSent, count.total);
+    if (count.claimable > 0) announce(q, topic, count.claimable);
+  }
 }
 }  // namespace internal
 
@@ -67,10 +71,10 @@ namespace internal {
 // Runs body(tx) with a Transaction lent over the transaction open on c, which the caller then
 // commits. Afterwards, checks that it still may: a statement error the body caught may have ended
 // the transaction on the server (a deadlock is then thrown as kAborted, which Pool::run retries).
-// Returns the claimable messages the body sent, by topic, to announce after the commit.
+// Returns the messages the body sent, by topic, to count and announce after the commit.
 template <typename Body>
-std::map<std::string, std::size_t, std::less<>> lend_transaction(QueueContext& q, Connection& c,
-                                                                 Body&& body) {
+std::map<std::string, SentCount, std::less<>> lend_transaction(QueueContext& q, Connection& c,
+                                                               Body&& body) {
   auto impl = std::make_unique<Transaction::Impl>(q, c);
   Transaction::Impl* state = impl.get();
   Transaction tx(std::move(impl));
