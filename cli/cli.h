@@ -41,6 +41,7 @@ void add_demo_command(CLI::App& app, Globals& globals);
 void add_bench_command(CLI::App& app, Globals& globals);
 void add_bench_consumer_command(CLI::App& app, Globals& globals);
 void add_serve_command(CLI::App& app, Globals& globals);
+void add_metrics_command(CLI::App& app, Globals& globals);
 
 // Output helpers (output.cc).
 std::string read_all(std::FILE* in);

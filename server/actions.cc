@@ -597,8 +597,6 @@ void SqsService::drain_sends(const std::string& topic) {
     if (group.empty()) return;
     counters_.send_groups.fetch_add(1, std::memory_order_relaxed);
     counters_.sends_grouped.fetch_add(group.size(), std::memory_order_relaxed);
-    counters_.send_groups.fetch_add(1, std::memory_order_relaxed);
-    counters_.sends_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     std::vector<OutgoingMessage> messages;
     messages.reserve(group.size());
     for (auto& p : group) messages.push_back(std::move(p.message));
@@ -913,8 +911,6 @@ void SqsService::drain_deletes(const std::string& topic) {
   for (;;) {
     std::vector<PendingDelete> group = deletes_.next(topic);
     if (group.empty()) return;
-    counters_.delete_groups.fetch_add(1, std::memory_order_relaxed);
-    counters_.deletes_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     counters_.delete_groups.fetch_add(1, std::memory_order_relaxed);
     counters_.deletes_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     std::vector<std::string> receipts;

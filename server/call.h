@@ -2,6 +2,7 @@
 
 // One request to the SQS service, as the service and its actions see it (private to server/).
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,7 @@ struct SqsService::Call {
   std::string request_id = new_request_id();
   Responder respond;
   std::atomic<bool> answered{false};
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 };
 
 }  // namespace txmq::server

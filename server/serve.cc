@@ -14,6 +14,7 @@
 
 #include "server/dashboard.h"
 #include "server/http.h"
+#include "server/metrics.h"
 #include "server/service.h"
 
 namespace txmq::server {
@@ -95,12 +96,16 @@ ServiceOptions service_options(const ServeOptions& options) {
   return o;
 }
 
-// The dashboard at / and /ui/ (docs/dashboard.md), ahead of the SQS dispatch.
-ServiceOptions with_dashboard(ServiceOptions o, Dashboard& dashboard) {
-  o.web = [&dashboard](HttpRequest& request, Responder& respond,
-                       const std::shared_ptr<const Credentials>& credentials) {
-    return dashboard.handle(request, respond, credentials);
+// /metrics (docs/metrics.md) and the dashboard at / and /ui/ (docs/dashboard.md), ahead of the
+// SQS dispatch.
+ServiceOptions with_web(ServiceOptions o, MetricsEndpoint& metrics, Dashboard& dashboard,
+                        RequestMetrics& requests) {
+  o.web = [&metrics, &dashboard](HttpRequest& request, Responder& respond,
+                                 const std::shared_ptr<const Credentials>& credentials) {
+    return metrics.handle(request, respond, credentials) ||
+           dashboard.handle(request, respond, credentials);
   };
+  o.request_metrics = &requests;
   return o;
 }
 
@@ -110,13 +115,20 @@ struct Server::Impl {
   explicit Impl(const ServeOptions& options)
       : endpoint(checked_endpoint(options)),
         client(client_options(options)),
+        metrics(client, server_metrics(), kDefaultExactUpTo),
         dashboard(client, DashboardOptions{.log = log_line}),
-        service(client, io, with_dashboard(service_options(options), dashboard)),
+        service(client, io, with_web(service_options(options), metrics, dashboard, requests)),
         http(io, endpoint, [this](HttpRequest&& r, Responder respond) {
           service.handle(std::move(r), std::move(respond));
         }) {
     http.start();
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
+  }
+
+  // What /metrics adds for this server; read at scrape time, when everything is constructed.
+  ServerMetrics server_metrics() {
+    return {&requests, [this] { return service.counters().polls_held.load(); },
+            [this] { return static_cast<std::uint64_t>(http.open_connections()); }};
   }
 
   void stop() {
@@ -129,6 +141,7 @@ struct Server::Impl {
     service.shutdown();
     closed.get_future().wait();
     dashboard.stop();  // its sampler; no request reaches it once the service has stopped
+    metrics.stop();
     keep_running.reset();
     io.stop();
     for (auto& t : threads) t.join();
@@ -142,6 +155,8 @@ struct Server::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> keep_running =
       asio::make_work_guard(io);
   Client client;
+  RequestMetrics requests;
+  MetricsEndpoint metrics;
   Dashboard dashboard;
   SqsService service;
   HttpServer http;

@@ -233,8 +233,16 @@ void SqsService::dispatch(const std::shared_ptr<Call>& call) {
   reply(c, out);
 }
 
+void SqsService::count_request(const Call& c, std::string_view outcome) {
+  if (options_.request_metrics == nullptr) return;
+  options_.request_metrics->record(
+      c.action, c.txmq_action, outcome,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - c.arrived).count());
+}
+
 void SqsService::reply(Call& c, const json& output) {
   if (c.answered.exchange(true)) return;
+  count_request(c, "ok");
   HttpResponse r;
   r.headers.emplace_back("x-amzn-RequestId", c.request_id);
   if (c.protocol == Call::Protocol::kJson) {
@@ -274,6 +282,7 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
     e = SqsError::of("InternalError", other.what());
   }
   counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  count_request(c, e.code);
   if (options_.log) {
     options_.log(fmt::format("{} {}: {} {}: {}", c.action.empty() ? "request" : c.action,
                              c.request_id, e.http_status, e.code, e.what()));

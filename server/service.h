@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http.h"
+#include "server/metrics.h"
 #include "server/queues.h"
 #include "server/sigv4.h"
 #include "txmq/client.h"
@@ -44,6 +45,8 @@ struct ServiceOptions {
   std::function<bool(HttpRequest& request, Responder& respond,
                      const std::shared_ptr<const Credentials>& credentials)>
       web;
+  // Where each answered request is counted and timed (GET /metrics); none: not counted.
+  RequestMetrics* request_metrics = nullptr;
 };
 
 struct Counters {
@@ -79,6 +82,7 @@ class SqsService {
   void dispatch(const std::shared_ptr<Call>& call);
   void reply(Call& call, const nlohmann::json& output);
   void reply_error(Call& call, std::exception_ptr error);
+  void count_request(const Call& call, std::string_view outcome);
   void health(Responder respond);
 
   // Actions (actions.cc).

@@ -1,0 +1,56 @@
+// txmq metrics: the Prometheus exposition of txmq serve's /metrics, without the server's own
+// request figures, printed once (for node_exporter's textfile collector and for scripts).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "server/metrics.h"
+
+namespace txmq::cli {
+
+void add_metrics_command(CLI::App& app, Globals& g) {
+  struct Args {
+    std::uint64_t exact_up_to = server::kDefaultExactUpTo;
+    std::string output;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "metrics", "print every topic's and group's gauges and the totals all clients recorded, in "
+                 "Prometheus's text format (docs/metrics.md)");
+  cmd->add_option("--exact-up-to", a->exact_up_to,
+                  "rows of each table counted exactly; beyond, counts are estimated (10000)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000}));
+  cmd->add_option("--output", a->output,
+                  "write to FILE instead, atomically (a temporary file renamed over it), as "
+                  "node_exporter's textfile collector wants");
+  cmd->callback([&g, a] {
+    const std::string text = server::render_metrics(*connect(g), a->exact_up_to);
+    if (a->output.empty()) {
+      std::cout << text << std::flush;
+      return;
+    }
+    const std::string temporary = fmt::format("{}.{}.tmp", a->output, getpid());
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out << text;
+      out.close();
+      if (!out) {
+        std::remove(temporary.c_str());
+        print_error(fmt::format("cannot write {}", temporary));
+        g.exit_code = kExitUsage;
+        return;
+      }
+    }
+    if (std::rename(temporary.c_str(), a->output.c_str()) != 0) {
+      std::remove(temporary.c_str());
+      print_error(fmt::format("cannot rename {} to {}", temporary, a->output));
+      g.exit_code = kExitUsage;
+    }
+  });
+}
+
+}  // namespace txmq::cli
