@@ -27,9 +27,10 @@ void add_serve_command(CLI::App& app, Globals& g) {
   auto a = std::make_shared<ServeArgs>();
   server::ServeOptions& o = a->options;
   CLI::App* cmd = app.add_subcommand(
-      "serve", "serve the Amazon SQS API (Query and JSON protocols, SigV4) over HTTP, so that the "
-               "AWS CLI and every AWS SDK can use txmq; GET /healthz and /readyz for probes "
-               "(README \"The SQS server\")");
+      "serve",
+      "serve the Amazon SQS API (Query and JSON protocols, SigV4) over HTTP, so that the "
+      "AWS CLI and every AWS SDK can use txmq; GET /healthz and /readyz for probes "
+      "(README \"The SQS server\")");
   CLI::Option* config = cmd->add_option(
       "--config", a->config,
       "TOML file of these options by their long names (listen = \"0.0.0.0:9324\", workers = 32, "
@@ -46,9 +47,9 @@ void add_serve_command(CLI::App& app, Globals& g) {
       cmd->add_option("--region", o.region, "the region in queue ARNs and signatures (us-east-1)");
   CLI::Option* account =
       cmd->add_option("--account-id", o.account, "the 12-digit account in queue URLs and ARNs");
-  CLI::Option* workers =
-      cmd->add_option("--workers", o.workers, "threads that run requests (16); long polls hold none")
-          ->check(CLI::Range(1, 256));
+  CLI::Option* workers = cmd->add_option("--workers", o.workers,
+                                         "threads that run requests (16); long polls hold none")
+                             ->check(CLI::Range(1, 256));
   CLI::Option* log_format =
       cmd->add_option("--log-format", a->log_format,
                       "text (default: 'txmq serve: ...' lines) or json (one object per line: "
@@ -84,7 +85,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
       } else if (file && file->dsn) {
         options.dsn_source = "the config file";
         options.dsn = *file->dsn;
-        struct stat st{};
+        struct stat st {};
         if (password_span(options.dsn).second > 0 && ::stat(a->config.c_str(), &st) == 0 &&
             (st.st_mode & S_IROTH) != 0) {
           server::LogWriter(options.log_format)(

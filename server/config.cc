@@ -106,7 +106,8 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
         throw std::invalid_argument(
             fmt::format("{}: {} must be a string, not {}", where, name, a_type(node)));
       }
-      if (v->empty()) throw std::invalid_argument(fmt::format("{}: {} must not be empty", where, name));
+      if (v->empty())
+        throw std::invalid_argument(fmt::format("{}: {} must not be empty", where, name));
       return *v;
     };
     if (name == "listen") {

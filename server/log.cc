@@ -34,8 +34,9 @@ std::string rfc3339_millis(std::chrono::system_clock::time_point t) {
                      static_cast<int>(ms - static_cast<std::int64_t>(seconds) * 1000));
 }
 
-std::string format_log_line(LogFormat format, LogLevel level, std::chrono::system_clock::time_point t,
-                            std::string_view msg, const nlohmann::json& fields) {
+std::string format_log_line(LogFormat format, LogLevel level,
+                            std::chrono::system_clock::time_point t, std::string_view msg,
+                            const nlohmann::json& fields) {
   if (format == LogFormat::kText) return fmt::format("txmq serve: {}\n", msg);
   // nlohmann's object is ordered by key; the line is built by hand so that time, level and msg
   // come first, as a person reading the raw log expects.

@@ -29,8 +29,9 @@ std::string_view level_name(LogLevel level);  // "info", "warning", "error"
 // RFC 3339 in UTC with milliseconds: 2026-11-23T07:50:54.123Z.
 std::string rfc3339_millis(std::chrono::system_clock::time_point t);
 // One line, '\n' included. Fields named time, level or msg are not written over the line's own.
-std::string format_log_line(LogFormat format, LogLevel level, std::chrono::system_clock::time_point t,
-                            std::string_view msg, const nlohmann::json& fields);
+std::string format_log_line(LogFormat format, LogLevel level,
+                            std::chrono::system_clock::time_point t, std::string_view msg,
+                            const nlohmann::json& fields);
 
 // Writes lines to a stdio stream (stderr by default). Thread-safe.
 class LogWriter {

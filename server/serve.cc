@@ -128,12 +128,11 @@ struct Server::Impl {
           writer(level, msg, fields);
         }),
         client(client_options(options, log)),
-        health(io, HealthOptions{.check =
-                                     [this] {
-                                       client.transact(
-                                           [](Transaction& t) { t.execute("SELECT 1"); });
-                                     },
-                                 .log = log}),
+        health(
+            io,
+            HealthOptions{
+                .check = [this] { client.transact([](Transaction& t) { t.execute("SELECT 1"); }); },
+                .log = log}),
         dashboard(client, DashboardOptions{.log = log}),
         service(client, io, with_web(service_options(options, log), health, dashboard)),
         http(io, endpoint, [this](HttpRequest&& r, Responder respond) {

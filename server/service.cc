@@ -265,14 +265,14 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
   counters_.errors.fetch_add(1, std::memory_order_relaxed);
   if (options_.log) {
     const std::string action = c.action.empty() ? "request" : c.action;
-    options_.log(e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning,
-                 fmt::format("{} {}: {} {}: {}", action, c.request_id, e.http_status, e.code,
-                             e.what()),
-                 {{"action", action},
-                  {"request_id", c.request_id},
-                  {"status", e.http_status},
-                  {"code", e.code},
-                  {"error", e.what()}});
+    options_.log(
+        e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning,
+        fmt::format("{} {}: {} {}: {}", action, c.request_id, e.http_status, e.code, e.what()),
+        {{"action", action},
+         {"request_id", c.request_id},
+         {"status", e.http_status},
+         {"code", e.code},
+         {"error", e.what()}});
   }
   HttpResponse r;
   r.status = static_cast<unsigned>(e.http_status);

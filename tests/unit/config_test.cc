@@ -51,12 +51,12 @@ TEST(ServeConfig, KeysLeftOutAreUnset) {
 }
 
 TEST(ServeConfig, CredentialsPathsAreRelativeToTheFilesDirectory) {
-  EXPECT_EQ(parse_serve_config("credentials = \"/srv/keys\"", "/etc/txmq/serve.conf")
-                .credentials_file,
-            "/srv/keys");
-  EXPECT_EQ(parse_serve_config("credentials = \"../keys\"", "/etc/txmq/serve.conf")
-                .credentials_file,
-            "/etc/keys");
+  EXPECT_EQ(
+      parse_serve_config("credentials = \"/srv/keys\"", "/etc/txmq/serve.conf").credentials_file,
+      "/srv/keys");
+  EXPECT_EQ(
+      parse_serve_config("credentials = \"../keys\"", "/etc/txmq/serve.conf").credentials_file,
+      "/etc/keys");
   // A file named relative to the working directory: so is the result.
   EXPECT_EQ(parse_serve_config("credentials = \"keys\"", "serve.conf").credentials_file, "keys");
   EXPECT_EQ(parse_serve_config("credentials = \"keys\"", "conf/serve.conf").credentials_file,
@@ -64,8 +64,8 @@ TEST(ServeConfig, CredentialsPathsAreRelativeToTheFilesDirectory) {
 }
 
 TEST(ServeConfig, SyntaxErrorsGiveTheFileLineAndColumn) {
-  EXPECT_EQ(error_of("region = \"eu-west-1\"\nworkers = = 3\n").rfind(
-                "/etc/txmq/serve.conf:2:11: not valid TOML: ", 0),
+  EXPECT_EQ(error_of("region = \"eu-west-1\"\nworkers = = 3\n")
+                .rfind("/etc/txmq/serve.conf:2:11: not valid TOML: ", 0),
             0u)
       << error_of("region = \"eu-west-1\"\nworkers = = 3\n");
   EXPECT_EQ(error_of("listen = \"127.0.0.1:9324\n").rfind("/etc/txmq/serve.conf:1:", 0), 0u);
@@ -101,7 +101,8 @@ TEST(ServeConfig, WrongTypesNameTheKeyAndWhatItGot) {
             "/etc/txmq/serve.conf:1: listen must be a string, not an integer");
   EXPECT_EQ(error_of("region = [\"eu-west-1\"]\n"),
             "/etc/txmq/serve.conf:1: region must be a string, not an array");
-  EXPECT_EQ(error_of("dsn = true\n"), "/etc/txmq/serve.conf:1: dsn must be a string, not a boolean");
+  EXPECT_EQ(error_of("dsn = true\n"),
+            "/etc/txmq/serve.conf:1: dsn must be a string, not a boolean");
   EXPECT_EQ(error_of("account-id = 123456789012\n"),
             "/etc/txmq/serve.conf:1: account-id must be a string, not an integer");
 }

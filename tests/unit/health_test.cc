@@ -81,10 +81,11 @@ TEST_F(HealthProbes, UnreachableGives503WithTheReasonAndALogLine) {
                                         if (down) throw std::runtime_error("cannot connect\nto x");
                                       },
                                   .fresh_for = 1ms,
-                                  .log = [&](LogLevel, std::string_view msg, const nlohmann::json&) {
-                                    std::lock_guard lock(lines_mutex);
-                                    lines.emplace_back(msg);
-                                  }});
+                                  .log =
+                                      [&](LogLevel, std::string_view msg, const nlohmann::json&) {
+                                        std::lock_guard lock(lines_mutex);
+                                        lines.emplace_back(msg);
+                                      }});
   auto r = probe(health, "/readyz");
   EXPECT_EQ(r->status, 503u);
   EXPECT_EQ(r->body, "database unreachable: cannot connect to x\n");
