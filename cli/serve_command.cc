@@ -1,29 +1,104 @@
 // txmq serve: the Amazon SQS-compatible server (server/serve.h, README "The SQS server").
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "cli.h"
+#include "server/config.h"
 #include "server/serve.h"
 
 namespace txmq::cli {
 
+namespace {
+
+struct ServeArgs {
+  server::ServeOptions options;
+  std::string config;
+  std::string log_format = "text";
+};
+
+}  // namespace
+
 void add_serve_command(CLI::App& app, Globals& g) {
-  auto o = std::make_shared<server::ServeOptions>();
+  auto a = std::make_shared<ServeArgs>();
+  server::ServeOptions& o = a->options;
   CLI::App* cmd = app.add_subcommand(
-      "serve", "serve the Amazon SQS API (Query and JSON protocols, SigV4) over HTTP, so that the "
-               "AWS CLI and every AWS SDK can use txmq (README \"The SQS server\")");
-  cmd->add_option("--listen", o->listen, "HOST:PORT to listen on (default 127.0.0.1:9324)");
-  cmd->add_option("--credentials", o->credentials_file,
-                  "file of 'ACCESS_KEY_ID SECRET_ACCESS_KEY' lines that signatures are checked "
-                  "against (re-read on SIGHUP); without it any well-formed signature is accepted "
-                  "and only loopback addresses may be listened on");
-  cmd->add_option("--region", o->region, "the region in queue ARNs and signatures (us-east-1)");
-  cmd->add_option("--account-id", o->account, "the 12-digit account in queue URLs and ARNs");
-  cmd->add_option("--workers", o->workers, "threads that run requests (16); long polls hold none")
-      ->check(CLI::Range(1, 256));
-  cmd->callback([&g, o] {
-    server::ServeOptions options = *o;
+      "serve",
+      "serve the Amazon SQS API (Query and JSON protocols, SigV4) over HTTP, so that the "
+      "AWS CLI and every AWS SDK can use txmq; GET /healthz and /readyz for probes "
+      "(README \"The SQS server\")");
+  CLI::Option* config = cmd->add_option(
+      "--config", a->config,
+      "TOML file of these options by their long names (listen = \"0.0.0.0:9324\", workers = 32, "
+      "log-format = \"json\", ...; relative paths relative to it); options given here win over "
+      "it. A DSN: --dsn, else TXMQ_DSN, else the file's dsn, else the local server");
+  CLI::Option* listen =
+      cmd->add_option("--listen", o.listen, "HOST:PORT to listen on (default 127.0.0.1:9324)");
+  CLI::Option* credentials = cmd->add_option(
+      "--credentials", o.credentials_file,
+      "file of 'ACCESS_KEY_ID SECRET_ACCESS_KEY' lines that signatures are checked against "
+      "(re-read on SIGHUP); without it any well-formed signature is accepted and only loopback "
+      "addresses may be listened on");
+  CLI::Option* region =
+      cmd->add_option("--region", o.region, "the region in queue ARNs and signatures (us-east-1)");
+  CLI::Option* account =
+      cmd->add_option("--account-id", o.account, "the 12-digit account in queue URLs and ARNs");
+  CLI::Option* workers = cmd->add_option("--workers", o.workers,
+                                         "threads that run requests (16); long polls hold none")
+                             ->check(CLI::Range(1, 256));
+  CLI::Option* log_format =
+      cmd->add_option("--log-format", a->log_format,
+                      "text (default: 'txmq serve: ...' lines) or json (one object per line: "
+                      "time, level, msg and the event's fields) on stderr; the listening line "
+                      "stays on stdout")
+          ->check(CLI::IsMember({"text", "json"}));
+  cmd->callback([&g, a, config, listen, credentials, region, account, workers, log_format] {
+    server::ServeOptions options = a->options;
     try {
-      options.dsn = resolve_dsn(g);
+      options.log_format = *server::parse_log_format(a->log_format);
+      std::optional<server::ServeConfig> file;
+      if (config->count() > 0) {
+        file = server::load_serve_config(a->config);
+        // The command line wins over the file, the file over the defaults.
+        if (file->listen && listen->count() == 0) options.listen = *file->listen;
+        if (file->credentials_file && credentials->count() == 0) {
+          options.credentials_file = *file->credentials_file;
+        }
+        if (file->region && region->count() == 0) options.region = *file->region;
+        if (file->account && account->count() == 0) options.account = *file->account;
+        if (file->workers && workers->count() == 0) options.workers = *file->workers;
+        if (file->log_format && log_format->count() == 0) options.log_format = *file->log_format;
+      }
+      // --dsn, then TXMQ_DSN, then the file's dsn, then the local server: the environment over
+      // the file, as the AWS CLI and most servers do, so that a unit's EnvironmentFile (or a
+      // shell's TXMQ_DSN, which every other txmq command in it follows) overrides a dsn left in
+      // a shared file without editing it.
+      const char* env = std::getenv("TXMQ_DSN");
+      if (!g.dsn.empty()) {
+        options.dsn_source = "--dsn";
+      } else if (env != nullptr && *env != '\0') {
+        options.dsn_source = "TXMQ_DSN";
+      } else if (file && file->dsn) {
+        options.dsn_source = "the config file";
+        options.dsn = *file->dsn;
+        struct stat st {};
+        if (password_span(options.dsn).second > 0 && ::stat(a->config.c_str(), &st) == 0 &&
+            (st.st_mode & S_IROTH) != 0) {
+          server::LogWriter(options.log_format)(
+              server::LogLevel::kWarning,
+              fmt::format("{} holds a DSN with a password and every user may read it: chmod "
+                          "o-r it, or move the DSN to TXMQ_DSN (an EnvironmentFile of mode 0600)",
+                          a->config),
+              {{"file", a->config}});
+        }
+      } else {
+        options.dsn_source = "the local server";
+      }
+      if (options.dsn.empty()) options.dsn = resolve_dsn(g);
       g.exit_code = server::serve(options);
     } catch (const std::invalid_argument& e) {
       print_error(e.what());

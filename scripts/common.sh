@@ -8,6 +8,7 @@ TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-
                nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
                openssl    # the TLS test makes its certificates
                libssl-dev libboost-dev   # txmq serve: digests and SigV4; Beast and Asio
+               libtomlplusplus-dev       # txmq serve --config (header-only use)
                awscli python3-boto3)     # the SQS tests' Query-protocol clients (tests/sqs)
 
 txmq_install_deps() {

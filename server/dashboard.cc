@@ -318,8 +318,8 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
   std::condition_variable sampler_wake;
   std::thread sampler;
 
-  void log(std::string_view line) const {
-    if (options.log) options.log(line);
+  void log(LogLevel level, std::string_view line, const json& fields = nullptr) const {
+    if (options.log) options.log(level, line, fields);
   }
 
   void touch() {
@@ -373,7 +373,8 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     } catch (const std::exception& e) {
       std::lock_guard lock(data_mutex);
       sample_error = e.what();
-      log(fmt::format("dashboard: sampling failed: {}", e.what()));
+      log(LogLevel::kError, fmt::format("dashboard: sampling failed: {}", e.what()),
+          {{"error", e.what()}});
       return;
     }
     std::lock_guard lock(data_mutex);
@@ -513,9 +514,15 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     const std::vector<std::uint64_t> ids = ids_of(body);  // never empty: empty means all
     const std::size_t n = requeue ? client.requeue_dead(topic, ids, group)
                                   : client.delete_dead(topic, ids, group);
-    log(fmt::format("dashboard: {} {} of {} dead letters of {} (group {})",
+    log(LogLevel::kInfo,
+        fmt::format("dashboard: {} {} of {} dead letters of {} (group {})",
                     requeue ? "requeued" : "deleted", n, ids.size(), topic,
-                    group.empty() ? "default" : group));
+                    group.empty() ? "default" : group),
+        {{"action", requeue ? "requeue_dead" : "delete_dead"},
+         {"topic", topic},
+         {"group", group.empty() ? "default" : group},
+         {"asked", ids.size()},
+         {"done", n}});
     // The next overview shows the change.
     {
       std::lock_guard lock(data_mutex);
@@ -685,11 +692,15 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
                  : e.retryable()                      ? 503
                                                       : 500;
       r.body = json{{"error", e.what()}}.dump(-1, ' ', false, json::error_handler_t::replace);
-      if (r.status >= 500) state->log(fmt::format("dashboard: {}: {}", name, e.what()));
+      if (r.status >= 500) {
+        state->log(LogLevel::kError, fmt::format("dashboard: {}: {}", name, e.what()),
+                   {{"api", name}, {"status", r.status}, {"error", e.what()}});
+      }
     } catch (const std::exception& e) {
       r.status = 500;
       r.body = json{{"error", e.what()}}.dump(-1, ' ', false, json::error_handler_t::replace);
-      state->log(fmt::format("dashboard: {}: {}", name, e.what()));
+      state->log(LogLevel::kError, fmt::format("dashboard: {}: {}", name, e.what()),
+                 {{"api", name}, {"status", r.status}, {"error", e.what()}});
     }
     secure(r);
     respond(std::move(r));

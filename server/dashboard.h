@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "server/http.h"
+#include "server/log.h"
 #include "server/sigv4.h"
 #include "txmq/client.h"
 
@@ -38,7 +39,7 @@ extern const DashboardAsset kDashboardAssets[];
 extern const std::size_t kDashboardAssetCount;
 
 struct DashboardOptions {
-  std::function<void(std::string_view)> log;  // one line per failure (never a secret)
+  Log log;  // one line per failure or change of dead letters (never a secret)
   std::chrono::milliseconds sample_every{10'000};
   std::size_t points = 360;  // samples kept per group: an hour at 10 s
   // Sampling stops when no page or API request came for this long.

@@ -1,5 +1,6 @@
 #include "server/serve.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <future>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "server/dashboard.h"
+#include "server/health.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -23,12 +25,6 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-void log_line(std::string_view line) {
-  // One write per line, so that lines from several threads do not interleave.
-  const std::string text = fmt::format("txmq serve: {}\n", line);
-  std::fwrite(text.data(), 1, text.size(), stderr);
-}
 
 tcp::endpoint parse_listen(const std::string& listen) {
   const std::size_t colon = listen.rfind(':');
@@ -78,33 +74,53 @@ tcp::endpoint checked_endpoint(const ServeOptions& options) {
   return endpoint;
 }
 
-ClientOptions client_options(const ServeOptions& options) {
+ClientOptions client_options(const ServeOptions& options, const Log& log) {
   ClientOptions o;
   o.dsn = options.dsn;
   o.pool_size = options.workers + 8;
-  o.on_warning = [](std::string_view w) { log_line(w); };
+  o.on_warning = [log](std::string_view w) { log(LogLevel::kWarning, w, nullptr); };
   return o;
 }
 
-ServiceOptions service_options(const ServeOptions& options) {
+ServiceOptions service_options(const ServeOptions& options, const Log& log) {
   ServiceOptions o;
   o.region = options.region;
   o.account = options.account;
   o.credentials_file = options.credentials_file;
   o.workers = options.workers;
-  o.log = log_line;
+  o.log = log;
   return o;
 }
 
-// /metrics (docs/metrics.md) and the dashboard at / and /ui/ (docs/dashboard.md), ahead of the
-// SQS dispatch.
-ServiceOptions with_web(ServiceOptions o, MetricsEndpoint& metrics, Dashboard& dashboard,
-                        RequestMetrics& requests) {
-  o.web = [&metrics, &dashboard](HttpRequest& request, Responder& respond,
-                                 const std::shared_ptr<const Credentials>& credentials) {
-    return metrics.handle(request, respond, credentials) ||
-           dashboard.handle(request, respond, credentials);
+// Handlers of the requests that are not SQS calls, asked in order; the first that takes a
+// request answers it.
+WebHandler web_chain(std::vector<WebHandler> handlers) {
+  return [handlers = std::move(handlers)](HttpRequest& request, Responder& respond,
+                                          const std::shared_ptr<const Credentials>& credentials) {
+    for (const WebHandler& h : handlers) {
+      if (h(request, respond, credentials)) return true;
+    }
+    return false;
   };
+}
+
+// Ahead of the SQS dispatch: /healthz and /readyz first (no credentials: probes cannot sign),
+// then /metrics (docs/metrics.md), then the dashboard at / and /ui/ (docs/dashboard.md).
+ServiceOptions with_web(ServiceOptions o, Health& health, MetricsEndpoint& metrics,
+                        Dashboard& dashboard, RequestMetrics& requests) {
+  o.web = web_chain({
+      [&health](HttpRequest& request, Responder& respond, const auto&) {
+        return health.handle(request, respond);
+      },
+      [&metrics](HttpRequest& request, Responder& respond,
+                 const std::shared_ptr<const Credentials>& credentials) {
+        return metrics.handle(request, respond, credentials);
+      },
+      [&dashboard](HttpRequest& request, Responder& respond,
+                   const std::shared_ptr<const Credentials>& credentials) {
+        return dashboard.handle(request, respond, credentials);
+      },
+  });
   o.request_metrics = &requests;
   return o;
 }
@@ -114,10 +130,20 @@ ServiceOptions with_web(ServiceOptions o, MetricsEndpoint& metrics, Dashboard& d
 struct Server::Impl {
   explicit Impl(const ServeOptions& options)
       : endpoint(checked_endpoint(options)),
-        client(client_options(options)),
+        writer(options.log_format),
+        log([writer = writer](LogLevel level, std::string_view msg, const nlohmann::json& fields) {
+          writer(level, msg, fields);
+        }),
+        client(client_options(options, log)),
+        health(
+            io,
+            HealthOptions{
+                .check = [this] { client.transact([](Transaction& t) { t.execute("SELECT 1"); }); },
+                .log = log}),
         metrics(client, server_metrics(), kDefaultExactUpTo),
-        dashboard(client, DashboardOptions{.log = log_line}),
-        service(client, io, with_web(service_options(options), metrics, dashboard, requests)),
+        dashboard(client, DashboardOptions{.log = log}),
+        service(client, io,
+                with_web(service_options(options, log), health, metrics, dashboard, requests)),
         http(io, endpoint, [this](HttpRequest&& r, Responder respond) {
           service.handle(std::move(r), std::move(respond));
         }) {
@@ -133,13 +159,15 @@ struct Server::Impl {
 
   void stop() {
     if (stopped.exchange(true)) return;
-    // First no new connections or requests (idle connections close); then the service answers
-    // the requests it holds (long polls with what they have) and its workers finish; each
-    // connection closes once its answer is written.
+    // Probes answer 503 from now on. Then no new connections or requests (idle connections
+    // close); then the service answers the requests it holds (long polls with what they have)
+    // and its workers finish; each connection closes once its answer is written.
+    health.stopping();
     std::promise<void> closed;
     http.shutdown([&closed] { closed.set_value(); });
     service.shutdown();
     closed.get_future().wait();
+    health.stop();     // its check thread
     dashboard.stop();  // its sampler; no request reaches it once the service has stopped
     metrics.stop();
     keep_running.reset();
@@ -148,6 +176,8 @@ struct Server::Impl {
   }
 
   const tcp::endpoint endpoint;
+  const LogWriter writer;
+  const Log log;
   asio::io_context io;
   // Keeps the io threads running until stop() has seen every connection close: once the
   // acceptor is closed, a moment with no operation pending (a long poll's timer cancelled,
@@ -155,6 +185,7 @@ struct Server::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> keep_running =
       asio::make_work_guard(io);
   Client client;
+  Health health;
   RequestMetrics requests;
   MetricsEndpoint metrics;
   Dashboard dashboard;
@@ -192,13 +223,25 @@ int serve(const ServeOptions& options) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  const LogWriter log(options.log_format);
   Server server(options);
-  std::printf("txmq serve: listening on http://%s (region %s, account %s; %s)\n",
-              server.address().c_str(), options.region.c_str(), options.account.c_str(),
-              options.credentials_file.empty()
-                  ? "no --credentials: any well-formed signature is accepted, loopback only"
-                  : fmt::format("signatures checked against {}", options.credentials_file).c_str());
-  std::fflush(stdout);
+  const std::string address = fmt::format("http://{}", server.address());
+  const std::string checked =
+      options.credentials_file.empty()
+          ? "no --credentials: any well-formed signature is accepted, loopback only"
+          : fmt::format("signatures checked against {}", options.credentials_file);
+  nlohmann::json fields{{"address", address},
+                        {"region", options.region},
+                        {"account", options.account},
+                        {"workers", options.workers},
+                        {"credentials", options.credentials_file}};
+  if (!options.dsn_source.empty()) fields["dsn_source"] = options.dsn_source;
+  // On stdout, as scripts wait for it there; the rest of the log is on stderr.
+  log(LogLevel::kInfo,
+      fmt::format("listening on {} (region {}, account {}; {}{})", address, options.region,
+                  options.account, checked,
+                  options.dsn_source.empty() ? "" : "; DSN from " + options.dsn_source),
+      fields, stdout);
   for (;;) {
     int signal = 0;
     if (sigwait(&signals, &signal) != 0) continue;
@@ -206,8 +249,9 @@ int serve(const ServeOptions& options) {
       server.reload_credentials();
       continue;
     }
-    log_line(fmt::format("{}: stopping (answering the requests it holds)",
-                         signal == SIGTERM ? "SIGTERM" : "SIGINT"));
+    const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    log(LogLevel::kInfo, fmt::format("{}: stopping (answering the requests it holds)", name),
+        {{"signal", name}});
     break;
   }
   server.stop();

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "server/log.h"
+
 namespace txmq::server {
 
 struct ServeOptions {
@@ -14,6 +16,11 @@ struct ServeOptions {
   std::string region = "us-east-1";
   std::string account = "000000000000";
   int workers = 16;  // threads running actions; long polls hold none
+  // The log's format on stderr (and of the "listening on" line on stdout): server/log.h.
+  LogFormat log_format = LogFormat::kText;
+  // Where the DSN came from ("--dsn", "TXMQ_DSN", "the config file", "the local server"), for
+  // the "listening on" line; empty: not said.
+  std::string dsn_source;
 };
 
 class SqsService;
@@ -43,8 +50,8 @@ class Server {
 };
 
 // Serves until SIGTERM or SIGINT (SIGHUP re-reads the credentials), then stops as
-// Server::stop does and returns 0. Prints one line when it listens; errors go to stderr, one
-// line each.
+// Server::stop does and returns 0. Prints one line on stdout when it listens; the log goes to
+// stderr, one line per event, in options.log_format.
 int serve(const ServeOptions& options);
 
 }  // namespace txmq::server

@@ -59,11 +59,17 @@ void SqsService::reload_credentials() {
     std::lock_guard lock(credentials_mutex_);
     credentials_ = std::move(fresh);
     if (options_.log) {
-      options_.log(fmt::format("credentials reloaded from {}: {} keys", options_.credentials_file,
-                               credentials_->size()));
+      options_.log(LogLevel::kInfo,
+                   fmt::format("credentials reloaded from {}: {} keys", options_.credentials_file,
+                               credentials_->size()),
+                   {{"file", options_.credentials_file}, {"keys", credentials_->size()}});
     }
   } catch (const std::exception& e) {
-    if (options_.log) options_.log(fmt::format("credentials not reloaded, old keys kept: {}", e.what()));
+    if (options_.log) {
+      options_.log(LogLevel::kError,
+                   fmt::format("credentials not reloaded, old keys kept: {}", e.what()),
+                   {{"file", options_.credentials_file}, {"error", e.what()}});
+    }
   }
 }
 
@@ -94,11 +100,6 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
     respond(std::move(r));
     return;
   }
-  if (request.method() == http::verb::get &&
-      (request.target() == "/healthz" || request.target() == "/health")) {
-    asio::post(workers_, [this, respond = std::move(respond)]() mutable { health(respond); });
-    return;
-  }
   if (options_.web) {
     std::shared_ptr<const Credentials> credentials;
     {
@@ -111,18 +112,6 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
   call->request = std::move(request);
   call->respond = std::move(respond);
   asio::post(workers_, [this, call] { execute(call); });
-}
-
-void SqsService::health(Responder respond) {
-  HttpResponse r;
-  try {
-    client_.transact([](Transaction& t) { t.execute("SELECT 1"); });
-    r.body = "ok\n";
-  } catch (const std::exception& e) {
-    r.status = 503;
-    r.body = fmt::format("database unavailable: {}\n", e.what());
-  }
-  respond(std::move(r));
 }
 
 void SqsService::execute(const std::shared_ptr<Call>& call) {
@@ -284,8 +273,15 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
   counters_.errors.fetch_add(1, std::memory_order_relaxed);
   count_request(c, e.code);
   if (options_.log) {
-    options_.log(fmt::format("{} {}: {} {}: {}", c.action.empty() ? "request" : c.action,
-                             c.request_id, e.http_status, e.code, e.what()));
+    const std::string action = c.action.empty() ? "request" : c.action;
+    options_.log(
+        e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning,
+        fmt::format("{} {}: {} {}: {}", action, c.request_id, e.http_status, e.code, e.what()),
+        {{"action", action},
+         {"request_id", c.request_id},
+         {"status", e.http_status},
+         {"code", e.code},
+         {"error", e.what()}});
   }
   HttpResponse r;
   r.status = static_cast<unsigned>(e.http_status);

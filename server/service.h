@@ -22,12 +22,17 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/queues.h"
 #include "server/sigv4.h"
 #include "txmq/client.h"
 
 namespace txmq::server {
+
+// Takes a request that is not an SQS call (ServiceOptions::web): true when it did.
+using WebHandler = std::function<bool(HttpRequest& request, Responder& respond,
+                                      const std::shared_ptr<const Credentials>& credentials)>;
 
 struct ServiceOptions {
   std::string region = "us-east-1";
@@ -36,15 +41,14 @@ struct ServiceOptions {
   std::string credentials_file;
   // Threads that run actions (library calls block); long polls do not hold one.
   int workers = 16;
-  // Where errors are logged, one line each (never a secret).
-  std::function<void(std::string_view)> log;
-  // Requests that are not SQS API calls (the dashboard, /metrics): called on an HTTP thread for
-  // every request before the SQS dispatch, with the credentials in force (null without
-  // --credentials); returns true when it took the request, which it then answers through
-  // `respond` (posting any work that blocks to threads of its own).
-  std::function<bool(HttpRequest& request, Responder& respond,
-                     const std::shared_ptr<const Credentials>& credentials)>
-      web;
+  // Where errors and credential reloads are logged, one line each (never a secret).
+  Log log;
+  // Requests that are not SQS API calls (/healthz and /readyz, the dashboard, /metrics): called
+  // on an HTTP thread for every request before the SQS dispatch, with the credentials in force
+  // (null without --credentials); returns true when it took the request, which it then answers
+  // through `respond` (posting any work that blocks to threads of its own). txmq serve chains
+  // several (server/serve.cc).
+  WebHandler web;
   // Where each answered request is counted and timed (GET /metrics); none: not counted.
   RequestMetrics* request_metrics = nullptr;
 };
@@ -83,7 +87,8 @@ class SqsService {
   void reply(Call& call, const nlohmann::json& output);
   void reply_error(Call& call, std::exception_ptr error);
   void count_request(const Call& call, std::string_view outcome);
-  void health(Responder respond);
+  // Where each answered request is counted and timed (GET /metrics); none: not counted.
+  RequestMetrics* request_metrics = nullptr;
 
   // Actions (actions.cc).
   nlohmann::json create_queue(Call& call);

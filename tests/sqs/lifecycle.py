@@ -1,6 +1,6 @@
 """txmq serve's life: the line it prints, SIGTERM while a long poll waits (answered, exit 0),
 SIGHUP re-reading --credentials, a broken credentials file, the loopback-only rule without
-credentials, and /healthz while its database goes down and comes back.
+credentials, and /readyz while its database goes down and comes back.
 
     /usr/bin/python3 tests/sqs/lifecycle.py TXMQ_BINARY
 
@@ -240,24 +240,36 @@ class Lifecycle(unittest.TestCase):
         finally:
             s.stop()
 
-    def test_healthz_follows_the_database(self):
+    def test_readyz_follows_the_database(self):
         s = Serve()
         try:
+            for probe in ("/healthz", "/readyz"):
+                with urllib.request.urlopen(s.url + probe, timeout=10) as r:
+                    self.assertEqual((r.status, r.read()), (200, b"ok\n"))
+            self.assertEqual(txmq("local", "stop").returncode, 0)
+            # /readyz answers from a check at most 1 s old; then it is the database's turn.
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    urllib.request.urlopen(s.url + "/readyz", timeout=10).close()
+                    self.assertLess(time.monotonic(), deadline, "still ready without a database")
+                    time.sleep(0.2)
+                except urllib.error.HTTPError as e:
+                    self.assertEqual(e.code, 503)
+                    self.assertTrue(e.read().startswith(b"database "))
+                    break
+            # Liveness does not follow the database: the server itself is fine.
             with urllib.request.urlopen(s.url + "/healthz", timeout=10) as r:
                 self.assertEqual(r.status, 200)
-            self.assertEqual(txmq("local", "stop").returncode, 0)
-            with self.assertRaises(urllib.error.HTTPError) as e:
-                urllib.request.urlopen(s.url + "/healthz", timeout=60)
-            self.assertEqual(e.exception.code, 503)
             self.assertEqual(txmq("local", "start").returncode, 0)
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    with urllib.request.urlopen(s.url + "/healthz", timeout=60) as r:
+                    with urllib.request.urlopen(s.url + "/readyz", timeout=60) as r:
                         self.assertEqual(r.status, 200)
                         break
                 except urllib.error.HTTPError:
-                    self.assertLess(time.monotonic(), deadline, "not healthy again")
+                    self.assertLess(time.monotonic(), deadline, "not ready again")
                     time.sleep(0.5)
         finally:
             s.stop()

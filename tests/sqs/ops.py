@@ -1,0 +1,292 @@
+"""txmq serve's operability: --config FILE (its settings, the command line over it, its errors,
+the DSN's order), --log-format json, and the probes /healthz and /readyz.
+
+    /usr/bin/python3 tests/sqs/ops.py TXMQ_BINARY
+
+The servers of ConfigAndLogs run on the database of the usual DSN resolution (CTest's txmq_server
+fixture: TXMQ_HOME). Readiness starts a private MariaDB of its own (txmq local start in a scratch
+TXMQ_HOME), stops it under a running txmq serve and starts it again; everything is stopped by
+pid, never by name.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+TXMQ = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else "build/txmq")
+SCRATCH = tempfile.mkdtemp(prefix="txmq-ops-")
+KEY, SECRET = "AKIDOPS", "ops-secret-" + os.urandom(8).hex()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(home=None, **extra):
+    e = dict(os.environ)
+    e.pop("TXMQ_DSN", None)
+    if home:
+        e["TXMQ_HOME"] = home
+    e.update(extra)
+    return e
+
+
+def txmq(*args, home=None):
+    return subprocess.run([TXMQ, *args], env=env(home), capture_output=True, text=True, timeout=120)
+
+
+def local_dsn(home=None):
+    out = txmq("local", "status", "--json", home=home)
+    return json.loads(out.stdout)["dsn"]
+
+
+def write(path, text, mode=0o600):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+def get(url, method="GET"):
+    """(status, body) of a plain request; HTTP errors are answers too."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+class Serve:
+    """A txmq serve started in `cwd` with ARGS; its listening line read from stdout."""
+
+    def __init__(self, *args, cwd=SCRATCH, home=None, **extra_env):
+        self.proc = subprocess.Popen([TXMQ, "serve", *args], cwd=cwd, env=env(home, **extra_env),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.line = self.proc.stdout.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", self.line)
+        if not m:
+            self.proc.kill()
+            raise AssertionError(f"no listening line: {self.line!r} {self.proc.stderr.read()}")
+        self.url, self.port = m.group(1), int(m.group(2))
+
+    def client(self, region, key=KEY, secret=SECRET):
+        return boto3.client("sqs", endpoint_url=self.url, region_name=region,
+                            aws_access_key_id=key, aws_secret_access_key=secret,
+                            config=botocore.config.Config(retries={"max_attempts": 0}))
+
+    def terminate(self):
+        """SIGTERM; returns (exit status, stderr)."""
+        self.proc.send_signal(signal.SIGTERM)
+        status = self.proc.wait(30)
+        log = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return status, log
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if not stream.closed:
+                stream.close()
+
+
+class ConfigAndLogs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(SCRATCH, "etc")
+        os.mkdir(cls.dir)
+        write(os.path.join(cls.dir, "keys"), f"# the test's key\n{KEY} {SECRET}\n")
+        cls.port = free_port()
+        # As packaged: /etc/txmq/serve.conf, credentials beside it, the DSN in the environment.
+        cls.config = write(os.path.join(cls.dir, "serve.conf"), f"""# txmq serve --config
+listen = "127.0.0.1:{cls.port}"
+credentials = "keys"          # relative to this file's directory
+region = "eu-west-3"
+account-id = "123456789012"
+workers = 3
+log-format = "json"
+""", 0o644)
+
+    def test_the_files_settings_take_effect_and_logs_are_json(self):
+        # Started elsewhere: the credentials path is the file's directory's, not the cwd's.
+        s = Serve("--config", self.config, cwd="/")
+        try:
+            self.assertEqual(s.port, self.port)
+            listening = json.loads(s.line)
+            self.assertEqual(listening["level"], "info")
+            self.assertRegex(listening["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            self.assertTrue(listening["msg"].startswith("listening on http://127.0.0.1:"))
+            self.assertEqual((listening["region"], listening["account"], listening["workers"]),
+                             ("eu-west-3", "123456789012", 3))
+            self.assertEqual(listening["credentials"], os.path.join(self.dir, "keys"))
+            sqs = s.client("eu-west-3")
+            url = sqs.create_queue(QueueName=f"ops{os.getpid()}")["QueueUrl"]
+            self.assertIn("/123456789012/", url)
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+                "Attributes"]["QueueArn"]
+            self.assertEqual(arn, f"arn:aws:sqs:eu-west-3:123456789012:ops{os.getpid()}")
+            # The file's credentials are checked: a wrong secret is refused (and logged).
+            with self.assertRaises(botocore.exceptions.ClientError) as e:
+                s.client("eu-west-3", secret="wrong").list_queues()
+            self.assertEqual(e.exception.response["Error"]["Code"], "SignatureDoesNotMatch")
+            with self.assertRaises(botocore.exceptions.ClientError):
+                sqs.get_queue_url(QueueName="ops-no-such-queue")
+            for probe in ("/healthz", "/readyz"):
+                self.assertEqual(get(s.url + probe), (200, "ok\n"))
+                self.assertEqual(get(s.url + probe, "HEAD"), (200, ""))
+            sqs.delete_queue(QueueUrl=url)
+        finally:
+            status, log = s.terminate()
+            s.kill()
+        self.assertEqual(status, 0, log)
+        lines = [json.loads(line) for line in log.splitlines()]  # every line is one object
+        for line in lines:
+            self.assertEqual(set(line) & {"time", "level", "msg"}, {"time", "level", "msg"})
+        failed = [x for x in lines if x.get("action") == "GetQueueUrl"]
+        self.assertEqual(len(failed), 1, log)
+        self.assertEqual((failed[0]["level"], failed[0]["status"], failed[0]["code"]),
+                         ("warning", 400, "QueueDoesNotExist"))
+        self.assertTrue(failed[0]["request_id"])
+        self.assertTrue(any(x.get("code") == "SignatureDoesNotMatch" for x in lines), log)
+        self.assertEqual(lines[-1]["msg"], "SIGTERM: stopping (answering the requests it holds)")
+        self.assertEqual(lines[-1]["signal"], "SIGTERM")
+        self.assertNotIn(SECRET, log)
+
+    def test_the_command_line_wins_over_the_file(self):
+        s = Serve("--config", self.config, "--listen", "127.0.0.1:0", "--region", "us-west-2",
+                  "--log-format", "text", "--workers", "2")
+        try:
+            self.assertNotEqual(s.port, self.port)
+            self.assertTrue(s.line.startswith("txmq serve: listening on http://127.0.0.1:"), s.line)
+            self.assertIn("region us-west-2, account 123456789012", s.line)
+            sqs = s.client("us-west-2")
+            url = sqs.create_queue(QueueName=f"opscli{os.getpid()}")["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+                "Attributes"]["QueueArn"]
+            self.assertTrue(arn.startswith("arn:aws:sqs:us-west-2:123456789012:"), arn)
+            sqs.delete_queue(QueueUrl=url)
+        finally:
+            status, log = s.terminate()
+            s.kill()
+        self.assertEqual(status, 0, log)
+        self.assertTrue(log.startswith("txmq serve: SIGTERM"), log)
+
+    def test_the_dsn_order_is_dsn_option_then_TXMQ_DSN_then_the_file(self):
+        real = local_dsn()
+        nowhere = f"mysql://nobody@127.0.0.1:{free_port()}/txmq?connect_timeout=1"
+        config = write(os.path.join(self.dir, "dsn.conf"),
+                       f'listen = "127.0.0.1:0"\ndsn = "{nowhere}"\n')
+        # The environment (a unit's EnvironmentFile) over the file.
+        s = Serve("--config", config, TXMQ_DSN=real)
+        try:
+            self.assertIn("DSN from TXMQ_DSN", s.line)
+            self.assertEqual(get(s.url + "/readyz"), (200, "ok\n"))
+        finally:
+            self.assertEqual(s.terminate()[0], 0)
+            s.kill()
+        # --dsn over both.
+        s = Serve("--config", config, "--dsn", real, TXMQ_DSN=nowhere)
+        try:
+            self.assertIn("DSN from --dsn", s.line)
+        finally:
+            self.assertEqual(s.terminate()[0], 0)
+            s.kill()
+        # Else the file's: here nothing listens, so serve fails fast with the database's code.
+        r = subprocess.run([TXMQ, "serve", "--config", config], env=env(), capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("127.0.0.1", r.stderr)
+        # A password in a file that every user may read gets a warning.
+        write(config, f'listen = "127.0.0.1:0"\ndsn = "{real.replace("root@", "root:pw@")}"\n',
+              0o644)
+        r = subprocess.run([TXMQ, "serve", "--config", config], env=env(), capture_output=True,
+                           text=True, timeout=60)
+        self.assertIn("holds a DSN with a password and every user may read it", r.stderr)
+        self.assertNotIn(":pw@", r.stderr)
+
+    def test_bad_files_are_refused_with_file_and_line(self):
+        cases = (('workers = 4\nworker = 3\n', ":2: unknown key 'worker' (did you mean 'workers'?)"),
+                 ('\nworkers = "4"\n', ":2: workers must be an integer from 1 to 256, not a string"),
+                 ('log-format = "xml"\n', ':1: log-format must be "text" or "json", not "xml"'),
+                 ('region = "eu-west-3\n', ":1:"))
+        for text, expect in cases:
+            path = write(os.path.join(self.dir, "bad.conf"), text)
+            r = subprocess.run([TXMQ, "serve", "--config", path], env=env(), capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, (text, r.stderr))
+            self.assertIn(path + expect, r.stderr)
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        missing = os.path.join(self.dir, "missing.conf")
+        r = subprocess.run([TXMQ, "serve", "--config", missing], env=env(), capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"cannot read the config file {missing}: No such file or directory", r.stderr)
+
+
+class Readiness(unittest.TestCase):
+    """/readyz while txmq serve's own database stops and starts again."""
+
+    def setUp(self):
+        self.home = os.path.join(SCRATCH, "home")
+        out = txmq("local", "start", home=self.home)
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+    def tearDown(self):
+        txmq("local", "stop", home=self.home)
+
+    def test_readyz_turns_503_when_the_database_stops(self):
+        config = write(os.path.join(SCRATCH, "ready.conf"),
+                       'listen = "127.0.0.1:0"\nlog-format = "json"\n')
+        s = Serve("--config", config, home=self.home)
+        try:
+            self.assertEqual(get(s.url + "/readyz"), (200, "ok\n"))
+            self.assertEqual(txmq("local", "stop", home=self.home).returncode, 0)
+            deadline = time.monotonic() + 15  # a result is reused for up to 1 s
+            while True:
+                status, body = get(s.url + "/readyz")
+                if status == 503:
+                    break
+                self.assertLess(time.monotonic(), deadline, "still ready without a database")
+                time.sleep(0.2)
+            self.assertTrue(body.startswith("database "), body)
+            self.assertEqual(body.count("\n"), 1, body)
+            self.assertEqual(get(s.url + "/readyz", "HEAD"), (503, ""))
+            self.assertEqual(get(s.url + "/healthz"), (200, "ok\n"))  # alive all the same
+            self.assertEqual(txmq("local", "start", home=self.home).returncode, 0)
+            deadline = time.monotonic() + 60
+            while get(s.url + "/readyz") != (200, "ok\n"):
+                self.assertLess(time.monotonic(), deadline, "not ready again")
+                time.sleep(0.5)
+        finally:
+            status, log = s.terminate()
+            s.kill()
+        self.assertEqual(status, 0, log)
+        lines = [json.loads(line) for line in log.splitlines()]
+        msgs = [x["msg"] for x in lines]
+        self.assertTrue(any(m.startswith("not ready: database ") for m in msgs), log)
+        self.assertIn("ready: the database answers again", msgs)
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(SCRATCH, ignore_errors=True)

@@ -1,0 +1,60 @@
+// txmq serve's log lines (server/log.h). No server, no database.
+#include "server/log.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+namespace txmq::server {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::system_clock;
+
+const system_clock::time_point kT{milliseconds(1795420254123)};  // 2026-11-23T07:50:54.123Z
+
+TEST(Log, Rfc3339InUtcWithMilliseconds) {
+  EXPECT_EQ(rfc3339_millis(kT), "2026-11-23T07:50:54.123Z");
+  EXPECT_EQ(rfc3339_millis(system_clock::time_point{}), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(rfc3339_millis(system_clock::time_point{milliseconds(5)}), "1970-01-01T00:00:00.005Z");
+}
+
+TEST(Log, TextIsTodaysFormat) {
+  EXPECT_EQ(format_log_line(LogFormat::kText, LogLevel::kError, kT, "it broke", {{"a", 1}}),
+            "txmq serve: it broke\n");
+}
+
+TEST(Log, JsonIsOneObjectPerLineWithTheFields) {
+  const std::string line = format_log_line(
+      LogFormat::kJson, LogLevel::kWarning, kT, "SendMessage r1: 400 \"bad\"\nsecond line",
+      {{"action", "SendMessage"}, {"status", 400}, {"msg", "not over the message"}});
+  ASSERT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1);  // the message's newline is escaped
+  EXPECT_EQ(line.rfind(R"({"time":"2026-11-23T07:50:54.123Z","level":"warning","msg":)", 0), 0u);
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["time"], "2026-11-23T07:50:54.123Z");
+  EXPECT_EQ(j["level"], "warning");
+  EXPECT_EQ(j["msg"], "SendMessage r1: 400 \"bad\"\nsecond line");
+  EXPECT_EQ(j["action"], "SendMessage");
+  EXPECT_EQ(j["status"], 400);
+  EXPECT_EQ(j.size(), 5u);
+}
+
+TEST(Log, JsonWithoutFieldsAndWithBadUtf8) {
+  const nlohmann::json j = nlohmann::json::parse(
+      format_log_line(LogFormat::kJson, LogLevel::kInfo, kT, "bytes \xff here", nullptr));
+  EXPECT_EQ(j["level"], "info");
+  EXPECT_EQ(j.size(), 3u);
+  EXPECT_EQ(level_name(LogLevel::kError), "error");
+}
+
+TEST(Log, Formats) {
+  EXPECT_EQ(parse_log_format("text"), LogFormat::kText);
+  EXPECT_EQ(parse_log_format("json"), LogFormat::kJson);
+  EXPECT_FALSE(parse_log_format("JSON"));
+}
+
+}  // namespace
+}  // namespace txmq::server
