@@ -1,5 +1,6 @@
 """txmq serve's operability: --config FILE (its settings, the command line over it, its errors,
-the DSN's order), --log-format json, and the probes /healthz and /readyz.
+the DSN's order), --log-format json, the probes /healthz and /readyz, and GET /metrics with
+`txmq metrics` (promtool's check, and values after known SQS calls).
 
     /usr/bin/python3 tests/sqs/ops.py TXMQ_BINARY
 
@@ -8,6 +9,7 @@ fixture: TXMQ_HOME). Readiness starts a private MariaDB of its own (txmq local s
 TXMQ_HOME), stops it under a running txmq serve and starts it again; everything is stopped by
 pid, never by name.
 """
+import base64
 import json
 import os
 import re
@@ -63,10 +65,11 @@ def write(path, text, mode=0o600):
     return path
 
 
-def get(url, method="GET"):
+def get(url, method="GET", headers=None):
     """(status, body) of a plain request; HTTP errors are answers too."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as r:
+        request = urllib.request.Request(url, method=method, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -239,6 +242,86 @@ log-format = "json"
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 1)
         self.assertIn(f"cannot read the config file {missing}: No such file or directory", r.stderr)
+
+
+def samples(text):
+    """{'name{labels}': value} of a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def promtool(text):
+    """promtool check metrics's complaints ('' when none)."""
+    p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=60)
+    return "" if p.returncode == 0 else p.stdout + p.stderr
+
+
+class Metrics(unittest.TestCase):
+    def test_metrics_pass_promtool_and_count_known_calls(self):
+        keys = write(os.path.join(SCRATCH, "metrics-keys"), f"{KEY} {SECRET}\n")
+        s = Serve("--listen", "127.0.0.1:0", "--credentials", keys)
+        try:
+            sqs = s.client("us-east-1")
+            name = f"metrics{os.getpid()}"
+            url = sqs.create_queue(QueueName=name)["QueueUrl"]
+            for i in range(3):
+                sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2)["Messages"]
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+            with self.assertRaises(botocore.exceptions.ClientError):
+                sqs.get_queue_url(QueueName=name + "-missing")
+
+            # Protected as the dashboard: credentials as Basic auth.
+            self.assertEqual(get(s.url + "/metrics")[0], 401)
+            auth = {"Authorization": "Basic " + base64.b64encode(f"{KEY}:{SECRET}".encode()).decode()}
+            self.assertEqual(get(s.url + "/metrics", headers={"Authorization": "Basic eDp5"})[0], 401)
+            topic = None
+            deadline = time.monotonic() + 15  # clients add their totals about once a second
+            while True:
+                status, text = get(s.url + "/metrics", headers=auth)
+                self.assertEqual(status, 200, text)
+                m = samples(text)
+                topic = topic or next(k.split('"')[1] for k in m
+                                      if k.startswith("txmq_messages_ready{") and name in k)
+                tg = f'{{topic="{topic}",group="default"}}'
+                if m.get(f'txmq_messages_acked_total{tg}') == 1 and \
+                        m.get(f'txmq_messages_sent_total{{topic="{topic}"}}') == 3:
+                    break
+                self.assertLess(time.monotonic(), deadline, text)
+                time.sleep(0.3)
+            self.assertEqual(promtool(text), "")
+            self.assertEqual(m[f"txmq_messages_ready{tg}"], 1)
+            self.assertEqual(m[f"txmq_messages_in_flight{tg}"], 1)
+            self.assertEqual(m[f"txmq_messages_received_total{tg}"], 2)
+            self.assertEqual(m['txmq_sqs_requests_total{action="SendMessage",outcome="ok"}'], 3)
+            self.assertEqual(m['txmq_sqs_requests_total{action="DeleteMessage",outcome="ok"}'], 1)
+            self.assertEqual(
+                m['txmq_sqs_requests_total{action="GetQueueUrl",outcome="QueueDoesNotExist"}'], 1)
+            self.assertEqual(
+                m['txmq_sqs_request_duration_seconds_count{action="SendMessage"}'], 3)
+            self.assertGreaterEqual(m["txmq_http_connections"], 1)  # this scrape's own
+            self.assertEqual(m["txmq_sqs_long_polls"], 0)
+            self.assertEqual(m[f'txmq_stats_estimated{tg}'], 0)
+
+            # txmq metrics prints the same gauges and totals, without the server's own figures.
+            out = txmq("metrics")
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(promtool(out.stdout), "")
+            c = samples(out.stdout)
+            for family in ("txmq_messages_ready", "txmq_messages_in_flight",
+                           "txmq_messages_received_total", "txmq_messages_acked_total"):
+                self.assertEqual(c[family + tg], m[family + tg], family)
+            self.assertFalse(any(k.startswith("txmq_sqs_") for k in c))
+            sqs.delete_queue(QueueUrl=url)
+        finally:
+            status, log = s.terminate()
+            s.kill()
+        self.assertEqual(status, 0, log)
 
 
 class Readiness(unittest.TestCase):
