@@ -447,6 +447,26 @@ void add_message_commands(CLI::App& app, Globals& g) {
   });
 }
 
+namespace {
+
+// What dead requeue and dead delete print: how many `done` ("requeued", "deleted"); exit 3 when
+// some of the `asked` ids (0: all) were not dead letters.
+void report_dead_change(Globals& g, const std::string& topic, const char* done, std::size_t n,
+                        std::size_t asked) {
+  if (g.json) {
+    print_json({{"topic", topic}, {done, n}});
+  } else {
+    std::printf("%s %zu dead letters\n", done, n);
+  }
+  if (asked > 0 && n < asked) {
+    print_error(fmt::format("{} of the {} ids given were not dead letters of {}", asked - n,
+                            asked, topic));
+    g.exit_code = kExitNotFound;
+  }
+}
+
+}  // namespace
+
 void add_inspect_commands(CLI::App& app, Globals& g) {
   auto stats_topic = std::make_shared<std::string>();
   auto stats_group = std::make_shared<std::string>();
@@ -549,17 +569,8 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
   requeue->add_option("ids", rq->ids, "dead letter ids (default: all)");
   requeue->add_option("--group", rq->group, "consumer group (default)");
   requeue->callback([&g, rq] {
-    std::size_t n = connect(g)->requeue_dead(rq->topic, rq->ids, rq->group);
-    if (g.json) {
-      print_json({{"topic", rq->topic}, {"requeued", n}});
-    } else {
-      std::printf("requeued %zu dead letters\n", n);
-    }
-    if (!rq->ids.empty() && n < rq->ids.size()) {
-      print_error(fmt::format("{} of the {} ids given were not dead letters of {}",
-                              rq->ids.size() - n, rq->ids.size(), rq->topic));
-      g.exit_code = kExitNotFound;
-    }
+    const std::size_t n = connect(g)->requeue_dead(rq->topic, rq->ids, rq->group);
+    report_dead_change(g, rq->topic, "requeued", n, rq->ids.size());
   });
 
   struct DeleteArgs {
@@ -579,16 +590,7 @@ void add_inspect_commands(CLI::App& app, Globals& g) {
       throw CLI::ValidationError("ids", "give the ids to delete, or --all");
     }
     const std::size_t n = connect(g)->delete_dead(dd->topic, dd->ids, dd->group);
-    if (g.json) {
-      print_json({{"topic", dd->topic}, {"deleted", n}});
-    } else {
-      std::printf("deleted %zu dead letters\n", n);
-    }
-    if (!dd->ids.empty() && n < dd->ids.size()) {
-      print_error(fmt::format("{} of the {} ids given were not dead letters of {}",
-                              dd->ids.size() - n, dd->ids.size(), dd->topic));
-      g.exit_code = kExitNotFound;
-    }
+    report_dead_change(g, dd->topic, "deleted", n, dd->ids.size());
   });
 }
 

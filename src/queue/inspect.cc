@@ -323,21 +323,37 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const Unit& unit
 
 }  // namespace
 
-std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
-                         std::span<const std::uint64_t> ids) {
+namespace {
+
+// Runs fn(unit, ids) on each of the group's partitions with the ids that live in it (all of
+// them, empty, when ids is empty; a partition none of the ids live in is skipped). Returns the
+// sum of what fn returns.
+template <typename F>
+std::size_t by_partition(QueueContext& q, std::string_view topic, std::string_view group,
+                         std::span<const std::uint64_t> ids, F&& fn) {
   std::size_t total = 0;
   for (const Unit& unit : group_units(q, topic, group)) {
     if (ids.empty()) {
-      total += requeue_in(q, topic, unit, ids);
+      total += fn(unit, ids);
       continue;
     }
     std::vector<std::uint64_t> mine;
     for (std::uint64_t id : ids) {
       if (partition_of(id) == unit.partition) mine.push_back(id);
     }
-    if (!mine.empty()) total += requeue_in(q, topic, unit, mine);
+    if (!mine.empty()) total += fn(unit, std::span<const std::uint64_t>(mine));
   }
   return total;
+}
+
+}  // namespace
+
+std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
+                         std::span<const std::uint64_t> ids) {
+  return by_partition(q, topic, group, ids,
+                      [&](const Unit& unit, std::span<const std::uint64_t> mine) {
+                        return requeue_in(q, topic, unit, mine);
+                      });
 }
 
 namespace {
@@ -378,19 +394,10 @@ std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const Unit& 
 
 std::size_t delete_dead(QueueContext& q, std::string_view topic, std::string_view group,
                         std::span<const std::uint64_t> ids) {
-  std::size_t total = 0;
-  for (const Unit& unit : group_units(q, topic, group)) {
-    if (ids.empty()) {
-      total += delete_dead_in(q, topic, unit, ids);
-      continue;
-    }
-    std::vector<std::uint64_t> mine;
-    for (std::uint64_t id : ids) {
-      if (partition_of(id) == unit.partition) mine.push_back(id);
-    }
-    if (!mine.empty()) total += delete_dead_in(q, topic, unit, mine);
-  }
-  return total;
+  return by_partition(q, topic, group, ids,
+                      [&](const Unit& unit, std::span<const std::uint64_t> mine) {
+                        return delete_dead_in(q, topic, unit, mine);
+                      });
 }
 
 std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,

@@ -17,6 +17,7 @@ fi
 TXMQ="$1"
 BUILD="$2"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/../sqs/stop_serve.sh"
 NODE_DIR="$BUILD/dashboard-node"
 OUT="$BUILD/dashboard-test"
 
@@ -86,26 +87,7 @@ TXMQ_DASHBOARD_URL="$ENDPOINT" TXMQ_DASHBOARD_USER="$ACCESS_KEY" TXMQ_DASHBOARD_
   TXMQ_BINARY="$TXMQ" node "$HERE/dashboard.mjs" || status=$?
 
 "$TXMQ" topic drop "$TOPIC" >/dev/null 2>&1 || true
-if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-  echo "run.sh: txmq serve died during the test" >&2
-  SERVER_PID=""
-  status=1
-else
-  kill -TERM "$SERVER_PID"
-  for _ in $(seq 1 300); do
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "run.sh: txmq serve did not exit within 30 s of SIGTERM" >&2
-    status=1
-  else
-    serve_status=0
-    wait "$SERVER_PID" || serve_status=$?
-    SERVER_PID=""
-    [ "$serve_status" -eq 0 ] || { echo "run.sh: txmq serve exited $serve_status after SIGTERM" >&2; status=1; }
-  fi
-fi
+stop_serve || status=1
 if grep -q "$SECRET_KEY" "$SCRATCH/serve.out" "$SCRATCH/serve.err"; then
   echo "run.sh: the secret appears in the server's output" >&2
   status=1

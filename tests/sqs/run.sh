@@ -18,6 +18,7 @@ SQS_BUILD="$2"
 SUITE="$3"
 shift 3
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/stop_serve.sh"
 
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/txmq-sqs-$SUITE.XXXXXX")"
 SERVER_PID=""
@@ -94,31 +95,7 @@ case "$SUITE" in
   *) echo "run.sh: unknown suite '$SUITE'" >&2; status=2 ;;
 esac
 
-if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-  echo "run.sh: txmq serve died during the suite" >&2
-  wait "$SERVER_PID" || echo "run.sh: its exit status: $?" >&2
-  SERVER_PID=""
-  status=1
-else
-  kill -TERM "$SERVER_PID"
-  # SIGTERM answers the requests it holds and exits 0; give it 30 s.
-  for _ in $(seq 1 300); do
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "run.sh: txmq serve did not exit within 30 s of SIGTERM" >&2
-    status=1
-  else
-    serve_status=0
-    wait "$SERVER_PID" || serve_status=$?
-    SERVER_PID=""
-    if [ "$serve_status" -ne 0 ]; then
-      echo "run.sh: txmq serve exited $serve_status after SIGTERM (expected 0)" >&2
-      status=1
-    fi
-  fi
-fi
+stop_serve || status=1
 if [ "$status" -ne 0 ]; then
   echo "run.sh: the server's log (stderr), last 40 lines:" >&2
   tail -n 40 "$SCRATCH/serve.err" >&2
