@@ -8,7 +8,8 @@ TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-
                nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
                openssl    # the TLS test makes its certificates
                libssl-dev libboost-dev   # txmq serve: digests and SigV4; Beast and Asio
-               awscli python3-boto3)     # the SQS tests' Query-protocol clients (tests/sqs)
+               awscli python3-boto3      # the SQS tests' Query-protocol clients (tests/sqs)
+               dpkg-dev file lintian)    # tests/package: cpack -G DEB (dpkg-shlibdeps, file), lintian
 
 txmq_install_deps() {
   local missing=()
