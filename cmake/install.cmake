@@ -62,7 +62,8 @@ install(CODE "
   set(TXMQ_VERSION \"${PROJECT_VERSION}\")
   set(TXMQ_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
   set(TXMQ_INCLUDEDIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
-  set(TXMQ_BINDIR \"${CMAKE_INSTALL_BINDIR}\")")
-install(SCRIPT cmake/install_at_prefix.cmake)
+  set(TXMQ_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+  set(TXMQ_STRIP \"${CMAKE_STRIP}\")")
+install(SCRIPT cmake/install_at_prefix.cmake)  # also strips libtxmq.a (--strip, cpack)
 
 include(cmake/package.cmake)

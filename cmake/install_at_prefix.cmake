@@ -29,3 +29,10 @@ if(NOT EXISTS "$ENV{DESTDIR}${sysconfdir}/txmq/txmq.env")
   file(INSTALL DESTINATION ${sysconfdir}/txmq TYPE FILE
        PERMISSIONS OWNER_READ OWNER_WRITE FILES ${TXMQ_SOURCE_DIR}/packaging/txmq.env)
 endif()
+
+# cmake --install --strip and cpack strip the command and libtxmq.so but leave libtxmq.a's
+# debug information (47 MB of its 50): strip that too, keeping its symbols.
+if(CMAKE_INSTALL_DO_STRIP AND TXMQ_STRIP)
+  execute_process(COMMAND ${TXMQ_STRIP} --strip-debug "$ENV{DESTDIR}${libdir}/libtxmq.a"
+                  COMMAND_ERROR_IS_FATAL ANY)
+endif()
