@@ -31,8 +31,10 @@ if(NOT EXISTS "$ENV{DESTDIR}${sysconfdir}/txmq/txmq.env")
 endif()
 
 # cmake --install --strip and cpack strip the command and libtxmq.so but leave libtxmq.a's
-# debug information (47 MB of its 50): strip that too, keeping its symbols.
+# debug information (47 MB of its 50) and compiler notes: strip those too (as dh_strip does),
+# keeping its symbols.
 if(CMAKE_INSTALL_DO_STRIP AND TXMQ_STRIP)
-  execute_process(COMMAND ${TXMQ_STRIP} --strip-debug "$ENV{DESTDIR}${libdir}/libtxmq.a"
+  execute_process(COMMAND ${TXMQ_STRIP} --strip-debug --remove-section=.comment
+                          "$ENV{DESTDIR}${libdir}/libtxmq.a"
                   COMMAND_ERROR_IS_FATAL ANY)
 endif()
