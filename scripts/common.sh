@@ -9,7 +9,9 @@ TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-
                openssl    # the TLS test makes its certificates
                libssl-dev libboost-dev   # txmq serve: digests and SigV4; Beast and Asio
                libtomlplusplus-dev       # txmq serve --config (header-only use)
-               awscli python3-boto3)     # the SQS tests' Query-protocol clients (tests/sqs)
+               awscli python3-boto3      # the SQS tests' Query-protocol clients (tests/sqs)
+               prometheus                # promtool: the metrics tests check the exposition
+               dpkg-dev file lintian)    # tests/package: cpack -G DEB (dpkg-shlibdeps, file), lintian
 
 txmq_install_deps() {
   local missing=()
