@@ -22,7 +22,7 @@ void add_metrics_command(CLI::App& app, Globals& g) {
       "metrics", "print every topic's and group's gauges and the totals all clients recorded, in "
                  "Prometheus's text format (docs/metrics.md)");
   cmd->add_option("--exact-up-to", a->exact_up_to,
-                  "rows of each table counted exactly; beyond, counts are estimated (10000)")
+                  "rows counted exactly at each end of a table; beyond 2 x N rows, counts are estimated (1000)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000}));
   cmd->add_option("--output", a->output,
                   "write to FILE instead, atomically (a temporary file renamed over it), as "

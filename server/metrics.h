@@ -49,7 +49,7 @@ struct ServerMetrics {
 std::string render_metrics(Client& client, std::uint64_t exact_up_to,
                            const ServerMetrics* server = nullptr);
 
-constexpr std::uint64_t kDefaultExactUpTo = 10'000;
+constexpr std::uint64_t kDefaultExactUpTo = 1'000;
 
 // GET /metrics on txmq serve, as ServiceOptions::web's first stop: protected as the dashboard
 // (Basic auth with --credentials, else loopback Host names only); rendered on a thread of its
