@@ -1,4 +1,5 @@
 #include "server/dashboard.h"
+#include "server/metrics.h"
 
 #include <algorithm>
 #include <atomic>
@@ -184,6 +185,7 @@ struct Point {
   std::uint64_t ready = 0, in_flight = 0, delayed = 0, waiting_on_key = 0, dead = 0;
   std::uint64_t ids_taken = 0;
   double oldest_ready_age_seconds = 0, lag_seconds = 0;
+  bool estimated = false;  // a table was too deep to count exactly (Client::stats)
 };
 
 struct Series {
@@ -247,7 +249,8 @@ json point_json(const Point& p) {
           {"dead", p.dead},
           {"ids_taken", p.ids_taken},
           {"oldest_ready_age_seconds", p.oldest_ready_age_seconds},
-          {"lag_seconds", p.lag_seconds}};
+          {"lag_seconds", p.lag_seconds},
+          {"estimated", p.estimated}};
 }
 
 std::string_view header_of(const HttpRequest& r, http::field f) {
@@ -351,7 +354,9 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
         try {
           view.groups = client.list_groups(view.info.name);
           for (const GroupInfo& g : view.groups) {
-            const TopicStats s = client.stats(view.info.name, g.name);
+            // As /metrics: exact up to 2 x 1,000 rows per table, estimated beyond, so that a
+            // sample stays well under a second on deep queues (docs/metrics.md).
+            const TopicStats s = client.stats(view.info.name, g.name, kDefaultExactUpTo);
             Point p;
             p.at = epoch_seconds(Clock::now());
             p.ready = s.ready;
@@ -362,6 +367,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
             p.ids_taken = s.ids_taken;
             p.oldest_ready_age_seconds = s.oldest_ready_age_seconds;
             p.lag_seconds = s.lag_seconds;
+            p.estimated = s.estimated;
             points.push_back({{view.info.name, g.name}, p});
           }
         } catch (const Error& e) {

@@ -13,7 +13,7 @@
 //
 // Library calls block, so they run on the dashboard's own two threads, never on the HTTP ones.
 // A sampler thread records every group's counts every 10 s (360 points: one hour), only while
-// someone has looked at the dashboard in the last 5 minutes: stats scan tables, and an idle
+// someone has looked at the dashboard in the last 5 minutes: stats read tables, and an idle
 // server should not pay for that.
 #include <chrono>
 #include <cstddef>

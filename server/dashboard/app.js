@@ -46,6 +46,11 @@
     return Number(n).toLocaleString('en-US');
   }
 
+  // Counts of deep queues are estimates (docs/metrics.md): shown with "≈".
+  function approx(group, n) {
+    return group.estimated ? `\u2248${count(n)}` : count(n);
+  }
+
   function age(seconds) {
     if (!seconds) return '—';
     if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
@@ -139,11 +144,11 @@
           class: [selected ? 'selected' : '', i === 0 ? 'first' : ''].join(' ').trim() || null,
         },
         el('td', {class: 'name'}, link),
-        el('td', {class: 'num ready'}, count(g.ready)),
-        el('td', {class: 'num in-flight'}, count(g.in_flight)),
-        el('td', {class: 'num delayed'}, count(g.delayed)),
-        el('td', {class: 'num waiting'}, count(g.waiting_on_key)),
-        el('td', {class: g.dead > 0 ? 'num dead has-dead' : 'num dead'}, count(g.dead)),
+        el('td', {class: 'num ready'}, approx(g, g.ready)),
+        el('td', {class: 'num in-flight'}, approx(g, g.in_flight)),
+        el('td', {class: 'num delayed'}, approx(g, g.delayed)),
+        el('td', {class: 'num waiting'}, approx(g, g.waiting_on_key)),
+        el('td', {class: g.dead > 0 ? 'num dead has-dead' : 'num dead'}, approx(g, g.dead)),
         el('td', {class: 'num'}, age(g.oldest_ready_age_seconds)),
         el('td', {class: 'num'}, age(g.lag_seconds)),
         el('td', {class: 'num sent-rate'}, rate(g.rates.sent)),
