@@ -566,6 +566,29 @@ HttpResponse plain(unsigned status, std::string text) {
   return r;
 }
 
+}  // namespace
+
+std::optional<HttpResponse> dashboard_internal::refusal(const HttpRequest& request,
+                                                        const Credentials* credentials,
+                                                        std::string_view what) {
+  if (credentials != nullptr) {
+    if (basic_auth_ok(header_of(request, http::field::authorization), *credentials)) {
+      return std::nullopt;
+    }
+    HttpResponse r = plain(401, fmt::format("{} needs a key of --credentials as HTTP Basic auth: "
+                                            "user the access key id, password its secret",
+                                            what));
+    r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"txmq\", charset=\"UTF-8\"");
+    return r;
+  }
+  // Without credentials the server is on loopback; a request that reached it under another
+  // name (DNS rebinding) is refused.
+  if (loopback_host(header_of(request, http::field::host))) return std::nullopt;
+  return plain(403, fmt::format("without --credentials {} answers only to localhost names", what));
+}
+
+namespace {
+
 void secure(HttpResponse& r) {
   r.headers.emplace_back("Content-Security-Policy",
                          "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -591,19 +614,9 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
     secure(r);
     respond(std::move(r));
   };
-  if (credentials) {
-    if (!dashboard_internal::basic_auth_ok(header_of(request, http::field::authorization),
-                                           *credentials)) {
-      HttpResponse r = plain(401, "the txmq dashboard needs a key of --credentials: user the "
-                                  "access key id, password its secret");
-      r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"txmq\", charset=\"UTF-8\"");
-      answer(std::move(r));
-      return true;
-    }
-  } else if (!dashboard_internal::loopback_host(header_of(request, http::field::host))) {
-    // Without credentials the server is on loopback; a page that reached it under another
-    // name (DNS rebinding) is refused.
-    answer(plain(403, "without --credentials the dashboard answers only to localhost names"));
+  if (std::optional<HttpResponse> refused =
+          dashboard_internal::refusal(request, credentials.get(), "the txmq dashboard")) {
+    answer(std::move(*refused));
     return true;
   }
   state_->touch();

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -72,6 +73,12 @@ namespace dashboard_internal {
 bool basic_auth_ok(std::string_view header, const Credentials& credentials);
 // Whether a Host header names a loopback host (localhost, 127.x.y.z, [::1]), port ignored.
 bool loopback_host(std::string_view host);
+// The refusal of a request for `what` ("the txmq dashboard", "/metrics") that may not see it:
+// 401 asking for Basic auth when there are credentials and the request does not carry a key of
+// them; 403 without credentials when its Host is not a loopback name (DNS rebinding). None when
+// it may.
+std::optional<HttpResponse> refusal(const HttpRequest& request, const Credentials* credentials,
+                                    std::string_view what);
 // At most `max_bytes` of `payload` for display: text when it is valid UTF-8 (cut at a
 // character boundary), else the first bytes in hex. `kind` is "text" or "hex".
 struct Preview {

@@ -303,10 +303,6 @@ HttpResponse text(unsigned status, std::string body) {
   return r;
 }
 
-std::string_view header_value(const HttpRequest& r, http::field f) {
-  auto it = r.find(f);
-  return it == r.end() ? std::string_view{} : std::string_view(it->value().data(), it->value().size());
-}
 
 }  // namespace
 
@@ -320,17 +316,9 @@ bool MetricsEndpoint::handle(HttpRequest& request, Responder& respond,
     respond(std::move(r));
     return true;
   }
-  if (credentials) {
-    if (!dashboard_internal::basic_auth_ok(header_value(request, http::field::authorization),
-                                           *credentials)) {
-      HttpResponse r = text(401, "/metrics needs a key of --credentials as HTTP Basic auth: user "
-                                 "the access key id, password its secret\n");
-      r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"txmq\", charset=\"UTF-8\"");
-      respond(std::move(r));
-      return true;
-    }
-  } else if (!dashboard_internal::loopback_host(header_value(request, http::field::host))) {
-    respond(text(403, "without --credentials /metrics answers only to localhost names\n"));
+  if (std::optional<HttpResponse> refused =
+          dashboard_internal::refusal(request, credentials.get(), "/metrics")) {
+    respond(std::move(*refused));
     return true;
   }
   if (state_->stopping) {
