@@ -555,19 +555,6 @@ void Dashboard::stop() {
   state_->pool.join();
 }
 
-namespace {
-
-HttpResponse plain(unsigned status, std::string text) {
-  HttpResponse r;
-  r.status = status;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body = std::move(text);
-  if (r.body.empty() || r.body.back() != '\n') r.body.push_back('\n');
-  return r;
-}
-
-}  // namespace
-
 std::optional<HttpResponse> dashboard_internal::refusal(const HttpRequest& request,
                                                         const Credentials* credentials,
                                                         std::string_view what) {
@@ -575,7 +562,7 @@ std::optional<HttpResponse> dashboard_internal::refusal(const HttpRequest& reque
     if (basic_auth_ok(header_of(request, http::field::authorization), *credentials)) {
       return std::nullopt;
     }
-    HttpResponse r = plain(401, fmt::format("{} needs a key of --credentials as HTTP Basic auth: "
+    HttpResponse r = plain_text(401, fmt::format("{} needs a key of --credentials as HTTP Basic auth: "
                                             "user the access key id, password its secret",
                                             what));
     r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"txmq\", charset=\"UTF-8\"");
@@ -584,7 +571,7 @@ std::optional<HttpResponse> dashboard_internal::refusal(const HttpRequest& reque
   // Without credentials the server is on loopback; a request that reached it under another
   // name (DNS rebinding) is refused.
   if (loopback_host(header_of(request, http::field::host))) return std::nullopt;
-  return plain(403, fmt::format("without --credentials {} answers only to localhost names", what));
+  return plain_text(403, fmt::format("without --credentials {} answers only to localhost names", what));
 }
 
 namespace {
@@ -636,19 +623,19 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
 
   const bool api = path.starts_with("/ui/api/");
   if (!api) {
-    answer(plain(404, "no such page"));
+    answer(plain_text(404, "no such page"));
     return true;
   }
   const std::string_view name = path.substr(std::string_view("/ui/api/").size());
   const bool post = name == "dead/requeue" || name == "dead/delete";
   const bool get = name == "overview" || name == "history" || name == "inflight" || name == "dead";
   if (!post && !get) {
-    answer(plain(404, "no such API call"));
+    answer(plain_text(404, "no such API call"));
     return true;
   }
   if ((post && request.method() != http::verb::post) ||
       (get && request.method() != http::verb::get)) {
-    HttpResponse r = plain(405, post ? "POST only" : "GET only");
+    HttpResponse r = plain_text(405, post ? "POST only" : "GET only");
     r.headers.emplace_back("Allow", post ? "POST" : "GET");
     answer(std::move(r));
     return true;
@@ -657,14 +644,14 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
     // Cross-site requests: a form or a simple fetch cannot set this header, and a fetch that
     // sets it needs a CORS preflight, which is never granted.
     if (request["X-Txmq-Dashboard"] != "1") {
-      answer(plain(403, "changes need the header X-Txmq-Dashboard: 1"));
+      answer(plain_text(403, "changes need the header X-Txmq-Dashboard: 1"));
       return true;
     }
     const std::string_view origin = header_of(request, http::field::origin);
     const std::string_view host = header_of(request, http::field::host);
     if (!origin.empty() && origin != fmt::format("http://{}", host) &&
         origin != fmt::format("https://{}", host)) {
-      answer(plain(403, "cross-origin changes are refused"));
+      answer(plain_text(403, "cross-origin changes are refused"));
       return true;
     }
   }
@@ -673,7 +660,7 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
   if (q != std::string_view::npos) params = parse_form(target.substr(q + 1));
   std::string body = std::move(request.body());
   if (state_->stopping) {
-    answer(plain(503, "txmq serve is stopping"));
+    answer(plain_text(503, "txmq serve is stopping"));
     return true;
   }
   asio::post(state_->pool, [state = state_, name = std::string(name), params = std::move(params),

@@ -20,11 +20,9 @@ using SteadyClock = std::chrono::steady_clock;
 namespace {
 
 HttpResponse text(unsigned status, std::string body, bool head) {
-  HttpResponse r;
-  r.status = status;
-  r.content_type = "text/plain; charset=utf-8";
+  HttpResponse r = plain_text(status, std::move(body));
   r.headers.emplace_back("Cache-Control", "no-store");
-  if (!head) r.body = std::move(body) + "\n";
+  if (head) r.body.clear();
   return r;
 }
 

@@ -203,4 +203,13 @@ void HttpServer::closed(Session* session) {
   if (callback) asio::post(io_, callback);
 }
 
+HttpResponse plain_text(unsigned status, std::string text) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = std::move(text);
+  if (r.body.empty() || r.body.back() != '\n') r.body.push_back('\n');
+  return r;
+}
+
 }  // namespace txmq::server

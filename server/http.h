@@ -29,6 +29,9 @@ struct HttpResponse {
   std::string body;
 };
 
+// A text/plain (UTF-8) answer; `text` gets a final newline when it has none.
+HttpResponse plain_text(unsigned status, std::string text);
+
 // Answers a request exactly once. Safe to call from any thread.
 using Responder = std::function<void(HttpResponse)>;
 using RequestHandler = std::function<void(HttpRequest&&, Responder)>;

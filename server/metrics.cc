@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <tuple>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -217,12 +218,14 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to,
       sample(out, g.name, topic_labels(gg.topic, gg.group), g.of(gg.stats));
     }
   }
+  // By (topic, group, name): every series below looks one up.
+  std::map<std::tuple<std::string_view, std::string_view, std::string_view>, const RecordedMetric*>
+      by_series;
+  for (const RecordedMetric& m : recorded) by_series[{m.topic, m.group, m.name}] = &m;
   auto find = [&](std::string_view topic, std::string_view group,
                   std::string_view name) -> const RecordedMetric* {
-    for (const RecordedMetric& m : recorded) {
-      if (m.topic == topic && m.group == group && m.name == name) return &m;
-    }
-    return nullptr;
+    auto it = by_series.find({topic, group, name});
+    return it == by_series.end() ? nullptr : it->second;
   };
   // Every existing topic and group has every series, at 0 before anything happened.
   for (const Total& c : kCounters) {
@@ -293,25 +296,12 @@ void MetricsEndpoint::stop() {
   state_->pool.join();
 }
 
-namespace {
-
-HttpResponse text(unsigned status, std::string body) {
-  HttpResponse r;
-  r.status = status;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body = std::move(body);
-  return r;
-}
-
-
-}  // namespace
-
 bool MetricsEndpoint::handle(HttpRequest& request, Responder& respond,
                              const std::shared_ptr<const Credentials>& credentials) {
   const std::string_view target(request.target().data(), request.target().size());
   if (target.substr(0, target.find('?')) != "/metrics") return false;
   if (request.method() != http::verb::get && request.method() != http::verb::head) {
-    HttpResponse r = text(405, "GET only\n");
+    HttpResponse r = plain_text(405, "GET only\n");
     r.headers.emplace_back("Allow", "GET, HEAD");
     respond(std::move(r));
     return true;
@@ -322,17 +312,17 @@ bool MetricsEndpoint::handle(HttpRequest& request, Responder& respond,
     return true;
   }
   if (state_->stopping) {
-    respond(text(503, "txmq serve is stopping\n"));
+    respond(plain_text(503, "txmq serve is stopping\n"));
     return true;
   }
   const bool head = request.method() == http::verb::head;
   asio::post(state_->pool, [state = state_, respond, head] {
     HttpResponse r;
     try {
-      r = text(200, render_metrics(state->client, state->exact_up_to, &state->server));
+      r = plain_text(200, render_metrics(state->client, state->exact_up_to, &state->server));
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     } catch (const std::exception& e) {
-      r = text(503, fmt::format("metrics unavailable: {}\n", e.what()));
+      r = plain_text(503, fmt::format("metrics unavailable: {}\n", e.what()));
     }
     if (head) r.body.clear();
     respond(std::move(r));
