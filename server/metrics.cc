@@ -147,9 +147,7 @@ void RequestMetrics::record(std::string_view action, bool txmq_action, std::stri
                          ? (txmq_action ? fmt::format("Txmq.{}", action) : std::string(action))
                          : "other";
   seconds = std::max(seconds, 0.0);
-  const auto bucket = static_cast<std::size_t>(
-      std::lower_bound(std::begin(kMetricBuckets), std::end(kMetricBuckets), seconds) -
-      std::begin(kMetricBuckets));
+  const std::size_t bucket = metric_bucket(seconds);
   std::lock_guard lock(mutex_);
   PerAction& a = actions_[name];
   auto it = a.outcomes.find(outcome);

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -240,6 +242,14 @@ struct RecordedMetric {
 inline constexpr double kMetricBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                             0.1,    0.25,  0.5,    1,     2.5,  5,     10,
                                             30,     60,    300,    1800,  3600};
+
+// The histogram bucket a duration of `seconds` falls in: the first bound it does not exceed, or
+// std::size(kMetricBuckets) above them all.
+inline std::size_t metric_bucket(double seconds) {
+  std::size_t b = 0;
+  while (b < std::size(kMetricBuckets) && seconds > kMetricBuckets[b]) ++b;
+  return b;
+}
 
 struct InFlightMessage {
   std::uint64_t id = 0;

@@ -59,9 +59,7 @@ void MetricsRecorder::observe(std::string_view topic, std::string_view group,
                               Histogram histogram, double seconds) {
   if (!enabled_) return;
   seconds = std::max(seconds, 0.0);
-  const std::size_t bucket = static_cast<std::size_t>(
-      std::lower_bound(std::begin(kMetricBuckets), std::end(kMetricBuckets), seconds) -
-      std::begin(kMetricBuckets));
+  const std::size_t bucket = metric_bucket(seconds);
   std::lock_guard lock(mutex_);
   Hist& h = series(topic, group).histograms[static_cast<std::size_t>(histogram)];
   ++h.buckets[bucket];
