@@ -40,14 +40,25 @@ Probe probe(const Dsn& dsn, std::size_t i) {
   try {
     p.connection = std::make_unique<Connection>(node);
     // SHOW works on a node outside the primary component, where SELECTs get error 1047.
-    Result vars = p.connection->execute("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'", {});
+    Result vars = p.connection->execute(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', "
+        "'innodb_flush_log_at_trx_commit', 'binlog_format', 'innodb_autoinc_lock_mode', "
+        "'wsrep_provider_options')",
+        {});
     p.state.answered = true;
-    p.state.wsrep_on = !vars.rows.empty() && vars.rows[0].bytes(1) == "ON";
+    for (const Row& row : vars.rows) {
+      const std::string& name = row.bytes(0);
+      if (name == "wsrep_on") p.state.wsrep_on = row.bytes(1) == "ON";
+      if (name == "innodb_flush_log_at_trx_commit") p.state.flush_log_at_trx_commit = row.bytes(1);
+      if (name == "binlog_format") p.state.binlog_format = row.bytes(1);
+      if (name == "innodb_autoinc_lock_mode") p.state.autoinc_lock_mode = row.bytes(1);
+      if (name == "wsrep_provider_options") p.state.provider_options = row.bytes(1);
+    }
     if (!p.state.wsrep_on) return p;
     Result status = p.connection->execute(
         "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status', "
         "'wsrep_local_state_comment', 'wsrep_cluster_conf_id', 'wsrep_local_index', "
-        "'wsrep_gcomm_uuid')",
+        "'wsrep_gcomm_uuid', 'wsrep_cluster_size')",
         {});
     for (const Row& row : status.rows) {
       const std::string& name = row.bytes(0);
@@ -58,6 +69,7 @@ Probe probe(const Dsn& dsn, std::size_t i) {
       if (name == "wsrep_gcomm_uuid") p.state.uuid = value;
       if (name == "wsrep_cluster_conf_id") p.state.conf_id = Row::parse_integer(value);
       if (name == "wsrep_local_index") p.state.local_index = Row::parse_integer(value);
+      if (name == "wsrep_cluster_size") p.state.cluster_size = Row::parse_integer(value);
     }
   } catch (const Error& e) {
     p.state.answered = false;
@@ -128,6 +140,23 @@ std::string NodeState::describe(const Dsn& dsn) const {
   if (!wsrep_on) return fmt::format("{}: not a Galera node (wsrep_on = OFF)", name);
   return fmt::format("{}: {}, {}{}", name, state.empty() ? "no state" : state,
                      status.empty() ? "no status" : status, ready ? "" : ", not ready");
+}
+
+std::string provider_option(std::string_view options, std::string_view key) {
+  while (!options.empty()) {
+    const std::size_t semicolon = options.find(';');
+    std::string_view item = options.substr(0, semicolon);
+    options = semicolon == std::string_view::npos ? std::string_view{} : options.substr(semicolon + 1);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) continue;
+    auto trim = [](std::string_view t) {
+      while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+      while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+      return t;
+    };
+    if (trim(item.substr(0, eq)) == key) return std::string(trim(item.substr(eq + 1)));
+  }
+  return {};
 }
 
 std::vector<NodeState> probe_nodes(const Dsn& dsn) {
@@ -208,8 +237,18 @@ void Cluster::check(Connection& c, std::uint64_t generation) {
   if (!still) failed(generation);
 }
 
+std::vector<NodeState> Cluster::last_probe() {
+  std::lock_guard lock(mutex_);
+  return last_probe_;
+}
+
 Cluster::Writer Cluster::choose() {
   std::vector<Probe> probes = probe_all(dsn_);
+  {
+    std::lock_guard lock(mutex_);
+    last_probe_.clear();
+    for (const Probe& p : probes) last_probe_.push_back(p.state);
+  }
   const auto answered = std::find_if(probes.begin(), probes.end(),
                                      [](const Probe& p) { return p.state.answered; });
   if (answered == probes.end()) {

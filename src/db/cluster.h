@@ -25,6 +25,12 @@ struct NodeState {
   std::uint64_t conf_id = 0;   // wsrep_cluster_conf_id: the membership view's number
   std::uint64_t local_index = 0;
   std::string uuid;  // wsrep_gcomm_uuid: new at each start of the node
+  std::uint64_t cluster_size = 0;
+  // Settings that decide what a commit survives (Client checks them: docs/galera.md).
+  std::string flush_log_at_trx_commit;
+  std::string binlog_format;
+  std::string autoinc_lock_mode;
+  std::string provider_options;  // wsrep_provider_options
 
   // A node that may take the queue's writes: synced, ready, in the primary component.
   bool qualifies() const {
@@ -77,6 +83,8 @@ class Cluster {
   // treats them as for any statement).
   void check(Connection& c, std::uint64_t generation);
 
+  // What the last probe of the nodes saw (empty before the first writer()).
+  std::vector<NodeState> last_probe();
   // Whether the nodes are Galera nodes (known after the first writer()).
   bool galera() const { return galera_.load(std::memory_order_acquire); }
 
@@ -89,6 +97,7 @@ class Cluster {
   std::mutex choosing_;
   std::mutex mutex_;  // guards current_
   std::optional<Writer> current_;
+  std::vector<NodeState> last_probe_;
   std::string writer_uuid_;
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> galera_{false};
@@ -98,5 +107,8 @@ class Cluster {
 // Probes every node of the list in parallel (connect timeout 2 s); exposed for tests and
 // `txmq cluster`.
 std::vector<NodeState> probe_nodes(const Dsn& dsn);
+
+// The value of `key` in a wsrep_provider_options string ("a = 1; b = PT5S; ..."), or "".
+std::string provider_option(std::string_view options, std::string_view key);
 
 }  // namespace txmq::internal

@@ -143,7 +143,9 @@ struct Client::Impl {
         });
     const internal::Row& row = r.rows.at(0);
     const std::string where = queue.pool.dsn().describe();
-    if (row.i64(0) != 1) {
+    internal::Cluster* cluster = queue.pool.cluster();
+    const bool galera = cluster != nullptr && cluster->galera();  // checked per node below
+    if (row.i64(0) != 1 && !galera) {
       warn_once(options.on_warning,
                 fmt::format("{} runs with innodb_flush_log_at_trx_commit={}: a crash of the "
                             "server can lose messages whose send already succeeded (set it to 1)",
@@ -157,6 +159,80 @@ struct Client::Impl {
     }
     // A statement must fit in one packet; keep a margin for the protocol's own bytes.
     queue.max_statement_bytes = std::max<std::size_t>(row.u64(3) / 2, 64 * 1024);
+    check_galera();
+  }
+
+  // What a Galera cluster promises depends on every node's settings (docs/galera.md,
+  // "What is promised"): checked on each node the DSN lists, once per client.
+  void check_galera() {
+    internal::Pool& pool = queue.pool;
+    if (internal::Cluster* cluster = pool.cluster(); cluster != nullptr && cluster->galera()) {
+      const std::vector<internal::NodeState> nodes = cluster->last_probe();
+      std::uint64_t cluster_size = 0;
+      for (const internal::NodeState& node : nodes) {
+        if (!node.answered || !node.wsrep_on) continue;
+        cluster_size = std::max(cluster_size, node.cluster_size);
+        const internal::Dsn::Endpoint& at = pool.dsn().nodes.at(node.index);
+        const std::string where = fmt::format("Galera node {}:{}", at.host, at.port);
+        if (node.flush_log_at_trx_commit != "1") {
+          warn_once(options.on_warning,
+                    fmt::format("{} runs with innodb_flush_log_at_trx_commit={}: if every node "
+                                "crashes at once (a power cut), sends that succeeded can be lost; "
+                                "Jepsen's analysis of MariaDB Galera lost acknowledged commits "
+                                "this way (set it to 1 on every node)",
+                                where, node.flush_log_at_trx_commit));
+        }
+        if (node.binlog_format != "ROW") {
+          warn_once(options.on_warning,
+                    fmt::format("{} runs with binlog_format={}: Galera needs ROW", where,
+                                node.binlog_format));
+        }
+        if (node.autoinc_lock_mode != "2") {
+          warn_once(options.on_warning,
+                    fmt::format("{} runs with innodb_autoinc_lock_mode={}: Galera needs 2 "
+                                "(interleaved) for batches of sends",
+                                where, node.autoinc_lock_mode));
+        }
+        for (const char* risky : {"pc.ignore_sb", "pc.ignore_quorum"}) {
+          if (internal::provider_option(node.provider_options, risky) == "true") {
+            warn_once(options.on_warning,
+                      fmt::format("{} runs with {}=true: a network split can leave two "
+                                  "components taking writes (split brain), and messages "
+                                  "delivered twice or lost when they merge",
+                                  where, risky));
+          }
+        }
+      }
+      if (cluster_size > pool.dsn().nodes.size()) {
+        warn_once(options.on_warning,
+                  fmt::format("the DSN lists {} of the cluster's {} nodes: txmq fails over only "
+                              "to nodes the DSN lists",
+                              pool.dsn().nodes.size(), cluster_size));
+      }
+      if (cluster_size == 2 || cluster_size == 4) {
+        warn_once(options.on_warning,
+                  fmt::format("the Galera cluster has {} nodes: losing half of them loses the "
+                              "quorum and stops every write; use an odd number of nodes (or "
+                              "pc.weight, or garbd as a tie-breaker)",
+                              cluster_size));
+      }
+      return;
+    }
+    if (pool.dsn().is_host_list()) return;  // a list of plain servers
+    // One host that is a Galera node: other clients may write through other nodes, and there
+    // is nowhere to fail over to.
+    internal::Result r = pool.run(internal::OnLostConnection::kRetry,
+                                  [](internal::Connection& c, const internal::Attempt&) {
+                                    return c.execute(
+                                        "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'", {});
+                                  });
+    if (!r.rows.empty() && internal::Row::parse_integer(r.rows[0].bytes(1)) > 1) {
+      warn_once(options.on_warning,
+                fmt::format("{} is one node of a Galera cluster of {}: list every node in the "
+                            "DSN (mysql://user@host1:port1,host2:port2,.../db) so that all "
+                            "clients write through one node and fail over together",
+                            pool.dsn().describe(), r.rows[0].bytes(1)));
+    }
   }
 
   ClientOptions options;
