@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   add_bench_consumer_command(app, globals);
   add_serve_command(app, globals);
   add_metrics_command(app, globals);
+  add_cluster_command(app, globals);
   allow_global_options_anywhere(app);
 
   // The parser gets copies; the password of a --dsn is then blanked in the process's own

@@ -132,6 +132,33 @@ std::optional<std::string> read_writer_row(Connection& c, bool& table_usable) {
   return std::nullopt;
 }
 
+// A recorded writer that is alive in the primary component but is none of the nodes that
+// answered: when every listed node answered, the DSN does not list it, and moving the writer
+// would make this client and the others take turns moving it. Throws kFailedPrecondition then.
+// (Without the privilege to read mysql.wsrep_cluster_members, the writer is moved.)
+void refuse_unlisted_writer(Connection& c, const std::string& writer_uuid,
+                            const std::vector<Probe>& probes) {
+  for (const Probe& p : probes) {
+    if (!p.state.answered) return;  // maybe the writer: unreachable for this client
+  }
+  std::string address;
+  try {
+    Result r = c.execute(
+        "SELECT node_incoming_address FROM mysql.wsrep_cluster_members WHERE node_uuid = ?",
+        {std::string_view(writer_uuid)});
+    if (r.rows.empty()) return;  // gone from the cluster: move the writer
+    address = r.rows[0].bytes(0);
+  } catch (const Error& e) {
+    if (e.code() == Errc::kFailedPrecondition || e.code() == Errc::kNotFound) return;
+    throw;
+  }
+  throw Error(Errc::kFailedPrecondition,
+              fmt::format("the cluster's clients write through node {} (txmq_cluster_writer), "
+                          "which this DSN does not list: list every node of the cluster in the "
+                          "DSN",
+                          printable(address)));
+}
+
 }  // namespace
 
 std::string NodeState::describe(const Dsn& dsn) const {
@@ -299,6 +326,7 @@ Cluster::Writer Cluster::choose() {
     std::optional<std::string> recorded = read_writer_row(*candidate.connection, table_usable);
     if (recorded) writer = find(*recorded);
     if (writer != nullptr || !table_usable) break;
+    if (recorded) refuse_unlisted_writer(*candidate.connection, *recorded, probes);
     // The recorded writer is gone (or there is none yet): move the row to the candidate. Two
     // clients moving it through different nodes conflict at certification (1213): the loser
     // reads the row again.

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace txmq {
+
+// One node of a DSN's host list, as a probe saw it (docs/galera.md).
+struct ClusterNode {
+  std::string address;  // host:port, as the DSN names it
+  bool answered = false;
+  std::string error;    // why it did not answer
+  bool galera = false;  // wsrep_on
+  std::string state;    // wsrep_local_state_comment: Synced, Joining, Donor/Desynced, ...
+  std::string status;   // wsrep_cluster_status: Primary, non-Primary
+  bool ready = false;   // wsrep_ready
+  bool can_write = false;  // synced, ready, in the primary component
+  std::uint64_t cluster_size = 0;
+  std::uint64_t local_index = 0;
+  std::string uuid;   // wsrep_gcomm_uuid: new at each start of the node
+  bool writer = false;  // the node txmq's clients write through
+};
+
+struct ClusterStatus {
+  std::vector<ClusterNode> nodes;
+  // The writer row (txmq_cluster_writer), read through a node that can write; empty when no
+  // node can, or no client chose a writer yet.
+  std::string writer_address;
+  std::string writer_since;  // UTC
+  std::string writer_chosen_by;
+};
+
+// Probes every node of `dsn` (a host list, or one host) without choosing or moving the writer:
+// for `txmq cluster status` and monitoring. Throws Error(kInvalidArgument) for a bad DSN only;
+// nodes that cannot be reached are reported in the result.
+ClusterStatus cluster_status(std::string_view dsn);
+
+}  // namespace txmq

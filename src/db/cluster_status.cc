@@ -1,0 +1,51 @@
+// txmq::cluster_status (include/txmq/cluster.h).
+#include <fmt/format.h>
+
+#include "db/cluster.h"
+#include "txmq/cluster.h"
+#include "txmq/error.h"
+
+namespace txmq {
+
+ClusterStatus cluster_status(std::string_view dsn_text) {
+  const internal::Dsn dsn = internal::parse_dsn(dsn_text);
+  ClusterStatus result;
+  const internal::NodeState* reader = nullptr;
+  const std::vector<internal::NodeState> states = internal::probe_nodes(dsn);
+  for (const internal::NodeState& s : states) {
+    ClusterNode node;
+    const internal::Dsn::Endpoint& at = dsn.nodes.at(s.index);
+    node.address = fmt::format("{}:{}", at.host, at.port);
+    node.answered = s.answered;
+    node.error = s.error;
+    node.galera = s.wsrep_on;
+    node.state = s.state;
+    node.status = s.status;
+    node.ready = s.ready;
+    node.can_write = s.qualifies();
+    node.cluster_size = s.cluster_size;
+    node.local_index = s.local_index;
+    node.uuid = s.uuid;
+    if (node.can_write && reader == nullptr) reader = &s;
+    result.nodes.push_back(std::move(node));
+  }
+  if (reader == nullptr) return result;
+  try {
+    internal::Connection c(dsn.node(reader->index));
+    c.query("SET SESSION wsrep_sync_wait = 1");
+    internal::Result r = c.execute(
+        "SELECT node_uuid, node_address, DATE_FORMAT(changed_at, '%Y-%m-%d %H:%i:%s.%f'), "
+        "changed_by FROM txmq_cluster_writer WHERE singleton = 1",
+        {});
+    if (r.rows.empty()) return result;
+    result.writer_address = r.rows[0].bytes(1);
+    result.writer_since = r.rows[0].bytes(2);
+    result.writer_chosen_by = r.rows[0].bytes(3);
+    for (ClusterNode& node : result.nodes) node.writer = node.uuid == r.rows[0].bytes(0);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kNotFound) throw;  // no client chose a writer yet
+  }
+  return result;
+}
+
+}  // namespace txmq
