@@ -333,8 +333,8 @@ void migrate_from_5(Connection& c) {
 }
 
 // Version 6 -> 7: topics gain the claim on their layout (LayoutLock), which replaces a named
-// lock (GET_LOCK) that Galera does not replicate. Upgrade every client together: a version-6
-// client would not see the claims, nor a version-7 one its named locks.
+// user lock that Galera does not replicate. Upgrade every client together: a version-6 client
+// would not see the claims, nor a version-7 one its named locks.
 void migrate_from_6(Connection& c) {
   c.query(
       "ALTER TABLE txmq_topics"
@@ -349,10 +349,10 @@ void migrate_from_6(Connection& c) {
 // What must not run twice at once between clients (a schema migration; a change of one topic's
 // groups or partitions) is serialised by a claim on a catalog row: a random token and an expiry
 // written in autocommit, won when the UPDATE finds the row unclaimed or its claim run out, and
-// released by the token. Unlike GET_LOCK (node-local on Galera) the claim is a replicated row
-// write: on Galera two nodes racing for it fail certification except one (1213, kAborted),
-// which counts as "not won, look again". A claimer that died is overtaken when its claim runs
-// out. Same code on a single server.
+// released by the token. Unlike a named user lock (node-local on Galera) the claim is a
+// replicated row write: on Galera two nodes racing for it fail certification except one (1213,
+// kAborted), which counts as "not won, look again". A claimer that died is overtaken when its
+// claim runs out. Same code on a single server.
 
 // A row that holds a claim. Identifiers only; values are bound.
 struct ClaimedRow {
