@@ -575,8 +575,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version, claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0),
-            7);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 7);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.
