@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <random>
+#include <thread>
 
 #include "queue/operations.h"
 
@@ -246,7 +248,8 @@ void seed_keys(Connection& c, const TopicTables& t) {
 }
 
 // Version 2 -> 3: topics gain a dedup window (default 5 minutes) and a dedup table. Serialised
-// between clients by a named lock; each step can run again after an interruption.
+// between clients by a claim on txmq_schema (bootstrap); each step can run again after an
+// interruption.
 void migrate_from_2(Connection& c) {
   c.query(
       "ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS"
@@ -329,31 +332,134 @@ void migrate_from_5(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 6, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
-// Serialises changes of one topic's groups and partitions between clients.
+// Version 6 -> 7: topics gain the claim on their layout (LayoutLock), which replaces a named
+// user lock that Galera does not replicate. Upgrade every client together: a version-6 client
+// would not see the claims, nor a version-7 one its named locks.
+void migrate_from_6(Connection& c) {
+  c.query(
+      "ALTER TABLE txmq_topics"
+      " ADD COLUMN IF NOT EXISTS layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE "
+      "ascii_bin NULL,"
+      " ADD COLUMN IF NOT EXISTS layout_claimed_until DATETIME(6) NULL");
+  c.execute("UPDATE txmq_schema SET version = 7, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// --- Claims ------------------------------------------------------------------------------------
+//
+// What must not run twice at once between clients (a schema migration; a change of one topic's
+// groups or partitions) is serialised by a claim on a catalog row: a random token and an expiry
+// written in autocommit, won when the UPDATE finds the row unclaimed or its claim run out, and
+// released by the token. Unlike a named user lock (node-local on Galera) the claim is a
+// replicated row write: on Galera two nodes racing for it fail certification except one (1213,
+// kAborted), which counts as "not won, look again". A claimer that died is overtaken when its
+// claim runs out. Same code on a single server.
+
+// A row that holds a claim. Identifiers only; values are bound.
+struct ClaimedRow {
+  std::string_view table;
+  std::string_view key;    // its primary key column
+  std::string_view by;     // the holder's token, NULL when free
+  std::string_view until;  // when the claim runs out (server time)
+};
+constexpr ClaimedRow kSchemaClaim{"txmq_schema", "singleton", "claimed_by", "claimed_until"};
+constexpr ClaimedRow kLayoutClaim{"txmq_topics", "name", "layout_claimed_by",
+                                  "layout_claimed_until"};
+// How long a claim lasts unless renewed, and how long a client waits for one held by another
+// before kUnavailable. The same: a claim older than this is its dead holder's.
+constexpr int kClaimSeconds = 60;
+
+std::mt19937_64& claim_random() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return random;
+}
+
+std::string claim_token() {
+  return fmt::format("{:016x}{:016x}", claim_random()(), claim_random()());
+}
+
+// One try, in autocommit: true when `token` now holds the claim. Also renews the token's own
+// claim. A deadlock, lock-wait timeout or certification failure means another client's write
+// won: not won.
+bool try_claim(Connection& c, const ClaimedRow& row, const Param& key, std::string_view token) {
+  try {
+    Result r = c.execute(
+        fmt::format("UPDATE {0} SET {2} = ?, {3} = NOW(6) + INTERVAL {4} SECOND WHERE {1} = ? AND "
+                    "({2} IS NULL OR {2} = ? OR {3} < NOW(6))",
+                    row.table, row.key, row.by, row.until, kClaimSeconds),
+        {token, key, token});
+    return r.affected_rows == 1;
+  } catch (const Error& e) {
+    if (e.code() == Errc::kAborted) return false;
+    throw;
+  }
+}
+
+enum class Claimed { kWon, kNotNeeded, kTimedOut };
+
+// Tries to claim every 100-200 ms for up to kClaimSeconds; `not_needed` is asked after each
+// try that lost (the holder may have done the work, or the row gone).
+template <typename F>
+Claimed claim_row(Connection& c, const ClaimedRow& row, const Param& key, std::string_view token,
+                  F&& not_needed) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kClaimSeconds);
+  for (;;) {
+    if (try_claim(c, row, key, token)) return Claimed::kWon;
+    if (not_needed()) return Claimed::kNotNeeded;
+    if (std::chrono::steady_clock::now() >= deadline) return Claimed::kTimedOut;
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        100 + static_cast<int>(claim_random()() % 101)));
+  }
+}
+
+// Releases the token's claim (in autocommit, after rolling back what the connection left open).
+// Failures are left alone: the claim then runs out by itself.
+void release_claim(Connection& c, const ClaimedRow& row, const Param& key,
+                   std::string_view token) noexcept {
+  if (c.in_transaction()) c.rollback();
+  for (int tries = 0; tries < 3 && !c.broken(); ++tries) {
+    try {
+      c.execute(fmt::format("UPDATE {0} SET {2} = NULL, {3} = NULL WHERE {1} = ? AND {2} = ?",
+                            row.table, row.key, row.by, row.until),
+                {key, token});
+      return;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kAborted) return;
+    }
+  }
+}
+
+// Serialises changes of one topic's groups and partitions between clients: a claim on the
+// topic's row, held from construction to destruction. Holds nothing when the topic does not
+// exist (the caller's load() then finds it missing). A change that outlives the claim (a minute)
+// can be overtaken only while it does not hold the row's lock: the part of a group change that
+// bumps the layout holds it (with_topic_fenced), and a claim waits for it.
 class LayoutLock {
  public:
   LayoutLock(Connection& c, std::string_view topic)
-      : c_(c), name_(fmt::format("txmq_layout:{}", topic)) {
-    Result r = c_.execute("SELECT GET_LOCK(?, 60)", {std::string_view(name_)});
-    if (r.rows.at(0).null(0) || r.rows.at(0).i64(0) != 1) {
+      : c_(c), topic_(topic), token_(claim_token()) {
+    const Param key{std::string_view(topic_)};
+    const Claimed got = claim_row(c_, kLayoutClaim, key, token_, [&] {
+      return c_.execute("SELECT 1 FROM txmq_topics WHERE name = ?", {key}).rows.empty();
+    });
+    if (got == Claimed::kTimedOut) {
       throw Error(Errc::kUnavailable,
                   fmt::format("another client has been changing the groups or partitions of "
                               "topic '{}' for over a minute",
                               topic));
     }
+    held_ = got == Claimed::kWon;
   }
   ~LayoutLock() {
-    try {
-      if (!c_.broken()) c_.execute("DO RELEASE_LOCK(?)", {std::string_view(name_)});
-    } catch (const Error&) {
-    }
+    if (held_) release_claim(c_, kLayoutClaim, Param{std::string_view(topic_)}, token_);
   }
   LayoutLock(const LayoutLock&) = delete;
   LayoutLock& operator=(const LayoutLock&) = delete;
 
  private:
   Connection& c_;
-  std::string name_;
+  std::string topic_;
+  std::string token_;
+  bool held_ = false;
 };
 
 std::string unquoted(const std::string& quoted) { return quoted.substr(1, quoted.size() - 2); }
@@ -387,8 +493,10 @@ void TopicCatalog::bootstrap() {
         "CREATE TABLE IF NOT EXISTS txmq_schema ("
         " singleton TINYINT UNSIGNED NOT NULL PRIMARY KEY,"
         " version INT UNSIGNED NOT NULL,"
-        " updated_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
-    c.execute("INSERT IGNORE INTO txmq_schema VALUES (1, ?, NOW(6))",
+        " updated_at DATETIME(6) NOT NULL,"
+        " claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
+        " claimed_until DATETIME(6) NULL) ENGINE=InnoDB");
+    c.execute("INSERT IGNORE INTO txmq_schema (singleton, version, updated_at) VALUES (1, ?, NOW(6))",
               {static_cast<std::int64_t>(kSchemaVersion)});
     std::int64_t version = schema_version(c);
     if (version < 2) {
@@ -420,7 +528,9 @@ void TopicCatalog::bootstrap() {
         " layout BIGINT UNSIGNED NOT NULL DEFAULT 0,"
         " next_group INT UNSIGNED NOT NULL DEFAULT 1,"
         " dead_letter_topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NULL,"
-        " retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB");
+        " retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+        " layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
+        " layout_claimed_until DATETIME(6) NULL) ENGINE=InnoDB");
     // Consumer groups; `number` names the group's tables and is never reused within a topic.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_groups ("
@@ -453,21 +563,43 @@ void TopicCatalog::bootstrap() {
         " value DOUBLE NOT NULL,"
         " PRIMARY KEY (topic, grp, metric, bucket)) ENGINE=InnoDB");
     if (version == kSchemaVersion) return;
-    Result locked = c.execute("SELECT GET_LOCK('txmq_schema_migration', 60)", {});
-    if (locked.rows.at(0).null(0) || locked.rows.at(0).i64(0) != 1) {
+    // One client migrates; the others wait for its claim on txmq_schema's row and find the
+    // version current. The claim's columns first (a database of version 6 or older lacks
+    // them): DDL, idempotent, and replicated to every node of a Galera cluster.
+    c.query(
+        "ALTER TABLE txmq_schema"
+        " ADD COLUMN IF NOT EXISTS claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin "
+        "NULL,"
+        " ADD COLUMN IF NOT EXISTS claimed_until DATETIME(6) NULL");
+    const std::string token = claim_token();
+    const Param key(std::int64_t{1});
+    const Claimed got = claim_row(c, kSchemaClaim, key, token,
+                                  [&] { return schema_version(c) >= kSchemaVersion; });
+    if (got == Claimed::kNotNeeded) return;
+    if (got == Claimed::kTimedOut) {
       throw Error(Errc::kUnavailable,
                   "another client has been migrating the txmq schema for over a minute");
     }
     try {
-      if (schema_version(c) == 2) migrate_from_2(c);
-      if (schema_version(c) == 3) migrate_from_3(c);
-      if (schema_version(c) == 4) migrate_from_4(c);
-      if (schema_version(c) == 5) migrate_from_5(c);
+      // Each step renews the claim first, and reads the version again: another client may
+      // have migrated between this client's first read and its claim.
+      const auto step = [&](std::int64_t from, void (*migrate)(Connection&)) {
+        if (schema_version(c) != from) return;
+        if (!try_claim(c, kSchemaClaim, key, token)) {
+          throw Error(Errc::kAborted, "the txmq schema migration lost its claim; trying again");
+        }
+        migrate(c);
+      };
+      step(2, migrate_from_2);
+      step(3, migrate_from_3);
+      step(4, migrate_from_4);
+      step(5, migrate_from_5);
+      step(6, migrate_from_6);
     } catch (...) {
-      c.query("DO RELEASE_LOCK('txmq_schema_migration')");
+      release_claim(c, kSchemaClaim, key, token);
       throw;
     }
-    c.query("DO RELEASE_LOCK('txmq_schema_migration')");
+    release_claim(c, kSchemaClaim, key, token);
   });
 }
 
@@ -668,36 +800,43 @@ std::vector<TopicInfo> TopicCatalog::list() {
 // the allocating group's tables (ids) and copies into the others' in its transaction.
 //
 // A send must never miss a group that exists when it commits. Sends check the topic's layout
-// version in the statement or transaction that inserts (send.cc) and read the groups again when
-// it changed; a group change holds LOCK TABLES txmq_topics WRITE while it bumps the version, so
-// it waits for sends in progress (they hold the table's metadata lock until they commit) and
-// sends after it read the new version.
+// version in the statement or transaction that inserts (send.cc), with a shared lock on the
+// topic's row that they hold until they commit, and read the groups again when it changed. A
+// group change bumps the version in a transaction that starts by locking that row for update
+// (with_topic_fenced): it waits for sends in progress, and sends after it wait for its commit
+// and then read the new version.
+//
+// On Galera the fence holds on the node where both run: txmq sends all of a cluster's queue
+// work to one writer node (docs/galera.md). A shared lock is not certified, so a send through
+// another node (while clients move to a new writer) is not held up by it: a documented limit.
 
 namespace {
 
-// Runs fn with LOCK TABLES held (autocommit off, so that the writes commit before UNLOCK
-// TABLES), then commits. lock_wait_timeout bounds the wait behind long transactions.
+// Runs fn in one transaction that first locks the topic's row for update, then commits. Lock
+// waits (for sends in progress, which hold the row's shared lock until they commit) are bounded
+// at 30 s; the claims of other clients wait for this transaction too.
 template <typename F>
-void with_tables_locked(Connection& c, const std::string& tables, F&& fn) {
-  c.query("SET SESSION lock_wait_timeout = 30");
-  c.begin();
+void with_topic_fenced(Connection& c, std::string_view topic, F&& fn) {
+  c.query("SET SESSION innodb_lock_wait_timeout = 30");
   try {
-    c.query(fmt::format("LOCK TABLES {}", tables));
+    c.begin();
+    Result r = c.execute("SELECT layout FROM txmq_topics WHERE name = ? FOR UPDATE", {topic});
+    if (r.rows.empty()) {
+      throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
+    }
     fn();
     c.commit();
-    c.query("UNLOCK TABLES");
   } catch (...) {
     if (!c.broken()) {
       c.rollback();
       try {
-        c.query("UNLOCK TABLES");
-        c.query("SET SESSION lock_wait_timeout = DEFAULT");
+        c.query("SET SESSION innodb_lock_wait_timeout = DEFAULT");
       } catch (const Error&) {
       }
     }
     throw;
   }
-  c.query("SET SESSION lock_wait_timeout = DEFAULT");
+  c.query("SET SESSION innodb_lock_wait_timeout = DEFAULT");
 }
 
 }  // namespace
@@ -725,27 +864,18 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     const unsigned partitions = layout->partitions();
     const unsigned allocator = layout->allocator().number;
     std::vector<TopicTables> fresh;
-    std::string locks = "txmq_topics WRITE, txmq_groups WRITE";
+    // DDL commits by itself: the new tables before the fenced transaction.
     for (unsigned p = 0; p < partitions; ++p) {
       fresh.push_back(topic_tables(topic, number, p));
       create_queue_tables(c, fresh.back(), first_id_of(p));
-      locks += fmt::format(", {} WRITE, {} WRITE, {} WRITE", fresh.back().queue,
-                           fresh.back().keys, fresh.back().parked);
     }
-    if (start == GroupStart::kEarliest) {
-      for (const GroupEntry& g : layout->groups) {
-        for (unsigned p = 0; p < partitions; ++p) {
-          const TopicTables t = topic_tables(topic, g.number, p);
-          locks += fmt::format(", {} READ, {} READ", t.queue, t.parked);
-        }
-      }
-      locks += fmt::format(", {} READ", topic_tables(topic).archive);
-    }
-    with_tables_locked(c, locks, [&] {
+    with_topic_fenced(c, topic, [&] {
       for (unsigned p = 0; p < partitions; ++p) {
         const TopicTables& t = fresh[p];
         // The new tables may allocate ids one day (when the groups before them are dropped):
-        // start their counter where the allocator's is, by a row inserted and deleted.
+        // start their counter where the allocator's is, by a row inserted and deleted. No send
+        // to the topic is in progress now (the fence), so the allocator's counter stands still;
+        // information_schema's AUTO_INCREMENT is this node's counter, which is the writer's.
         Result next = c.execute(
             "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
             "DATABASE() AND TABLE_NAME = ?",
@@ -810,7 +940,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
                   fmt::format("'{}' is the last group of topic '{}': drop the topic instead",
                               group, topic));
     }
-    with_tables_locked(c, "txmq_topics WRITE, txmq_groups WRITE", [&] {
+    with_topic_fenced(c, topic, [&] {
       c.execute("UPDATE txmq_topics SET layout = layout + 1 WHERE name = ?", {topic});
       c.execute("DELETE FROM txmq_groups WHERE topic = ? AND name = ?", {topic, group});
     });

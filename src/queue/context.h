@@ -210,7 +210,7 @@ inline bool past_max_attempts(const TopicOptions& options, std::int64_t attempts
   return options.max_attempts > 0 && attempts >= options.max_attempts;
 }
 
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;
 // Set in the lease token of a keyed message: its receipt says that acknowledging it must also

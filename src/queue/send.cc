@@ -154,17 +154,14 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
   return ids;
 }
 
-// The topic's layout as of this transaction (which now holds txmq_topics' metadata lock until it
-// ends, so no group can be created or dropped before it commits): the cached copy when its
-// version is current, else read again through c.
+// The topic's layout as of this transaction: the cached copy when its version is current, else
+// read again through c. The version is read with a shared lock on the topic's row, held until
+// the transaction ends, so that no group can be created or dropped before it commits (a group
+// change locks the row for update: catalog.cc, with_topic_fenced); a locking read also sees the
+// latest committed version under an enlisted connection's REPEATABLE READ.
 TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topic) {
   TopicLayout layout = q.catalog.layout(topic);
-  // On an enlisted connection, a locking read: under REPEATABLE READ a plain one could see a
-  // snapshot from before a group was created.
-  Result r = c.execute(c.borrowed()
-                           ? "SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE"
-                           : "SELECT layout FROM txmq_topics WHERE name = ?",
-                       {topic});
+  Result r = c.execute("SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE", {topic});
   if (r.rows.empty()) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
   if (r.rows[0].u64(0) == layout.version) return layout;
   return q.catalog.reload(c, topic);
@@ -419,10 +416,13 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   // The check is a subquery in VALUES, not INSERT ... SELECT: the latter takes InnoDB's
   // table-level AUTO-INC lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at
   // 16 threads to 0.40x of a raw INSERT. A stale version makes the payload NULL, which the
-  // NOT NULL column refuses (error 1048) before anything is written.
+  // NOT NULL column refuses (error 1048) before anything is written. The subquery is a locking
+  // read, as in current_layout: the statement holds the topic row's shared lock until it
+  // commits, which fences it against group changes (MariaDB takes that lock for a subquery of
+  // an INSERT anyway; the clause says so, and makes it so where a server would not).
   const std::string sql = fmt::format(
       "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ({}, UTC_TIMESTAMP(6), "
-      "NULL, IF((SELECT layout FROM txmq_topics WHERE name = ?) = ?, ?, NULL))",
+      "NULL, IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, NULL))",
       topic_tables(topic, layout.allocator().number, p).queue,
       shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)");
   std::vector<Param> params;
@@ -458,8 +458,8 @@ namespace {
 // multi-row INSERT ... RETURNING in autocommit (one round trip and one commit, instead of BEGIN,
 // the layout's SELECT, the INSERT and COMMIT; a statement is atomic, so the batch still commits
 // whole or not at all). As in send_one, the first row's payload is NULL unless the topic's
-// layout is still the one read, which fails the statement before anything is written (error
-// 1048 under STRICT_ALL_TABLES). nullopt: the batch takes the transaction path (it does not
+// layout is still the one read (a locking read, as in send_one), which fails the statement
+// before anything is written (error 1048 under STRICT_ALL_TABLES). nullopt: the batch takes the transaction path (it does not
 // qualify, or the layout changed).
 std::optional<std::vector<std::uint64_t>> send_in_one_statement(
     QueueContext& q, std::string_view topic, std::span<const OutgoingMessage> messages) {
@@ -480,7 +480,8 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
   const std::string sql =
       insert_sql(topic_tables(topic, layout.allocator().number, p).queue, rows.size(), shape, true,
-                 "IF((SELECT layout FROM txmq_topics WHERE name = ?) = ?, ?, NULL)");
+                 "IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, "
+                 "NULL)");
   std::vector<std::string> encoded;
   if (shape.attributes) {
     encoded.reserve(rows.size());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -19,6 +20,7 @@ namespace txmq {
 namespace {
 
 using namespace std::chrono_literals;
+using test::admin;
 using test::client;
 using test::topic_for_test;
 using SteadyClock = std::chrono::steady_clock;
@@ -262,6 +264,217 @@ TEST(Groups, ALateGroupStartsFromNowOrFromTheEarliestRetained) {
   EXPECT_EQ(only_new[0].payload, "new");
   // Each message is archived once, whichever groups acknowledged it.
   EXPECT_EQ(c->archived(topic).size(), 8u);
+}
+
+// Every message a group holds, received (and acknowledged) until the group is empty.
+std::multiset<std::string> drain(Client& c, const std::string& topic, const std::string& group) {
+  std::multiset<std::string> got;
+  ReceiveOptions options;
+  options.max_messages = 1000;
+  options.group = group;
+  for (;;) {
+    std::vector<Message> batch = c.receive(topic, options);
+    if (batch.empty()) return got;
+    std::vector<std::string> receipts;
+    for (const Message& m : batch) {
+      got.insert(m.payload);
+      receipts.push_back(m.receipt);
+    }
+    c.ack(topic, receipts);
+  }
+}
+
+// Sends of every kind run in six threads (single sends and one-statement batches while the
+// topic has one group, sends in transactions, keyed sends) while groups are created and one is
+// dropped. The group created from the earliest message gets every message (none is acknowledged
+// before the end), the group created from now every message whose send began after its
+// creation returned, and no send fails: a send never misses a group that exists when it commits.
+TEST(Groups, GroupsChangedDuringConcurrentSendsMissNoMessage) {
+  auto admin_client = client();
+  const std::string topic = topic_for_test();
+  TopicOptions topic_options;
+  topic_options.partitions = 2;
+  admin_client->create_topic(topic, topic_options);
+
+  struct Sent {
+    std::string payload;
+    SteadyClock::time_point began;
+  };
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::vector<Sent> sent;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> senders;
+  for (int kind = 0; kind < 6; ++kind) {
+    senders.emplace_back([&, kind] {
+      auto c = client();
+      for (int n = 0; !stop; ++n) {
+        const auto began = SteadyClock::now();
+        std::vector<std::string> payloads;
+        try {
+          if (kind <= 1) {  // single sends
+            payloads.push_back(fmt::format("s{}-{}", kind, n));
+            c->send(topic, payloads[0]);
+          } else if (kind <= 3) {  // batches of 20
+            std::vector<OutgoingMessage> batch;
+            for (int i = 0; i < 20; ++i) {
+              payloads.push_back(fmt::format("b{}-{}-{}", kind, n, i));
+              batch.push_back({payloads.back(), std::nullopt, Micros{0}, std::nullopt});
+            }
+            c->send_batch(topic, batch);
+          } else if (kind == 4) {  // three sends in a transaction
+            Transaction tx = c->begin();
+            for (int i = 0; i < 3; ++i) {
+              payloads.push_back(fmt::format("t-{}-{}", n, i));
+              tx.send(topic, payloads.back());
+            }
+            tx.commit();
+          } else {  // keyed sends
+            payloads.push_back(fmt::format("k-{}", n));
+            c->send(topic, payloads[0], {.key = fmt::format("key{}", n % 7)});
+          }
+        } catch (const Error& e) {
+          ADD_FAILURE() << "send failed: " << e.what();
+          ++failures;
+          continue;
+        }
+        std::lock_guard lock(mutex);
+        for (std::string& p : payloads) sent.push_back({std::move(p), began});
+      }
+    });
+  }
+  std::this_thread::sleep_for(400ms);
+  ASSERT_TRUE(admin_client->create_group(topic, "early", GroupStart::kEarliest));
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(admin_client->create_group(topic, "late", GroupStart::kNow));
+  const auto late_created = SteadyClock::now();
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(admin_client->create_group(topic, "doomed", GroupStart::kNow));
+  std::this_thread::sleep_for(300ms);
+  admin_client->drop_group(topic, "doomed");
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  for (std::thread& t : senders) t.join();
+  EXPECT_EQ(failures, 0);
+
+  std::multiset<std::string> all;
+  std::multiset<std::string> after_late;
+  for (const Sent& s : sent) {
+    all.insert(s.payload);
+    if (s.began > late_created) after_late.insert(s.payload);
+  }
+  ASSERT_GT(after_late.size(), 20u);
+  // What a group lacks of `want`, and what it has that was never sent (or has twice).
+  const auto check = [&](const std::string& group, const std::multiset<std::string>& want) {
+    const std::multiset<std::string> got = drain(*admin_client, topic, group);
+    std::vector<std::string> missing;
+    std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                        std::back_inserter(missing));
+    EXPECT_TRUE(missing.empty()) << "group '" << group << "' lacks " << missing.size() << " of "
+                                 << want.size() << " messages, e.g. " << missing.front();
+    std::vector<std::string> extra;
+    std::set_difference(got.begin(), got.end(), all.begin(), all.end(),
+                        std::back_inserter(extra));
+    EXPECT_TRUE(extra.empty()) << "group '" << group << "' has " << extra.size()
+                               << " messages not sent or twice, e.g. " << extra.front();
+  };
+  check("default", all);
+  check("early", all);
+  check("late", after_late);
+}
+
+// Changes of one topic's groups and partitions are serialised by a claim on the topic's row
+// (replicated on Galera, unlike the named lock it replaces): a claim another client holds makes a
+// change wait until it is released, a claim its holder left to run out is overtaken then, and
+// changes from racing clients all take effect.
+TEST(Groups, LayoutChangesWaitForAClaimAndOvertakeOneThatRanOut) {
+  auto c = client();
+  auto a = admin();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  const auto claim = [&](std::string_view by, std::int64_t micros_left) {
+    EXPECT_EQ(a->execute("UPDATE txmq_topics SET layout_claimed_by = ?, layout_claimed_until = "
+                         "NOW(6) + INTERVAL ? MICROSECOND WHERE name = ?",
+                         {by, micros_left, topic})
+                  .affected_rows,
+              1u);
+  };
+  const auto claimed_by = [&] {
+    internal::Result r = a->execute(
+        "SELECT layout_claimed_by IS NULL, layout_claimed_until IS NULL FROM txmq_topics WHERE "
+        "name = ?",
+        {topic});
+    return r.rows.at(0).i64(0) == 1 && r.rows.at(0).i64(1) == 1 ? "" : "someone";
+  };
+  const auto seconds_since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+
+  // Held by another client, which releases it after a second.
+  claim("other client", 30'000'000);
+  std::thread releaser([&] {
+    auto b = admin();
+    std::this_thread::sleep_for(1s);
+    b->execute("UPDATE txmq_topics SET layout_claimed_by = NULL, layout_claimed_until = NULL "
+               "WHERE name = ? AND layout_claimed_by = 'other client'",
+               {topic});
+  });
+  auto start = SteadyClock::now();
+  ASSERT_TRUE(c->create_group(topic, "g1"));
+  EXPECT_GE(seconds_since(start), 0.9);
+  EXPECT_LT(seconds_since(start), 10.0);
+  releaser.join();
+  EXPECT_EQ(claimed_by(), std::string());
+
+  // Left by a client that died: overtaken when it runs out, 1.5 s from now.
+  claim("dead client", 1'500'000);
+  start = SteadyClock::now();
+  c->drop_group(topic, "g1");
+  EXPECT_GE(seconds_since(start), 1.3);
+  EXPECT_EQ(claimed_by(), std::string());
+
+  // Ran out long ago: no wait.
+  claim("dead client", -3'600'000'000);
+  start = SteadyClock::now();
+  TopicOptions options = c->topic(topic).options;
+  options.partitions = 2;
+  c->update_topic(topic, options);
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_EQ(claimed_by(), std::string());
+
+  // Racing clients: four create three groups each while one raises the partitions step by step.
+  // A group whose creation interleaved with a raise would lack the new partitions' tables.
+  std::vector<std::thread> racers;
+  for (int i = 0; i < 4; ++i) {
+    racers.emplace_back([&, i] {
+      auto mine = client();
+      for (int j = 0; j < 3; ++j) {
+        EXPECT_TRUE(mine->create_group(topic, fmt::format("r{}_{}", i, j)));
+      }
+    });
+  }
+  racers.emplace_back([&] {
+    auto mine = client();
+    for (int p = 3; p <= 6; ++p) {
+      TopicOptions raised = mine->topic(topic).options;
+      raised.partitions = p;
+      mine->update_topic(topic, raised);
+    }
+  });
+  for (std::thread& t : racers) t.join();
+  std::vector<GroupInfo> groups = c->list_groups(topic);
+  EXPECT_EQ(groups.size(), 13u);
+  std::set<std::string> messages;
+  for (int i = 0; i < 60; ++i) {
+    messages.insert(fmt::format("m{}", i));
+    c->send(topic, fmt::format("m{}", i), {.key = fmt::format("key{}", i)});
+  }
+  for (const GroupInfo& g : groups) {
+    std::multiset<std::string> got = drain(*c, topic, g.name);
+    EXPECT_EQ(std::set<std::string>(got.begin(), got.end()), messages) << g.name;
+    EXPECT_EQ(got.size(), messages.size()) << g.name;
+  }
+  EXPECT_EQ(claimed_by(), std::string());
 }
 
 TEST(Groups, MistakesAreClearErrors) {

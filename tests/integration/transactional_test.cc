@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <random>
 #include <set>
@@ -504,7 +505,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 6);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 7);
   // Version 5: one partition, no archive, the group "default" with the topic's old tables;
   // version 6: messages without attributes, no dead-letter topic, no retention.
   EXPECT_TRUE(got[0].attributes.empty());
@@ -515,6 +516,82 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   ASSERT_EQ(c.list_groups("old").size(), 1u);
   EXPECT_EQ(c.list_groups("old")[0].name, "default");
   Client again(options);  // a second client finds it migrated
+  a->query(fmt::format("DROP DATABASE {}", db));
+}
+
+// Clients that start together on a database of version 6 migrate it once: one wins the claim on
+// txmq_schema's row (replicated on Galera, unlike the GET_LOCK it replaces), the others wait
+// for it and find the version current. A claim left by a client that died is overtaken when it
+// runs out. A trigger logs every migration step (the only writes of updated_at).
+TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
+  const std::string db = "txmq_migration_race_test";
+  auto a = admin();
+  a->query(fmt::format("DROP DATABASE IF EXISTS {}", db));
+  a->query(fmt::format("CREATE DATABASE {}", db));
+  std::string other = dsn();
+  const std::string from = "/" + internal::parse_dsn(other).database;
+  other.replace(other.rfind(from), from.size(), "/" + db);
+  ClientOptions options;
+  options.dsn = other;
+  {
+    Client first(options);  // a new database: created at the current version, nothing migrated
+    first.create_topic("kept");
+    first.send("kept", "from before");
+  }
+  a->query(fmt::format("USE {}", db));
+  a->query("CREATE TABLE migrations (version INT UNSIGNED NOT NULL, at DATETIME(6) NOT NULL)");
+  a->query(
+      "CREATE TRIGGER log_migrations AFTER UPDATE ON txmq_schema FOR EACH ROW "
+      "IF NEW.updated_at <> OLD.updated_at THEN "
+      "INSERT INTO migrations VALUES (NEW.version, NOW(6)); END IF");
+  const auto back_to_version_6 = [&] {
+    a->query(
+        "ALTER TABLE txmq_topics DROP COLUMN layout_claimed_by, DROP COLUMN "
+        "layout_claimed_until");
+    a->query("ALTER TABLE txmq_schema DROP COLUMN claimed_by, DROP COLUMN claimed_until");
+    a->query("UPDATE txmq_schema SET version = 6");
+  };
+  const auto migrations = [&] {
+    return a->execute("SELECT COUNT(*) FROM migrations WHERE version = 7", {}).rows.at(0).i64(0);
+  };
+  back_to_version_6();
+
+  std::vector<std::thread> clients;
+  std::atomic<int> ready{0};
+  std::atomic<int> failures{0};
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&] {
+      ++ready;
+      while (ready < 6) std::this_thread::yield();
+      try {
+        Client c(options);
+        c.send("kept", "after");
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(migrations(), 1);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 7);
+  EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
+
+  // A migrating client died holding the claim, which runs out in 1.5 s.
+  a->query("UPDATE txmq_schema SET version = 6");
+  a->query(
+      "UPDATE txmq_schema SET claimed_by = 'dead client', claimed_until = NOW(6) + INTERVAL "
+      "1500000 MICROSECOND");
+  const auto start = std::chrono::steady_clock::now();
+  {
+    Client late(options);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 1300ms);
+    EXPECT_TRUE(late.create_group("kept", "second"));  // the layout claim's columns are there
+    EXPECT_EQ(late.receive("kept", {.max_messages = 10}).size(), 7u);
+  }
+  EXPECT_EQ(migrations(), 2);
+  EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
   a->query(fmt::format("DROP DATABASE {}", db));
 }
 
