@@ -27,7 +27,7 @@ bool echoes_data(unsigned errno_) {
 }
 
 Errc classify(unsigned errno_) {
-  if (is_connection_error(errno_)) return Errc::kUnavailable;
+  if (is_connection_error(errno_) || is_node_unavailable(errno_)) return Errc::kUnavailable;
   if (is_transient_conflict(errno_)) return Errc::kAborted;
   switch (errno_) {
     case ER_NO_SUCH_TABLE:
@@ -73,6 +73,13 @@ bool is_connection_error(unsigned e) noexcept {
   }
 }
 
+bool is_node_unavailable(unsigned e) noexcept {
+  // 1047: "WSREP has not yet prepared node for application use" (joining, or out of the
+  // primary component); 1180: a commit that could not replicate ("Not connected to Primary
+  // Component"), rolled back.
+  return e == ER_UNKNOWN_COM_ERROR || e == ER_ERROR_DURING_COMMIT;
+}
+
 bool is_transient_conflict(unsigned e) noexcept {
   return e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT;
 }
@@ -86,7 +93,7 @@ Connection::Connection(const Dsn& dsn) {
   unsigned timeout = static_cast<unsigned>(dsn.connect_timeout_seconds);
   mysql_optionsv(mysql_, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
   // A server that stops answering must not hang a client for ever; queue statements are short.
-  unsigned io_timeout = 120;
+  unsigned io_timeout = static_cast<unsigned>(dsn.effective_read_timeout());
   mysql_optionsv(mysql_, MYSQL_OPT_READ_TIMEOUT, &io_timeout);
   mysql_optionsv(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &io_timeout);
   mysql_optionsv(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
@@ -147,7 +154,8 @@ void Connection::raise(MYSQL_STMT* stmt, std::string_view doing) {
   unsigned e = stmt != nullptr ? mysql_stmt_errno(stmt) : mysql_errno(mysql_);
   std::string message = stmt != nullptr ? mysql_stmt_error(stmt) : mysql_error(mysql_);
   std::string state = stmt != nullptr ? mysql_stmt_sqlstate(stmt) : mysql_sqlstate(mysql_);
-  if (is_connection_error(e)) broken_ = true;
+  // A node that cannot serve (Galera) is left as a lost connection is: the pool goes elsewhere.
+  if (is_connection_error(e) || is_node_unavailable(e)) broken_ = true;
   std::string what = echoes_data(e)
                          ? fmt::format("{} failed: MariaDB error {} ({})", doing, e, state)
                          : fmt::format("{} failed: {} (MariaDB error {})", doing, message, e);

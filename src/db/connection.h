@@ -128,6 +128,9 @@ class Connection {
   void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }
 
   MYSQL* handle() noexcept { return mysql_; }
+  // Which writer of a cluster this connection was made to (Cluster::Writer::generation).
+  std::uint64_t generation() const noexcept { return generation_; }
+  void set_generation(std::uint64_t generation) noexcept { generation_ = generation; }
   // Turns the last error on this connection into a thrown Error; marks broken when the
   // connection is gone. `stmt` gives the statement's error instead of the connection's.
   [[noreturn]] void raise(MYSQL_STMT* stmt, std::string_view doing);
@@ -142,6 +145,7 @@ class Connection {
   bool broken_ = false;
   bool in_transaction_ = false;
   bool autocommit_ = true;
+  std::uint64_t generation_ = 0;
   std::chrono::steady_clock::time_point last_used_;
   // LRU of prepared statements: the server caps their number (max_prepared_stmt_count).
   std::list<std::string> lru_;
@@ -153,5 +157,8 @@ class Connection {
 // Classification of MariaDB / Connector/C error numbers.
 bool is_connection_error(unsigned server_errno) noexcept;
 bool is_transient_conflict(unsigned server_errno) noexcept;  // deadlock, lock wait timeout
+// A Galera node that cannot take statements now (not synced, not in the primary component): the
+// statement did nothing, and another node may serve it.
+bool is_node_unavailable(unsigned server_errno) noexcept;
 
 }  // namespace txmq::internal

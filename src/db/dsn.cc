@@ -57,6 +57,8 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
     dsn.socket = percent_decode(value, "socket");
   } else if (name == "connect_timeout") {
     dsn.connect_timeout_seconds = parse_number<int>(value, 1, 3600, "connect_timeout");
+  } else if (name == "read_timeout" || name == "read-timeout") {
+    dsn.read_timeout_seconds = parse_number<int>(value, 1, 86400, "read_timeout");
   } else if (name == "ssl-mode" || name == "ssl_mode") {
     if (value != "disabled" && value != "required" && value != "verify-ca" &&
         value != "verify-identity") {
@@ -79,10 +81,32 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
     dsn.password = std::move(password);
   } else {
     refuse(
-        fmt::format("unknown parameter '{}' (known: socket, connect_timeout, ssl-mode, ssl-ca, "
-                    "password-file)",
+        fmt::format("unknown parameter '{}' (known: socket, connect_timeout, read_timeout, ssl-mode, "
+                    "ssl-ca, password-file)",
                     printable(name)));
   }
+}
+
+// host, host:port, [v6] or [v6]:port; `fallback` when the host is empty.
+Dsn::Endpoint parse_endpoint(std::string_view text, std::string_view fallback) {
+  Dsn::Endpoint node;
+  std::string_view host = text;
+  if (!host.empty() && host.front() == '[') {  // [::1]:3306
+    std::size_t close = host.find(']');
+    if (close == std::string_view::npos) refuse("unclosed '[' in host");
+    std::string_view after = host.substr(close + 1);
+    host = host.substr(1, close - 1);
+    if (!after.empty()) {
+      if (after.front() != ':') refuse("expected ':' after ']'");
+      node.port = parse_number<unsigned>(after.substr(1), 1, 65535, "port");
+    }
+  } else if (std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    node.port = parse_number<unsigned>(host.substr(colon + 1), 1, 65535, "port");
+    host = host.substr(0, colon);
+  }
+  if (host.empty() && fallback.empty()) refuse("empty host in the host list");
+  node.host = std::string(host.empty() ? fallback : host);
+  return node;
 }
 
 }  // namespace
@@ -123,21 +147,28 @@ Dsn parse_dsn(std::string_view text) {
   }
   if (dsn.user.empty()) refuse("missing user (mysql://USER@host/database)");
 
-  std::string_view host = authority;
-  if (!host.empty() && host.front() == '[') {  // [::1]:3306
-    std::size_t close = host.find(']');
-    if (close == std::string_view::npos) refuse("unclosed '[' in host");
-    std::string_view after = host.substr(close + 1);
-    host = host.substr(1, close - 1);
-    if (!after.empty()) {
-      if (after.front() != ':') refuse("expected ':' after ']'");
-      dsn.port = parse_number<unsigned>(after.substr(1), 1, 65535, "port");
+  if (authority.find(',') == std::string_view::npos) {
+    dsn.nodes = {parse_endpoint(authority, "localhost")};
+  } else {
+    dsn.nodes.clear();
+    while (true) {
+      const std::size_t comma = authority.find(',');
+      const std::string_view item = authority.substr(0, comma);
+      if (item.empty()) refuse("empty host in the host list (host1:port1,host2:port2,...)");
+      Dsn::Endpoint node = parse_endpoint(item, "");
+      for (const Dsn::Endpoint& seen : dsn.nodes) {
+        if (seen == node) {
+          refuse(fmt::format("{}:{} appears twice in the host list", printable(node.host),
+                             node.port));
+        }
+      }
+      dsn.nodes.push_back(std::move(node));
+      if (comma == std::string_view::npos) break;
+      authority = authority.substr(comma + 1);
     }
-  } else if (std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
-    dsn.port = parse_number<unsigned>(host.substr(colon + 1), 1, 65535, "port");
-    host = host.substr(0, colon);
   }
-  if (!host.empty()) dsn.host = std::string(host);
+  dsn.host = dsn.nodes.front().host;
+  dsn.port = dsn.nodes.front().port;
 
   while (!query.empty()) {
     std::size_t amp = query.find('&');
@@ -149,6 +180,9 @@ Dsn parse_dsn(std::string_view text) {
       refuse(fmt::format("parameter '{}' has no value", printable(pair)));
     apply_parameter(dsn, pair.substr(0, eq), pair.substr(eq + 1));
   }
+  if (dsn.is_host_list() && !dsn.socket.empty()) {
+    refuse("socket= names one server: it cannot go with a host list");
+  }
   if ((dsn.ssl_mode == "verify-ca" || dsn.ssl_mode == "verify-identity") && dsn.ssl_ca.empty()) {
     refuse(
         fmt::format("ssl-mode={} needs ssl-ca=PATH (the CA certificate that signed the "
@@ -158,9 +192,26 @@ Dsn parse_dsn(std::string_view text) {
   return dsn;
 }
 
+Dsn Dsn::node(std::size_t i) const {
+  Dsn one = *this;
+  one.nodes = {nodes.at(i)};
+  one.host = nodes[i].host;
+  one.port = nodes[i].port;
+  // A node keeps the timeout its list implies.
+  one.read_timeout_seconds = effective_read_timeout();
+  return one;
+}
+
 std::string Dsn::describe() const {
   if (!socket.empty()) return fmt::format("{}@socket {} (database {})", user, socket, database);
-  return fmt::format("{}@{}:{} (database {})", user, host, port, database);
+  if (!is_host_list()) return fmt::format("{}@{}:{} (database {})", user, host, port, database);
+  std::string where;
+  for (const Endpoint& node : nodes) {
+    if (!where.empty()) where += ',';
+    where += node.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", node.host, node.port)
+                                                      : fmt::format("{}:{}", node.host, node.port);
+  }
+  return fmt::format("{}@{} (database {})", user, where, database);
 }
 
 }  // namespace txmq::internal

@@ -2,23 +2,48 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace txmq::internal {
 
-// mysql://user:password@host:port/database?socket=PATH&connect_timeout=S&ssl-mode=MODE&ssl-ca=PATH
-// &password-file=PATH. Also mariadb://. User and password are percent-decoded. password-file
-// reads the password from the file's first line instead, so that it appears in no DSN. Unknown
-// parameters are refused so that a typo is an error, not a silently ignored setting.
+// mysql://user:password@host:port/database?socket=PATH&connect_timeout=S&read_timeout=S
+// &ssl-mode=MODE&ssl-ca=PATH&password-file=PATH. Also mariadb://. User and password are
+// percent-decoded. password-file reads the password from the file's first line instead, so that
+// it appears in no DSN. Unknown parameters are refused so that a typo is an error, not a
+// silently ignored setting.
+//
+// The host may be a list, host1:port1,host2:port2,...: the nodes of a Galera cluster, of which
+// txmq writes to one at a time (db/cluster.h).
 struct Dsn {
+  struct Endpoint {
+    std::string host;
+    unsigned port = 3306;
+    bool operator==(const Endpoint&) const = default;
+  };
+
   std::string user;
   std::string password;
+  // The server this DSN connects to: the first of `nodes`, or the one node() picked.
   std::string host = "localhost";
   unsigned port = 3306;
+  // Every host of the DSN, in its order (one entry for a single server).
+  std::vector<Endpoint> nodes{Endpoint{"localhost", 3306}};
   std::string database;
   std::string socket;
   int connect_timeout_seconds = 5;
   std::string ssl_mode;  // "", disabled, required, verify-ca, verify-identity
   std::string ssl_ca;
+  // Seconds a statement may go without an answer before the connection counts as lost (0: the
+  // default, 120 s for one server and 30 s for a host list, where a frozen node must not hold
+  // clients longer than a failover takes).
+  int read_timeout_seconds = 0;
+
+  bool is_host_list() const { return nodes.size() > 1; }
+  // The same DSN naming only node i.
+  Dsn node(std::size_t i) const;
+  int effective_read_timeout() const {
+    return read_timeout_seconds > 0 ? read_timeout_seconds : (is_host_list() ? 30 : 120);
+  }
 
   // Where it points, for messages: never the password.
   std::string describe() const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace txmq::internal {
 
@@ -12,54 +13,136 @@ namespace {
 constexpr auto kPingAfterIdle = std::chrono::seconds(2);
 }  // namespace
 
-Pool::Pool(Dsn dsn, int max_size) : dsn_(std::move(dsn)), max_size_(max_size < 1 ? 1 : max_size) {}
+Pool::Pool(Dsn dsn, int max_size)
+    : dsn_(std::move(dsn)),
+      cluster_(dsn_.is_host_list() ? std::make_unique<Cluster>(dsn_) : nullptr),
+      max_size_(max_size < 1 ? 1 : max_size) {}
 
 Pool::~Pool() = default;
 
+std::pair<const Dsn*, std::uint64_t> Pool::target(Dsn& writer_dsn) {
+  if (!cluster_) return {&dsn_, 0};
+  Cluster::Writer writer = cluster_->writer();
+  writer_dsn = std::move(writer.dsn);
+  return {&writer_dsn, writer.generation};
+}
+
 Pool::Handle Pool::acquire(Work work) {
+  for (;;) {
+    std::optional<Handle> handle = try_acquire(work);
+    if (handle) return std::move(*handle);
+  }
+}
+
+std::optional<Pool::Handle> Pool::try_acquire(Work work) {
+  Dsn writer_dsn;
+  auto [dsn, generation] = target(writer_dsn);
   std::unique_lock lock(mutex_);
   for (;;) {
+    std::unique_ptr<Connection> connection;
     if (!idle_.empty()) {
       // The most recently used connection in the wanted mode, else the most recently used.
       const bool want_autocommit = work == Work::kStatements;
       auto match = std::find_if(idle_.rbegin(), idle_.rend(),
                                 [&](const auto& c) { return c->autocommit() == want_autocommit; });
       if (match != idle_.rend()) std::iter_swap(match, idle_.rbegin());
-      std::unique_ptr<Connection> connection = std::move(idle_.back());
+      connection = std::move(idle_.back());
       idle_.pop_back();
       lock.unlock();
-      if (std::chrono::steady_clock::now() - connection->last_used() < kPingAfterIdle ||
-          connection->ping()) {
-        return Handle(this, std::move(connection));
+      if (connection->generation() != generation ||
+          (std::chrono::steady_clock::now() - connection->last_used() >= kPingAfterIdle &&
+           !connection->ping())) {
+        connection.reset();  // to an old writer, or lost
+        lock.lock();
+        --open_;
+        continue;
       }
-      connection.reset();
-      lock.lock();
-      --open_;
-      continue;
-    }
-    if (open_ < max_size_) {
+    } else if (open_ < max_size_) {
       ++open_;
       lock.unlock();
-      auto give_back_slot = [&] {
+      try {
+        connection = std::make_unique<Connection>(*dsn);
+        connection->set_generation(generation);
+        connected();
+      } catch (const Error& error) {
+        if (cluster_) cluster_->failed(generation);
+        if (error.code() == Errc::kUnavailable) connection_lost(error);
         lock.lock();
         --open_;
         available_.notify_one();
-      };
-      try {
-        auto connection = std::make_unique<Connection>(dsn_);
-        connected();
-        return Handle(this, std::move(connection));
-      } catch (const Error& error) {
-        if (error.code() == Errc::kUnavailable) connection_lost(error);
-        give_back_slot();
         throw;
       } catch (...) {
-        give_back_slot();
+        lock.lock();
+        --open_;
+        available_.notify_one();
         throw;
       }
+    } else {
+      available_.wait(lock);
+      continue;
     }
-    available_.wait(lock);
+    // Every few seconds one caller makes sure the writer is still the cluster's writer.
+    if (cluster_ && cluster_->check_due()) {
+      try {
+        cluster_->check(*connection, generation);
+      } catch (const Error&) {
+        cluster_->failed(generation);
+      }
+      if (!cluster_->is_current(generation)) {
+        connection.reset();
+        {
+          std::lock_guard relock(mutex_);
+          --open_;
+        }
+        available_.notify_one();
+        discard_idle();
+        return std::nullopt;  // the writer moved: look again
+      }
+    }
+    return Handle(this, std::move(connection));
   }
+}
+
+std::unique_ptr<Connection> Pool::connect() {
+  Dsn writer_dsn;
+  auto [dsn, generation] = target(writer_dsn);
+  try {
+    auto connection = std::make_unique<Connection>(*dsn);
+    connection->set_generation(generation);
+    return connection;
+  } catch (const Error&) {
+    if (cluster_) cluster_->failed(generation);
+    throw;
+  }
+}
+
+bool Pool::is_current(const Connection& connection) {
+  return !cluster_ || cluster_->is_current(connection.generation());
+}
+
+bool Pool::ride_out(const Error& error, Outage& outage, bool connecting) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!outage.since) outage.since = now;
+  ++outage.reconnects;
+  if (cluster_) {
+    // Nothing answered yet and never did: most likely a wrong DSN, said at once.
+    bool ever;
+    {
+      std::lock_guard lock(outage_mutex_);
+      ever = ever_connected_;
+    }
+    if (connecting && !ever && !cluster_->galera() && outage.reconnects > 1) return false;
+    if (now - *outage.since > kClusterOutage) return false;
+  } else {
+    if (connecting) {
+      std::lock_guard lock(outage_mutex_);
+      if (!ever_connected_) return false;
+    }
+    if (outage.reconnects > kMaxReconnects) return false;
+  }
+  (void)error;
+  std::this_thread::sleep_for(Backoff{}.delay(std::min(outage.reconnects, 6) + 3));
+  return true;
 }
 
 void Pool::discard_idle() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "db/backoff.h"
+#include "db/cluster.h"
 #include "db/connection.h"
 #include "db/dsn.h"
 #include "txmq/error.h"
@@ -37,7 +38,8 @@ struct Attempt {
   bool after_connection_loss = false;
 };
 
-// A bounded pool of connections to one database. Thread-safe.
+// A bounded pool of connections to one database: one server, or the writer node of a Galera
+// cluster when the DSN lists several hosts (db/cluster.h). Thread-safe.
 class Pool {
  public:
   Pool(Dsn dsn, int max_size);
@@ -59,14 +61,22 @@ class Pool {
     std::unique_ptr<Connection> connection_;
   };
 
-  // A healthy connection; blocks while all max_size are in use. Throws kUnavailable when a new
-  // connection cannot be made.
+  // A healthy connection (to the writer node, for a cluster); blocks while all max_size are in
+  // use. Throws kUnavailable when a new connection cannot be made.
   Handle acquire(Work work = Work::kStatements);
+  // A connection of its own (not pooled) to the same node as acquire()'s: for long polling,
+  // whose statements must run where the senders' do.
+  std::unique_ptr<Connection> connect();
+  // Whether a connection made by connect() still points where acquire()'s go (false once a
+  // cluster's writer failed or moved: then make a new one).
+  bool is_current(const Connection& connection);
 
   // Runs fn(Connection&, const Attempt&) and retries it, with jittered backoff and a bound, on a
   // deadlock or lock-wait timeout (its transaction was rolled back) and on a lost connection
   // (with a new connection) where `policy` says that is safe. A transaction fn left open is
-  // rolled back. kCommitUnknown is never retried.
+  // rolled back. kCommitUnknown is never retried. Against a cluster, a node that fails (lost,
+  // error 1047 or 1180, no connection) sends the retry to the next writer, for up to
+  // kClusterOutage: Galera freezes commits for its suspect timeout when a node dies.
   template <typename F>
   auto run(OnLostConnection policy, Work work, F&& fn)
       -> std::invoke_result_t<F&, Connection&, const Attempt&>;
@@ -77,6 +87,8 @@ class Pool {
   }
 
   const Dsn& dsn() const { return dsn_; }
+  // The cluster behind a host list; nullptr for one server.
+  Cluster* cluster() { return cluster_.get(); }
 
   // Closes the idle connections: after one connection was found lost (a server restart, a
   // failover), its idle siblings are most likely lost too.
@@ -92,6 +104,21 @@ class Pool {
  private:
   static constexpr int kMaxConflictRetries = 8;
   static constexpr int kMaxReconnects = 3;
+  static constexpr auto kClusterOutage = std::chrono::seconds(40);
+
+  // How run() is doing with lost connections.
+  struct Outage {
+    int reconnects = 0;
+    std::optional<std::chrono::steady_clock::time_point> since;
+  };
+  // After a lost connection or a failed connect: whether to try again (after sleeping the
+  // backoff), or to give up. A first connect that fails is the caller's to report at once (a
+  // wrong DSN, a server that is down), unless a cluster's node answered.
+  bool ride_out(const Error& error, Outage& outage, bool connecting);
+  // acquire(), or nullopt when a cluster's writer was found to have moved.
+  std::optional<Handle> try_acquire(Work work);
+  // The node to connect to now and its generation (0 for one server).
+  std::pair<const Dsn*, std::uint64_t> target(Dsn& writer_dsn);
 
   void release(std::unique_ptr<Connection> connection);
   // The outage bookkeeping behind set_outage_reporter.
@@ -99,6 +126,7 @@ class Pool {
   void connected();
 
   Dsn dsn_;
+  std::unique_ptr<Cluster> cluster_;
   int max_size_;
   std::mutex mutex_;
   std::condition_variable available_;
@@ -116,29 +144,39 @@ auto Pool::run(OnLostConnection policy, Work work, F&& fn)
     -> std::invoke_result_t<F&, Connection&, const Attempt&> {
   Attempt attempt;
   int conflicts = 0;
-  int reconnects = 0;
+  Outage outage;
   const Backoff backoff;
   for (;; ++attempt.number) {
-    Handle connection = acquire(work);
+    std::optional<Handle> held;
     try {
-      return fn(*connection, static_cast<const Attempt&>(attempt));
+      held.emplace(acquire(work));
     } catch (const Error& error) {
-      if (connection->in_transaction()) connection->rollback();
+      if (error.code() != Errc::kUnavailable || !ride_out(error, outage, true)) throw;
+      continue;
+    }
+    Connection& connection = **held;
+    try {
+      return fn(connection, static_cast<const Attempt&>(attempt));
+    } catch (const Error& error) {
+      if (connection.in_transaction()) connection.rollback();
       if (error.code() == Errc::kCommitUnknown) throw;
-      if (connection->broken()) {
+      if (connection.broken()) {
         connection_lost(error);
-        // CR_SERVER_GONE_ERROR (2006) means the request was never sent.
-        if (policy == OnLostConnection::kCommitUnknown && error.server_errno() != 2006) {
+        if (cluster_) cluster_->failed(connection.generation());
+        // CR_SERVER_GONE_ERROR (2006) means the request was never sent; a node that cannot
+        // serve (1047, 1180) ran nothing or rolled back.
+        if (policy == OnLostConnection::kCommitUnknown && error.server_errno() != 2006 &&
+            !is_node_unavailable(error.server_errno())) {
           throw Error(Errc::kCommitUnknown,
                       std::string("the connection broke before the server answered: the write may "
                                   "or may not have committed (") +
                           error.what() + ")",
                       error.server_errno());
         }
-        if (++reconnects > kMaxReconnects) throw;
-        attempt.after_connection_loss = true;
+        held.reset();
         discard_idle();
-        std::this_thread::sleep_for(backoff.delay(reconnects + 3));
+        if (!ride_out(error, outage, false)) throw;
+        attempt.after_connection_loss = true;
         continue;
       }
       if (error.code() == Errc::kAborted && ++conflicts <= kMaxConflictRetries) {

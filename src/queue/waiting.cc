@@ -78,9 +78,9 @@ double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count
 
 }  // namespace
 
-TopicWaiter::TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables,
+TopicWaiter::TopicWaiter(Pool& pool, std::string channel, std::vector<std::string> tables,
                          std::shared_ptr<WakeDispatcher> dispatcher)
-    : dsn_(std::move(dsn)),
+    : pool_(pool),
       topic_(std::move(channel)),
       tables_(std::move(tables)),
       last_receiver_(SteadyClock::now()),
@@ -313,8 +313,17 @@ void TopicWaiter::run() {
       }
     }
     try {
+      // A cluster's writer moved: watch where the senders now announce (KILL QUERY and the
+      // MEMORY registrations are local to a node), registering again there.
+      if (c && !pool_.is_current(*c)) {
+        {
+          std::lock_guard lock(mutex_);
+          connection_ = nullptr;
+        }
+        c.reset();
+      }
       if (!c) {
-        auto fresh = std::make_unique<Connection>(dsn_);
+        auto fresh = pool_.connect();
         const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
         std::lock_guard lock(mutex_);
         if (stopping_) break;
@@ -476,7 +485,7 @@ std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view topic,
     // Threads of retired waiters have finished or are finishing: join them now.
     std::erase_if(retired_,
                   [](const std::shared_ptr<TopicWaiter>& w) { return w.use_count() == 1; });
-    waiter = std::make_shared<TopicWaiter>(pool_.dsn(), std::string(topic), tables, dispatcher_);
+    waiter = std::make_shared<TopicWaiter>(pool_, std::string(topic), tables, dispatcher_);
     waiter->enter();
     waiters_.emplace(std::string(topic), waiter);
   }
@@ -545,7 +554,8 @@ void Waiters::run_announcer() {
     }
     last_round = SteadyClock::now();
     try {
-      if (!c) c = std::make_unique<Connection>(pool_.dsn());
+      if (c && !pool_.is_current(*c)) c.reset();  // the cluster's writer moved
+      if (!c) c = pool_.connect();
       for (const auto& [topic, count] : round) wake_waiters(*c, topic, count);
     } catch (const Error&) {
       c.reset();  // the waiters see these messages within a second anyway

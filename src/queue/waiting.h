@@ -20,6 +20,7 @@
 namespace txmq::internal {
 
 class TopicWaiter;
+class Pool;
 using Subscriber = Client::Subscription::Impl;
 
 // Calls subscribers' wake functions on a thread of the client's: right away for those a waiter
@@ -61,7 +62,7 @@ class TopicWaiter {
  public:
   // Watches `tables` (a group's queue tables) for the consumers registered under `channel`;
   // subscribers' wake functions are called through `dispatcher`.
-  TopicWaiter(Dsn dsn, std::string channel, std::vector<std::string> tables,
+  TopicWaiter(Pool& pool, std::string channel, std::vector<std::string> tables,
               std::shared_ptr<WakeDispatcher> dispatcher);
   ~TopicWaiter();
   TopicWaiter(const TopicWaiter&) = delete;
@@ -109,7 +110,7 @@ class TopicWaiter {
   void saw_claimable();
   void pause(std::chrono::milliseconds how_long);
 
-  const Dsn dsn_;
+  Pool& pool_;  // its connect(): the node the senders use
   const std::string topic_;  // the channel
   const std::vector<std::string> tables_;
   std::mutex mutex_;

@@ -32,6 +32,35 @@ TEST(DsnTest, PercentDecodesPasswordWithAt) {
   EXPECT_EQ(d.host, "h");
 }
 
+TEST(DsnTest, HostListNamesEveryNodeInOrder) {
+  Dsn d = parse_dsn("mysql://u:pw@10.0.0.1:3307,db2,[::1]:3309/queue");
+  ASSERT_EQ(d.nodes.size(), 3u);
+  EXPECT_TRUE(d.is_host_list());
+  EXPECT_EQ(d.nodes[0], (Dsn::Endpoint{"10.0.0.1", 3307}));
+  EXPECT_EQ(d.nodes[1], (Dsn::Endpoint{"db2", 3306}));
+  EXPECT_EQ(d.nodes[2], (Dsn::Endpoint{"::1", 3309}));
+  EXPECT_EQ(d.host, "10.0.0.1");  // the first, until a node is picked
+  EXPECT_EQ(d.port, 3307u);
+  EXPECT_EQ(d.effective_read_timeout(), 30);
+  const Dsn second = d.node(1);
+  EXPECT_FALSE(second.is_host_list());
+  EXPECT_EQ(second.host, "db2");
+  EXPECT_EQ(second.port, 3306u);
+  EXPECT_EQ(second.password, "pw");
+  EXPECT_EQ(second.effective_read_timeout(), 30);  // a node of a list keeps the list's
+  EXPECT_EQ(d.describe(), "u@10.0.0.1:3307,db2:3306,[::1]:3309 (database queue)");
+  EXPECT_EQ(parse_dsn("mysql://u@h/db").effective_read_timeout(), 120);
+  EXPECT_EQ(parse_dsn("mysql://u@h1,h2/db?read_timeout=9").node(0).effective_read_timeout(), 9);
+}
+
+TEST(DsnTest, BadHostListsAreRefused) {
+  for (const char* text : {"mysql://u@h1,,h2/db", "mysql://u@h1,/db", "mysql://u@,h2/db",
+                           "mysql://u@h1:1,h1:1/db", "mysql://u@h1,h2:x/db",
+                           "mysql://u@h1,h2/db?socket=/tmp/s"}) {
+    EXPECT_THROW(parse_dsn(text), Error) << text;
+  }
+}
+
 TEST(DsnTest, Ipv6Host) {
   Dsn d = parse_dsn("mysql://u@[::1]:3310/db");
   EXPECT_EQ(d.host, "::1");

@@ -1,0 +1,309 @@
+#include "db/cluster.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+#include "db/printable.h"
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// A probe must not wait on a frozen node for the DSN's whole connect timeout: the other nodes
+// answer within milliseconds, and a failover is waiting.
+constexpr int kProbeConnectSeconds = 2;
+constexpr int kProbeReadSeconds = 3;
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+struct Probe {
+  NodeState state;
+  std::unique_ptr<Connection> connection;
+};
+
+Probe probe(const Dsn& dsn, std::size_t i) {
+  Probe p;
+  p.state.index = i;
+  Dsn node = dsn.node(i);
+  node.connect_timeout_seconds = std::min(node.connect_timeout_seconds, kProbeConnectSeconds);
+  node.read_timeout_seconds = kProbeReadSeconds;
+  try {
+    p.connection = std::make_unique<Connection>(node);
+    // SHOW works on a node outside the primary component, where SELECTs get error 1047.
+    Result vars = p.connection->execute("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'", {});
+    p.state.answered = true;
+    p.state.wsrep_on = !vars.rows.empty() && vars.rows[0].bytes(1) == "ON";
+    if (!p.state.wsrep_on) return p;
+    Result status = p.connection->execute(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status', "
+        "'wsrep_local_state_comment', 'wsrep_cluster_conf_id', 'wsrep_local_index', "
+        "'wsrep_gcomm_uuid')",
+        {});
+    for (const Row& row : status.rows) {
+      const std::string& name = row.bytes(0);
+      const std::string& value = row.bytes(1);
+      if (name == "wsrep_ready") p.state.ready = value == "ON";
+      if (name == "wsrep_cluster_status") p.state.status = value;
+      if (name == "wsrep_local_state_comment") p.state.state = value;
+      if (name == "wsrep_gcomm_uuid") p.state.uuid = value;
+      if (name == "wsrep_cluster_conf_id") p.state.conf_id = Row::parse_integer(value);
+      if (name == "wsrep_local_index") p.state.local_index = Row::parse_integer(value);
+    }
+  } catch (const Error& e) {
+    p.state.answered = false;
+    p.state.error = e.what();
+    p.connection.reset();
+  }
+  return p;
+}
+
+std::vector<Probe> probe_all(const Dsn& dsn) {
+  std::vector<Probe> probes(dsn.nodes.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    threads.emplace_back([&, i] { probes[i] = probe(dsn, i); });
+  }
+  for (std::thread& t : threads) t.join();
+  return probes;
+}
+
+std::string node_name(const Dsn& dsn, std::size_t i) {
+  const Dsn::Endpoint& node = dsn.nodes.at(i);
+  return fmt::format("{}:{}", printable(node.host), node.port);
+}
+
+std::string describe_all(const Dsn& dsn, const std::vector<Probe>& probes) {
+  std::string text;
+  for (const Probe& p : probes) {
+    if (!text.empty()) text += "; ";
+    text += p.state.describe(dsn);
+  }
+  return text;
+}
+
+// The writer row, read so that it sees every change committed through any node
+// (wsrep_sync_wait); nullopt when the row is missing. Creates the table when it is missing and
+// the user may (else the rule works without the row: see choose()).
+std::optional<std::string> read_writer_row(Connection& c, bool& table_usable) {
+  c.query("SET SESSION wsrep_sync_wait = 1");
+  try {
+    Result r = c.execute("SELECT node_uuid FROM txmq_cluster_writer WHERE singleton = 1", {});
+    table_usable = true;
+    if (r.rows.empty()) return std::nullopt;
+    return r.rows[0].bytes(0);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kNotFound) throw;
+  }
+  try {
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_cluster_writer ("
+        " singleton TINYINT UNSIGNED NOT NULL PRIMARY KEY,"
+        " node_uuid VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " node_address VARCHAR(300) NOT NULL,"
+        " changed_at DATETIME(6) NOT NULL,"
+        " changed_by VARCHAR(300) NOT NULL) ENGINE=InnoDB");
+    table_usable = true;
+  } catch (const Error& e) {
+    if (e.code() != Errc::kFailedPrecondition) throw;  // no CREATE privilege: go without
+    table_usable = false;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string NodeState::describe(const Dsn& dsn) const {
+  const std::string name = node_name(dsn, index);
+  if (!answered) return fmt::format("{}: {}", name, error);
+  if (!wsrep_on) return fmt::format("{}: not a Galera node (wsrep_on = OFF)", name);
+  return fmt::format("{}: {}, {}{}", name, state.empty() ? "no state" : state,
+                     status.empty() ? "no status" : status, ready ? "" : ", not ready");
+}
+
+std::vector<NodeState> probe_nodes(const Dsn& dsn) {
+  std::vector<NodeState> states;
+  for (Probe& p : probe_all(dsn)) states.push_back(std::move(p.state));
+  return states;
+}
+
+Cluster::Cluster(Dsn dsn) : dsn_(std::move(dsn)) {}
+
+Cluster::Writer Cluster::writer() {
+  {
+    std::lock_guard lock(mutex_);
+    if (current_) return *current_;
+  }
+  std::lock_guard choosing(choosing_);
+  {
+    std::lock_guard lock(mutex_);
+    if (current_) return *current_;  // another thread chose meanwhile
+  }
+  Writer chosen = choose();
+  std::lock_guard lock(mutex_);
+  current_ = chosen;
+  return chosen;
+}
+
+void Cluster::failed(std::uint64_t generation) {
+  std::lock_guard lock(mutex_);
+  if (current_ && current_->generation == generation) current_.reset();
+}
+
+bool Cluster::is_current(std::uint64_t generation) {
+  std::lock_guard lock(mutex_);
+  return current_ && current_->generation == generation;
+}
+
+bool Cluster::check_due() {
+  if (!galera()) return false;
+  std::int64_t due = next_check_.load(std::memory_order_relaxed);
+  const std::int64_t now = now_us();
+  if (now < due) return false;
+  const std::int64_t next =
+      now + std::chrono::duration_cast<std::chrono::microseconds>(kCheckEvery).count();
+  return next_check_.compare_exchange_strong(due, next, std::memory_order_relaxed);
+}
+
+void Cluster::check(Connection& c, std::uint64_t generation) {
+  std::string expected;
+  {
+    std::lock_guard lock(mutex_);
+    if (!current_ || current_->generation != generation) return;  // already moving on
+    expected = writer_uuid_;
+  }
+  // On the writer itself, without wsrep_sync_wait: a move made through another node arrives
+  // within milliseconds, and the next check sees it.
+  Result r = c.execute(
+      "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status', "
+      "'wsrep_local_state_comment', 'wsrep_gcomm_uuid')",
+      {});
+  NodeState s;
+  s.answered = true;
+  s.wsrep_on = true;
+  for (const Row& row : r.rows) {
+    if (row.bytes(0) == "wsrep_ready") s.ready = row.bytes(1) == "ON";
+    if (row.bytes(0) == "wsrep_cluster_status") s.status = row.bytes(1);
+    if (row.bytes(0) == "wsrep_local_state_comment") s.state = row.bytes(1);
+    if (row.bytes(0) == "wsrep_gcomm_uuid") s.uuid = row.bytes(1);
+  }
+  bool still = s.qualifies() && (expected.empty() || s.uuid == expected);
+  if (still && !expected.empty()) {
+    try {
+      Result w = c.execute("SELECT node_uuid FROM txmq_cluster_writer WHERE singleton = 1", {});
+      still = !w.rows.empty() && w.rows[0].bytes(0) == expected;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;
+    }
+  }
+  if (!still) failed(generation);
+}
+
+Cluster::Writer Cluster::choose() {
+  std::vector<Probe> probes = probe_all(dsn_);
+  const auto answered = std::find_if(probes.begin(), probes.end(),
+                                     [](const Probe& p) { return p.state.answered; });
+  if (answered == probes.end()) {
+    throw Error(Errc::kUnavailable, fmt::format("cannot connect to any node of {}: {}",
+                                                dsn_.describe(), describe_all(dsn_, probes)));
+  }
+  const auto next_generation = [this] {
+    return generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  };
+  if (!answered->state.wsrep_on) {
+    // Not a cluster: the first server that answers.
+    galera_.store(false, std::memory_order_release);
+    std::lock_guard lock(mutex_);
+    writer_uuid_.clear();
+    return Writer{dsn_.node(answered->state.index), next_generation()};
+  }
+  galera_.store(true, std::memory_order_release);
+
+  // The nodes that may write, in the newest membership view: a node that was paused can still
+  // say Synced and Primary about a view the others have left.
+  std::vector<Probe*> qualified;
+  std::uint64_t newest_view = 0;
+  for (Probe& p : probes) {
+    if (p.state.qualifies()) newest_view = std::max(newest_view, p.state.conf_id);
+  }
+  for (Probe& p : probes) {
+    if (p.state.qualifies() && p.state.conf_id == newest_view) qualified.push_back(&p);
+  }
+  if (qualified.empty()) {
+    throw Error(Errc::kUnavailable,
+                fmt::format("no node of the cluster can take writes now: {}",
+                            describe_all(dsn_, probes)));
+  }
+  std::sort(qualified.begin(), qualified.end(), [](const Probe* a, const Probe* b) {
+    return a->state.local_index < b->state.local_index;
+  });
+  Probe& candidate = *qualified.front();
+  const auto find = [&](const std::string& uuid) -> Probe* {
+    for (Probe* p : qualified) {
+      if (p->state.uuid == uuid) return p;
+    }
+    return nullptr;
+  };
+
+  Probe* writer = nullptr;
+  bool table_usable = false;
+  for (int round = 0; round < 5 && writer == nullptr; ++round) {
+    std::optional<std::string> recorded = read_writer_row(*candidate.connection, table_usable);
+    if (recorded) writer = find(*recorded);
+    if (writer != nullptr || !table_usable) break;
+    // The recorded writer is gone (or there is none yet): move the row to the candidate. Two
+    // clients moving it through different nodes conflict at certification (1213): the loser
+    // reads the row again.
+    try {
+      const std::string address = node_name(dsn_, candidate.state.index);
+      const std::string by = fmt::format("pid {}", static_cast<long>(::getpid()));
+      Result moved =
+          recorded ? candidate.connection->execute(
+                         "UPDATE txmq_cluster_writer SET node_uuid = ?, node_address = ?, "
+                         "changed_at = NOW(6), changed_by = CONCAT(USER(), ' ', ?) "
+                         "WHERE singleton = 1 AND node_uuid = ?",
+                         {std::string_view(candidate.state.uuid), std::string_view(address),
+                          std::string_view(by), std::string_view(*recorded)})
+                   : candidate.connection->execute(
+                         "INSERT IGNORE INTO txmq_cluster_writer VALUES (1, ?, ?, NOW(6), "
+                         "CONCAT(USER(), ' ', ?))",
+                         {std::string_view(candidate.state.uuid), std::string_view(address),
+                          std::string_view(by)});
+      if (moved.affected_rows == 1) writer = &candidate;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kAborted) throw;
+    }
+  }
+  // No row to agree through (no privilege to create it): the rule alone, which every client
+  // that sees the same view agrees on.
+  if (writer == nullptr && !table_usable) writer = &candidate;
+  if (writer == nullptr) {
+    throw Error(Errc::kUnavailable,
+                "the clients of the cluster keep moving the writer (txmq_cluster_writer); "
+                "retrying");
+  }
+  // Before the first write through it, the writer applies every commit made through the node
+  // before it (a read with wsrep_sync_wait waits for them): what the old writer acknowledged
+  // is then visible to claims, layout checks and dedup on the new one.
+  if (writer != &candidate) {
+    writer->connection->query("SET SESSION wsrep_sync_wait = 1");
+    writer->connection->execute(table_usable
+                                    ? "SELECT node_uuid FROM txmq_cluster_writer WHERE singleton = 1"
+                                    : "SELECT 1",
+                                {});
+  }
+  std::lock_guard lock(mutex_);
+  writer_uuid_ = table_usable ? writer->state.uuid : std::string();
+  return Writer{dsn_.node(writer->state.index), next_generation()};
+}
+
+}  // namespace txmq::internal
