@@ -235,6 +235,34 @@ std::chrono::seconds GaleraCluster::suspect_timeout() {
   return 5s;  // Galera's default
 }
 
+std::string GaleraCluster::first_error(int node) const {
+  std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
+  for (std::string line; std::getline(log, line);) {
+    if (line.find("[ERROR]") != std::string::npos) return line;
+  }
+  return "";
+}
+
+int GaleraCluster::restart_sick_nodes(std::vector<std::string>& problems, std::string_view when) {
+  int restarted = 0;
+  for (int node = 1; node <= size(); ++node) {
+    std::optional<NodeStatus> s = status(node);
+    if (s && s->synced() && s->cluster_size == ports_.size()) continue;
+    const std::string state =
+        s ? fmt::format("{} {} of {}", s->state, s->cluster_status, s->cluster_size)
+          : std::string("no answer");
+    problems.push_back(fmt::format("node {} {} {}; its error.log: {}", node, state, when,
+                                   first_error(node)));
+    fmt::print("  node {} is {} {}: restarting it\n", node, state, when);
+    forget(node);
+    if (script({"restart", std::to_string(node)}) != 0) {
+      problems.push_back(fmt::format("scripts/galera restart {} failed", node));
+    }
+    ++restarted;
+  }
+  return restarted;
+}
+
 void GaleraCluster::recreate_database() {
   internal::Connection* c = admin(1);
   if (c == nullptr) throw std::runtime_error("node 1 does not answer");
@@ -302,7 +330,17 @@ void NodeFaults::step(bool may_start) {
   const auto now = SteadyClock::now();
   switch (phase_) {
     case Phase::kIdle:
-      if (may_start && now >= next_at_) begin_fault();
+      if (!may_start || now < next_at_ || now - last_health_check_ < 1s) return;
+      last_health_check_ = now;
+      if (cluster_.healthy()) {
+        begin_fault();
+        unhealthy_since_.reset();
+      } else if (!unhealthy_since_) {
+        unhealthy_since_ = now;
+      } else if (now - *unhealthy_since_ > 60s) {
+        repair("before a node fault");
+        unhealthy_since_.reset();
+      }
       return;
     case Phase::kDown:  // killed: restarted a few seconds later
     case Phase::kPaused:
@@ -324,25 +362,51 @@ void NodeFaults::step(bool may_start) {
     case Phase::kRejoining: {
       if (now - last_health_check_ < 500ms) return;
       last_health_check_ = now;
-      NodeFault& f = record_.node_faults.back();
+      // The fault in progress; none when a repair came before any fault.
+      NodeFault* f = record_.node_faults.empty() ? nullptr : &record_.node_faults.back();
+      if (f != nullptr && f->synced_us != 0) f = nullptr;
       if (cluster_.healthy()) {
-        f.synced_us = now_us();
-        fmt::print("  node {}: all nodes Synced again {:.1f} s after the {}\n", node_,
-                   seconds_between(f.at_us, f.synced_us), f.kind);
+        if (f != nullptr) {
+          f->synced_us = now_us();
+          fmt::print("  node {}: all nodes Synced again {:.1f} s after the {}\n", f->node,
+                     seconds_between(f->at_us, f->synced_us), f->kind);
+        }
         phase_ = Phase::kIdle;
         // Spacing: the short run needs its four kinds in 2.5 minutes; the soak lets the
         // clients run undisturbed by node faults for a while between them.
         next_at_ = now + (soak_ ? std::chrono::seconds(10 + rng_() % 30) : 5s);
       } else if (now >= until_) {
-        record_.problems.push_back(fmt::format(
-            "the cluster was not whole and Synced 120 s after the {} of node {}", f.kind, node_));
-        fmt::print("  node {}: the cluster is not Synced 120 s after the {}: restarting it\n",
-                   node_, f.kind);
-        restart_async(node_);
+        repair(f != nullptr ? fmt::format("120 s after the {} of node {}", f->kind, f->node)
+                            : std::string("120 s after a restart"));
       }
       return;
     }
   }
+}
+
+// A node that stays out of the cluster (not Synced, not answering) is a finding; it is written
+// down with its state, and restarted so that the run can go on.
+void NodeFaults::repair(const std::string& when) {
+  int sick = 0;
+  std::string states;
+  for (int node = 1; node <= cluster_.size(); ++node) {
+    std::optional<NodeStatus> s = cluster_.reachable(node) ? cluster_.status(node) : std::nullopt;
+    const std::string state =
+        s ? fmt::format("{} {} of {}", s->state, s->cluster_status, s->cluster_size)
+          : std::string("no answer");
+    states += fmt::format("{}node {} {}", states.empty() ? "" : ", ", node, state);
+    if (sick == 0 && (!s || !s->synced() || s->cluster_size != std::uint64_t(cluster_.size()))) {
+      sick = node;
+    }
+  }
+  if (sick == 0) sick = node_;
+  record_.problems.push_back(
+      fmt::format("the cluster was not whole and Synced {} ({}): node {} restarted; see its "
+                  "error.log",
+                  when, states, sick));
+  fmt::print("  the cluster is not Synced {} ({}): restarting node {}\n", when, states, sick);
+  node_ = sick;
+  restart_async(sick);
 }
 
 void NodeFaults::restart_async(int node) {

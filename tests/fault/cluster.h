@@ -72,6 +72,12 @@ class GaleraCluster {
   // evs.suspect_timeout of node 1, from wsrep_provider_options.
   std::chrono::seconds suspect_timeout();
 
+  // The first [ERROR] line of the node's error log, for reports ("" without one).
+  std::string first_error(int node) const;
+  // Restarts every node that is not Synced in a whole cluster, one after the other, each
+  // written down in `problems` with its state and first error. Returns how many.
+  int restart_sick_nodes(std::vector<std::string>& problems, std::string_view when);
+
   // Drops and creates the run's database (through node 1; DDL replicates).
   void recreate_database();
   // CHECKSUM TABLE of every InnoDB table of the run's database on every node; returns the
@@ -103,6 +109,7 @@ class NodeFaults {
   enum class Phase { kIdle, kDown, kPaused, kRestoring, kRejoining };
   void begin_fault();
   void restore();
+  void repair(const std::string& when);
   void restart_async(int node);
 
   GaleraCluster& cluster_;
@@ -113,6 +120,7 @@ class NodeFaults {
   Phase phase_ = Phase::kIdle;
   int node_ = 0;  // the node of the fault in progress
   std::chrono::steady_clock::time_point next_at_, until_, last_health_check_;
+  std::optional<std::chrono::steady_clock::time_point> unhealthy_since_;
   pid_t helper_ = -1;  // scripts/galera restart, running
   int started_ = 0;    // faults begun
   struct Counters {

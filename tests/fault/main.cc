@@ -12,6 +12,7 @@
 // at the end, or the one in PATH, left running), the children given every node in one DSN, and
 // node faults instead of server kills (cluster.h).
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -213,6 +214,18 @@ class Orchestrator {
     std::string dsn = client_dsn_;
     dsn.replace(dsn.find(at), at.size(), fmt::format("{}:{}@", kUser, kPasswordEscaped));
     setenv("TXMQ_DSN", dsn.c_str(), 1);  // the children's; never on a command line
+    if (options_.cluster) check_after_set_up();
+  }
+
+  // Topics and groups are DDL and DML through one node: every node must have applied them
+  // (a node that failed to apply a write set leaves the cluster as Inconsistent). Such a node
+  // is a finding; it is restarted so that the run can go on.
+  void check_after_set_up() {
+    const auto deadline = SteadyClock::now() + 30s;
+    while (!cluster_->settled() && SteadyClock::now() < deadline) {
+      std::this_thread::sleep_for(500ms);
+    }
+    cluster_->restart_sick_nodes(record_.cluster.problems, "after the set-up (topics, groups)");
   }
 
   // --- children ----------------------------------------------------------------------------
@@ -255,6 +268,7 @@ class Orchestrator {
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // no child outlives an orchestrator killed mid-run
       int in = open("/dev/null", O_RDONLY);
       int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(in, 0);
