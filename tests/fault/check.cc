@@ -5,6 +5,7 @@
 #include <charconv>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -72,6 +73,32 @@ bool parse_payload(const std::string& payload, std::string& tag, std::size_t& in
   return ec == std::errc() && end == payload.data() + payload.size();
 }
 
+// How long clients went without a success around a node fault: from the fault to the first
+// success after it, and the longest time between two successes from the last one before the
+// fault to the end of its window (the next node fault). Negative: no success in the window.
+struct Service {
+  double first = -1, longest = -1;
+};
+
+Service service_after(const std::vector<std::int64_t>& times, std::int64_t at, std::int64_t end) {
+  Service s;
+  auto it = std::upper_bound(times.begin(), times.end(), at);
+  if (it == times.end() || *it > end) return s;
+  s.first = static_cast<double>(*it - at) / 1e6;
+  std::int64_t previous = it == times.begin() ? at : *std::prev(it);
+  for (; it != times.end() && *it <= end; ++it) {
+    s.longest = std::max(s.longest, static_cast<double>(*it - previous) / 1e6);
+    previous = *it;
+  }
+  return s;
+}
+
+// Clients must have service again this soon after any node fault (issue 17: within 25 s of
+// the writer's death).
+constexpr double kServiceBackSeconds = 25;
+// Conflicts (certification failures, BF aborts) are expected only this near a change of writer.
+constexpr std::int64_t kWriterChangeWindowUs = 30'000'000;
+
 struct GroupResult {
   std::string name;
   std::uint64_t deliveries = 0, distinct = 0, lost = 0, unexpected = 0, failed_delivered = 0,
@@ -128,6 +155,8 @@ class Checker {
            g->redelivered_after_ack == 0;
     }
     ok = ok && resilience_ok();
+    ok = scan_logs() && ok;
+    if (run_.cluster.enabled) ok = judge_cluster() && ok;
     return ok;
   }
 
@@ -138,6 +167,7 @@ class Checker {
       if (w.size() >= 5 && w[1] == "A") {
         attempts_[w[3]] = Attempt{w[2][0], number<std::size_t>(w[4]), Outcome::kUnknown};
       } else if (w.size() >= 4 && w[1] == "O") {
+        if (w[3] == "ok") sends_ok_at_.push_back(number<std::int64_t>(w[0]));
         auto it = attempts_.find(w[2]);
         if (it == attempts_.end()) continue;
         it->second.outcome = w[3] == "ok"     ? Outcome::kOk
@@ -173,7 +203,10 @@ class Checker {
   void read_consumer(const std::string& path, std::vector<Delivery>& deliveries, Acks& acks) {
     for (const std::string& line : lines_of(path)) {
       std::vector<std::string> w = split(line);
-      if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
+      if (w.size() >= 7 && w[1] == "D") {
+        deliveries.push_back(delivery_of(w));
+        delivered_at_.push_back(deliveries.back().time);
+      }
       if (w.size() >= 4 && w[1] == "S") acks.started[w[3]] = number<std::int64_t>(w[0]);
       if (w.size() >= 5 && w[1] == "K" && w[4] == "ok") acks.ok.insert(w[3]);
       if (w.size() >= 5 && w[1] == "K" && (w[4] == "lease_lost" || w[4] == "not_found")) {
@@ -185,7 +218,10 @@ class Checker {
   void read_worker(const std::string& path, std::vector<Delivery>& deliveries) {
     for (const std::string& line : lines_of(path)) {
       std::vector<std::string> w = split(line);
-      if (w.size() >= 7 && w[1] == "D") deliveries.push_back(delivery_of(w));
+      if (w.size() >= 7 && w[1] == "D") {
+        deliveries.push_back(delivery_of(w));
+        delivered_at_.push_back(deliveries.back().time);
+      }
       if (reports_outage(line)) ++worker_outages_;
       if (reports_recovery(line)) ++worker_recoveries_;
       if (line.find(" V ") != std::string::npos &&
@@ -327,8 +363,127 @@ class Checker {
     return g;
   }
 
+  // Every history and output file: the errors that reached the children, by server error
+  // number, and none may be 1047 (a Galera node not ready: the library must go elsewhere).
+  bool scan_logs() const {
+    static const std::regex kErrno(R"(MariaDB error (\d+))");
+    std::map<std::string, std::uint64_t> by_errno;
+    std::uint64_t not_ready = 0;
+    std::vector<std::string> examples;
+    for (const std::string& path : run_.logs) {
+      for (const std::string& line : lines_of(path)) {
+        if (line.find("rror ") == std::string::npos && line.find("WSREP") == std::string::npos) {
+          continue;  // most lines: deliveries and sends
+        }
+        for (std::sregex_iterator m(line.begin(), line.end(), kErrno), done; m != done; ++m) {
+          ++by_errno[(*m)[1]];
+        }
+        if (line.find("error 1047") != std::string::npos ||
+            line.find("WSREP has not yet prepared") != std::string::npos) {
+          ++not_ready;
+          if (examples.size() < 3) examples.push_back(fmt::format("{}: {}", path, line));
+        }
+      }
+    }
+    std::string summary;
+    for (const auto& [number, n] : by_errno) summary += fmt::format(" {} x{}", number, n);
+    fmt::print("errors in the children's histories and logs, by MariaDB error number:{}\n",
+               summary.empty() ? " none" : summary);
+    fmt::print("error 1047 (node not ready) reaching a client: {}\n", not_ready);
+    for (const std::string& e : examples) fmt::print("  {}\n", e);
+    return not_ready == 0;
+  }
+
+  static bool near_writer_change(const ConflictSample& c, const std::vector<std::int64_t>& at) {
+    for (std::int64_t t : at) {
+      if (c.from_us <= t + kWriterChangeWindowUs && c.to_us >= t - kWriterChangeWindowUs) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The cluster mode: service after each node fault, writes on one node at a time, the nodes'
+  // tables identical at the end.
+  bool judge_cluster() {
+    const ClusterRecord& c = run_.cluster;
+    bool ok = true;
+    std::sort(sends_ok_at_.begin(), sends_ok_at_.end());
+    std::sort(delivered_at_.begin(), delivered_at_.end());
+    auto seconds = [](double s) { return s < 0 ? std::string("none") : fmt::format("{:.1f}", s); };
+    fmt::print(
+        "\nnode faults (s: at = since the faults began, at monotonic {} us; without service = to "
+        "the first success after the fault / longest time between two successes until the next "
+        "node fault; bound {:.0f} s)\n",
+        c.faults_started_us, kServiceBackSeconds);
+    fmt::print("{:<8} {:>4} {:>6} {:>7} {:>13} {:>22} {:>22}\n", "fault", "node", "writer", "at",
+               "Synced after", "without a send", "without a delivery");
+    for (std::size_t i = 0; i < c.node_faults.size(); ++i) {
+      const NodeFault& f = c.node_faults[i];
+      const std::int64_t end = i + 1 < c.node_faults.size() ? c.node_faults[i + 1].at_us
+                                                             : c.producers_stopped_us;
+      const Service send = service_after(sends_ok_at_, f.at_us, end);
+      const Service delivery = service_after(delivered_at_, f.at_us, end);
+      auto bad = [](const Service& s) {
+        return s.first < 0 || s.first > kServiceBackSeconds || s.longest > kServiceBackSeconds;
+      };
+      const bool held = f.synced_us != 0 && !bad(send) && !bad(delivery);
+      ok = ok && held;
+      fmt::print("{:<8} {:>4} {:>6} {:>7.1f} {:>13} {:>22} {:>22}{}\n", f.kind, f.node,
+                 f.writer ? "yes" : "no", static_cast<double>(f.at_us - c.faults_started_us) / 1e6,
+                 f.synced_us == 0 ? "never" : seconds(static_cast<double>(f.synced_us - f.at_us) / 1e6),
+                 fmt::format("{} / {}", seconds(send.first), seconds(send.longest)),
+                 fmt::format("{} / {}", seconds(delivery.first), seconds(delivery.longest)),
+                 held ? "" : fmt::format("  <- over {:.0f} s", kServiceBackSeconds));
+    }
+    // Writes on one node at a time: conflicts between nodes' transactions show up as
+    // certification failures and BF aborts; with one writer only a change of writer (old
+    // writer's transactions still in flight) may cause them.
+    std::map<int, std::pair<std::uint64_t, std::uint64_t>> per_node;
+    std::uint64_t outside = 0;
+    for (const ConflictSample& s : c.conflicts) {
+      per_node[s.node].first += s.cert_failures;
+      per_node[s.node].second += s.bf_aborts;
+      if (!near_writer_change(s, c.writer_changes_us)) outside += s.cert_failures + s.bf_aborts;
+    }
+    std::string totals;
+    for (const auto& [node, n] : per_node) {
+      totals += fmt::format(" node {} {}/{}", node, n.first, n.second);
+    }
+    std::uint64_t multi_outside = 0;
+    for (std::int64_t t : c.multi_writer_us) {
+      ConflictSample at{t, t, 0, 0, 0};
+      if (!near_writer_change(at, c.writer_changes_us)) ++multi_outside;
+    }
+    fmt::print(
+        "\nconflicts (certification failures / BF aborts):{}; outside +-{} s of a writer change "
+        "({}): {}\n",
+        totals.empty() ? " none" : totals, kWriterChangeWindowUs / 1'000'000,
+        c.writer_changes_us.size(), outside);
+    fmt::print("samples (every 2 s) with local commits on 2+ nodes: {} ({} outside those windows)\n",
+               c.multi_writer_us.size(), multi_outside);
+    ok = ok && outside == 0;
+    if (c.tables_checked) {
+      fmt::print("tables identical on all {} nodes: {} of {}\n", c.nodes,
+                 c.tables_compared - c.table_mismatches.size(), c.tables_compared);
+    } else {
+      fmt::print("tables identical on all nodes: NOT CHECKED\n");
+    }
+    for (const std::string& m : c.table_mismatches) fmt::print("  {}\n", m);
+    ok = ok && c.tables_checked && c.tables_compared > 0 && c.table_mismatches.empty();
+    for (const std::string& n : c.notes) fmt::print("note: {}\n", n);
+    for (const std::string& p : c.problems) fmt::print("problem: {}\n", p);
+    return ok && c.problems.empty() && !c.node_faults.empty();
+  }
+
+  std::uint64_t writer_kills() const {
+    std::uint64_t n = 0;
+    for (const NodeFault& f : run_.cluster.node_faults) n += f.writer && f.kind == "kill";
+    return n;
+  }
+
   bool resilience_ok() const {
-    if (run_.faults.server_kills < 2) return true;
+    if (run_.faults.server_kills + writer_kills() < 2) return true;
     return worker_outages_ > 0 && worker_recoveries_ > 0 && cli_outages() > 0 &&
            cli_recoveries() > 0;
   }
@@ -385,6 +540,7 @@ class Checker {
   std::uint64_t sent_ok_ = 0, sent_failed_ = 0, sent_unknown_ = 0;
   std::uint64_t late_acks_refused_ = 0, worker_outages_ = 0, worker_recoveries_ = 0;
   std::uint64_t torn_transactions_ = 0;
+  std::vector<std::int64_t> sends_ok_at_, delivered_at_;  // successes, for the node faults
 };
 
 }  // namespace

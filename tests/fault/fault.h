@@ -96,6 +96,38 @@ struct Faults {
   std::uint64_t dead_letters = 0;
 };
 
+// The cluster mode's node faults and what the nodes said (cluster.cc); check.cc measures from
+// the histories how long clients went without service after each fault.
+struct NodeFault {
+  std::string kind;         // kill (kill -9, restart a few seconds later), pause, restart
+  int node = 0;
+  bool writer = false;      // the node was the writer when it was hit
+  std::int64_t at_us = 0;   // now_us() of the fault
+  std::int64_t synced_us = 0;  // every node Synced again (0: not seen)
+};
+
+// Certification failures and BF aborts one node counted between two samples.
+struct ConflictSample {
+  std::int64_t from_us = 0, to_us = 0;
+  int node = 0;
+  std::uint64_t cert_failures = 0, bf_aborts = 0;
+};
+
+struct ClusterRecord {
+  bool enabled = false;
+  int nodes = 0;
+  std::int64_t faults_started_us = 0, producers_stopped_us = 0;
+  std::vector<NodeFault> node_faults;
+  std::vector<ConflictSample> conflicts;
+  std::vector<std::int64_t> writer_changes_us;  // faults that hit the writer, moves of its row
+  std::vector<std::int64_t> multi_writer_us;    // samples in which 2+ nodes committed locally
+  std::vector<std::string> notes;               // how the writer was found, ...
+  std::vector<std::string> problems;            // a node that did not come back, ...
+  bool tables_checked = false;
+  std::size_t tables_compared = 0;
+  std::vector<std::string> table_mismatches;
+};
+
 struct RunRecord {
   std::vector<std::string> producer_histories;
   std::vector<std::string> consumer_histories;  // receive + ack, group kRawGroup
@@ -104,7 +136,9 @@ struct RunRecord {
   std::string cli_deliveries;                   // what its --exec handlers wrote, group kCliGroup
   std::vector<std::string> effects;             // the effects table's tags
   std::vector<std::string> orders;              // the orders table's tags
+  std::vector<std::string> logs;  // every history and output file: searched for error 1047
   Faults faults;
+  ClusterRecord cluster;
 };
 
 // Prints the table and returns whether every check held.

@@ -2,6 +2,7 @@
 // none exits on a database error: it logs it, waits a little and goes on.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -43,6 +44,14 @@ std::string_view settle_name(Settle s) {
   return "?";
 }
 
+// An error as a history line's tail: its class, the server's error number and its text (on one
+// line), so that the checker sees what reached the user.
+std::string error_text(const Error& e) {
+  std::string text = fmt::format("{} {} {}", errc_name(e.code()), e.server_errno(), e.what());
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
 // Connects as TXMQ_DSN says, retrying while the server is away (it may be restarting).
 std::unique_ptr<Client> connect(History& history, const std::string& name, int pool_size) {
   for (;;) {
@@ -54,7 +63,7 @@ std::unique_ptr<Client> connect(History& history, const std::string& name, int p
       options.on_warning = [&history](std::string_view text) { history.line("W {}", text); };
       return std::make_unique<Client>(std::move(options));
     } catch (const Error& e) {
-      history.line("E connect {} {}", errc_name(e.code()), e.what());
+      history.line("E connect {}", error_text(e));
       if (!e.retryable()) throw;
       std::this_thread::sleep_for(200ms);
     }
@@ -97,7 +106,7 @@ int run_producer(const RoleArgs& args) {
         history.line("O {} ok {}", tag, detail);
       } catch (const Error& e) {
         history.line("O {} {} {}", tag, e.code() == Errc::kCommitUnknown ? "unknown" : "fail",
-                     errc_name(e.code()));
+                     error_text(e));
         std::this_thread::sleep_for(100ms);
       }
     };
@@ -154,7 +163,7 @@ int run_consumer(const RoleArgs& args) {
     try {
       got = client->receive(kTopic, options);
     } catch (const Error& e) {
-      history.line("E receive {}", errc_name(e.code()));
+      history.line("E receive {}", error_text(e));
       std::this_thread::sleep_for(200ms);
       continue;
     }
@@ -177,6 +186,7 @@ int run_consumer(const RoleArgs& args) {
       for (const Message& m : got) {
         history.line("K {} {} {}", m.id, m.receipt, errc_name(e.code()));
       }
+      history.line("E ack {}", error_text(e));
       std::this_thread::sleep_for(200ms);
     }
   }
@@ -247,7 +257,7 @@ int run_exactly_once(const RoleArgs& args) {
                         }
                       });
     } catch (const Error& e) {
-      history.line("E process {}", errc_name(e.code()));
+      history.line("E process {}", error_text(e));
       std::this_thread::sleep_for(200ms);
     }
   }
