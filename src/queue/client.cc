@@ -209,7 +209,9 @@ struct Client::Impl {
                               "to nodes the DSN lists",
                               pool.dsn().nodes.size(), cluster_size));
       }
-      if (cluster_size == 2 || cluster_size == 4) {
+      // An even number of nodes, all up (one node down of three also shows a size of 2).
+      const std::size_t listed = pool.dsn().nodes.size();
+      if ((listed == 2 || listed == 4) && cluster_size == listed) {
         warn_once(options.on_warning,
                   fmt::format("the Galera cluster has {} nodes: losing half of them loses the "
                               "quorum and stops every write; use an odd number of nodes (or "

@@ -114,17 +114,18 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
     acked.clear();
     for (const Row& row : r.rows) acked.push_back(static_cast<double>(row.i64(2)) / 1e6);
   };
-  auto classify = [&](Connection& c, const Attempt& attempt, const Result& r) {
+  auto classify = [&](Connection& c, const Attempt&, const Result& r) {
     if (r.rows.size() == count) return;
     // Some were not ours any more: say which. A fenced row still there is another lease's.
     std::unordered_set<std::uint64_t> deleted;
     for (const Row& row : r.rows) deleted.insert(row.u64(0));
     for (std::size_t i : which) {
       if (deleted.count(parsed[i].id) > 0) continue;
-      Settle s = classify_miss(c, t, parsed[i].id);
-      // A retry after a lost reply finds its own earlier delete: that ack did land.
-      if (s == Settle::kNotFound && attempt.after_connection_loss) s = Settle::kOk;
-      results[i] = s;
+      // Never "ok" for a row that is gone on a retry: the pool retries only what did not take
+      // effect (a rolled-back transaction, a statement never sent or refused by a node), so
+      // another consumer's lease acknowledged or dead-lettered it. (Counting such a miss as
+      // ours let an ack whose node froze report ok after a peer took the message over.)
+      results[i] = classify_miss(c, t, parsed[i].id);
     }
   };
   auto keys_of = [](Result& r) {
@@ -154,7 +155,9 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                       });
   }
   std::vector<std::string> stray_keys;
-  q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt& attempt) {
+  // A reply lost after the DELETE was sent leaves its outcome unknown: kCommitUnknown, not a
+  // guess (the message comes back if the delete did not happen).
+  q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt& attempt) {
     Result r = c.execute(sql, params);
     classify(c, attempt, r);
     latencies(r);
