@@ -313,9 +313,12 @@ Cluster::Writer Cluster::choose() {
     return a->state.local_index < b->state.local_index;
   });
   Probe& candidate = *qualified.front();
+  // The recorded writer stays when it qualifies, whatever view it reports: while a node joins,
+  // probes can catch the nodes on either side of the view change (a move then was seen in the
+  // soak, and moved the writer twice within a second).
   const auto find = [&](const std::string& uuid) -> Probe* {
-    for (Probe* p : qualified) {
-      if (p->state.uuid == uuid) return p;
+    for (Probe& p : probes) {
+      if (p.state.qualifies() && p.state.uuid == uuid) return &p;
     }
     return nullptr;
   };
