@@ -18,9 +18,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       txmq::internal::Dsn dsn = txmq::internal::parse_dsn(text);
       const std::string shown = dsn.describe();
+      // A host of the list may hold those bytes itself: then describe() shows a host.
+      bool in_a_host = false;
+      for (const auto& node : dsn.nodes) in_a_host = in_a_host || node.host.find(kSecret) != std::string::npos;
       txmq::fuzz::require(shown.find(kSecret) == std::string::npos ||
-                              dsn.user.find(kSecret) != std::string::npos ||
-                              dsn.host.find(kSecret) != std::string::npos ||
+                              dsn.user.find(kSecret) != std::string::npos || in_a_host ||
                               dsn.socket.find(kSecret) != std::string::npos ||
                               dsn.database.find(kSecret) != std::string::npos,
                           "describe() shows the password");
