@@ -31,6 +31,26 @@ struct Probe {
   std::unique_ptr<Connection> connection;
 };
 
+// The node's wsrep status into `state` (probes and the writer's periodic check).
+void read_wsrep_status(Connection& c, NodeState& state) {
+  Result status = c.execute(
+      "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status', "
+      "'wsrep_local_state_comment', 'wsrep_cluster_conf_id', 'wsrep_local_index', "
+      "'wsrep_gcomm_uuid', 'wsrep_cluster_size')",
+      {});
+  for (const Row& row : status.rows) {
+    const std::string& name = row.bytes(0);
+    const std::string& value = row.bytes(1);
+    if (name == "wsrep_ready") state.ready = value == "ON";
+    if (name == "wsrep_cluster_status") state.status = value;
+    if (name == "wsrep_local_state_comment") state.state = value;
+    if (name == "wsrep_gcomm_uuid") state.uuid = value;
+    if (name == "wsrep_cluster_conf_id") state.conf_id = Row::parse_integer(value);
+    if (name == "wsrep_local_index") state.local_index = Row::parse_integer(value);
+    if (name == "wsrep_cluster_size") state.cluster_size = Row::parse_integer(value);
+  }
+}
+
 Probe probe(const Dsn& dsn, std::size_t i) {
   Probe p;
   p.state.index = i;
@@ -55,22 +75,7 @@ Probe probe(const Dsn& dsn, std::size_t i) {
       if (name == "wsrep_provider_options") p.state.provider_options = row.bytes(1);
     }
     if (!p.state.wsrep_on) return p;
-    Result status = p.connection->execute(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status', "
-        "'wsrep_local_state_comment', 'wsrep_cluster_conf_id', 'wsrep_local_index', "
-        "'wsrep_gcomm_uuid', 'wsrep_cluster_size')",
-        {});
-    for (const Row& row : status.rows) {
-      const std::string& name = row.bytes(0);
-      const std::string& value = row.bytes(1);
-      if (name == "wsrep_ready") p.state.ready = value == "ON";
-      if (name == "wsrep_cluster_status") p.state.status = value;
-      if (name == "wsrep_local_state_comment") p.state.state = value;
-      if (name == "wsrep_gcomm_uuid") p.state.uuid = value;
-      if (name == "wsrep_cluster_conf_id") p.state.conf_id = Row::parse_integer(value);
-      if (name == "wsrep_local_index") p.state.local_index = Row::parse_integer(value);
-      if (name == "wsrep_cluster_size") p.state.cluster_size = Row::parse_integer(value);
-    }
+    read_wsrep_status(*p.connection, p.state);
   } catch (const Error& e) {
     p.state.answered = false;
     p.state.error = e.what();
@@ -89,10 +94,7 @@ std::vector<Probe> probe_all(const Dsn& dsn) {
   return probes;
 }
 
-std::string node_name(const Dsn& dsn, std::size_t i) {
-  const Dsn::Endpoint& node = dsn.nodes.at(i);
-  return fmt::format("{}:{}", printable(node.host), node.port);
-}
+std::string node_name(const Dsn& dsn, std::size_t i) { return dsn.nodes.at(i).describe(); }
 
 std::string describe_all(const Dsn& dsn, const std::vector<Probe>& probes) {
   std::string text;
@@ -239,19 +241,10 @@ void Cluster::check(Connection& c, std::uint64_t generation) {
   }
   // On the writer itself, without wsrep_sync_wait: a move made through another node arrives
   // within milliseconds, and the next check sees it.
-  Result r = c.execute(
-      "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status', "
-      "'wsrep_local_state_comment', 'wsrep_gcomm_uuid')",
-      {});
   NodeState s;
   s.answered = true;
   s.wsrep_on = true;
-  for (const Row& row : r.rows) {
-    if (row.bytes(0) == "wsrep_ready") s.ready = row.bytes(1) == "ON";
-    if (row.bytes(0) == "wsrep_cluster_status") s.status = row.bytes(1);
-    if (row.bytes(0) == "wsrep_local_state_comment") s.state = row.bytes(1);
-    if (row.bytes(0) == "wsrep_gcomm_uuid") s.uuid = row.bytes(1);
-  }
+  read_wsrep_status(c, s);
   bool still = s.qualifies() && (expected.empty() || s.uuid == expected);
   if (still && !expected.empty()) {
     try {

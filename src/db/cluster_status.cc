@@ -14,8 +14,7 @@ ClusterStatus cluster_status(std::string_view dsn_text) {
   const std::vector<internal::NodeState> states = internal::probe_nodes(dsn);
   for (const internal::NodeState& s : states) {
     ClusterNode node;
-    const internal::Dsn::Endpoint& at = dsn.nodes.at(s.index);
-    node.address = fmt::format("{}:{}", at.host, at.port);
+    node.address = dsn.nodes.at(s.index).describe();
     node.answered = s.answered;
     node.error = s.error;
     node.galera = s.wsrep_on;

@@ -192,6 +192,11 @@ Dsn parse_dsn(std::string_view text) {
   return dsn;
 }
 
+std::string Dsn::Endpoint::describe() const {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", printable(host), port)
+                                             : fmt::format("{}:{}", printable(host), port);
+}
+
 Dsn Dsn::node(std::size_t i) const {
   Dsn one = *this;
   one.nodes = {nodes.at(i)};
@@ -208,8 +213,7 @@ std::string Dsn::describe() const {
   std::string where;
   for (const Endpoint& node : nodes) {
     if (!where.empty()) where += ',';
-    where += node.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", node.host, node.port)
-                                                      : fmt::format("{}:{}", node.host, node.port);
+    where += node.describe();
   }
   return fmt::format("{}@{} (database {})", user, where, database);
 }

@@ -19,6 +19,8 @@ struct Dsn {
     std::string host;
     unsigned port = 3306;
     bool operator==(const Endpoint&) const = default;
+    // host:port, [v6]:port; unprintable bytes escaped.
+    std::string describe() const;
   };
 
   std::string user;

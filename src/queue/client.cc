@@ -172,8 +172,8 @@ struct Client::Impl {
       for (const internal::NodeState& node : nodes) {
         if (!node.answered || !node.wsrep_on) continue;
         cluster_size = std::max(cluster_size, node.cluster_size);
-        const internal::Dsn::Endpoint& at = pool.dsn().nodes.at(node.index);
-        const std::string where = fmt::format("Galera node {}:{}", at.host, at.port);
+        const std::string where =
+            fmt::format("Galera node {}", pool.dsn().nodes.at(node.index).describe());
         if (node.flush_log_at_trx_commit != "1") {
           warn_once(options.on_warning,
                     fmt::format("{} runs with innodb_flush_log_at_trx_commit={}: if every node "
