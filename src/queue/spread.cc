@@ -110,6 +110,7 @@ bool Spread::create_topic(std::string_view name, const TopicOptions& options) {
     }
     return false;
   }
+  for (const std::string& s : servers) shards_.server(s);  // all recorded and reachable first
   // Each server gets the topic with all partitions' tables (a moved partition needs them) and
   // the partitions it holds; the placement row then makes the topic exist.
   for (const std::string& s : servers) {

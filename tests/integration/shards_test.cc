@@ -1,0 +1,349 @@
+// A topic spread over three servers (README "Several servers"): the fixture's server is the
+// catalog and server s1; CTest's txmq_server fixture starts s2 and s3 too, in TXMQ_SHARD_HOMES (set
+// by tests/CMakeLists.txt; the environment variable overrides it).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "queue/context.h"
+#include "queue/names.h"
+#include "support.h"
+#include "txmq/local.h"
+
+namespace txmq::test {
+namespace {
+
+std::vector<std::string> shard_homes() {
+  const char* env = std::getenv("TXMQ_SHARD_HOMES");
+  std::vector<std::string> homes;
+  std::stringstream in(env ? env : TXMQ_SHARD_HOMES);
+  for (std::string h; std::getline(in, h, ',');) homes.push_back(h);
+  return homes;
+}
+
+// Records s1 (the fixture's own database), s2 and s3 in the catalog.
+std::unique_ptr<Client> spread_client(const std::string& name = {}) {
+  auto c = client(name);
+  c->add_server("s1", dsn());
+  const std::vector<std::string> homes = shard_homes();
+  if (homes.size() != 2) throw std::runtime_error("TXMQ_SHARD_HOMES must name two homes");
+  c->add_server("s2", LocalServer::status({homes[0]}).dsn);
+  c->add_server("s3", LocalServer::status({homes[1]}).dsn);
+  return c;
+}
+
+std::string create_spread(Client& c, const std::string& suffix, int partitions = 6) {
+  const std::string topic = topic_for_test(suffix);
+  TopicOptions o;
+  o.partitions = partitions;
+  o.servers = {"s1", "s2", "s3"};
+  o.lease = std::chrono::seconds(5);
+  EXPECT_TRUE(c.create_topic(topic, o));
+  return topic;
+}
+
+unsigned partition_of(std::uint64_t id) { return internal::partition_of(id); }
+
+TEST(Shards, EveryMessageDeliveredOnceWithKeyOrderAcrossThreeServers) {
+  auto c = spread_client();
+  const std::string topic = create_spread(*c, "all");
+  const TopicInfo info = c->topic(topic);
+  ASSERT_EQ(info.placement, (std::vector<std::string>{"s1", "s2", "s3", "s1", "s2", "s3"}));
+  EXPECT_FALSE(c->create_topic(topic, [] {
+    TopicOptions o;
+    o.partitions = 6;
+    o.servers = {"s1", "s2", "s3"};
+    o.lease = std::chrono::seconds(5);
+    return o;
+  }()));
+
+  constexpr int kKeys = 12, kPerKey = 20, kUnkeyed = 300;
+  std::vector<std::thread> senders;
+  std::mutex mutex;
+  std::map<std::uint64_t, std::string> sent;  // id -> payload
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&, t] {
+      auto mine = client(fmt::format("sender{}", t));
+      for (int i = t; i < kUnkeyed; i += 4) {
+        const std::string payload = fmt::format("u{}", i);
+        const std::uint64_t id = mine->send(topic, payload);
+        std::lock_guard lock(mutex);
+        sent[id] = payload;
+      }
+    });
+  }
+  // Keyed: one thread per group of keys, so that each key's sends are in order.
+  for (int t = 0; t < 3; ++t) {
+    senders.emplace_back([&, t] {
+      auto mine = client(fmt::format("keyed{}", t));
+      for (int n = 0; n < kPerKey; ++n) {
+        for (int k = t; k < kKeys; k += 3) {
+          SendOptions so;
+          so.key = fmt::format("key{}", k);
+          const std::string payload = fmt::format("key{}:{}", k, n);
+          const std::uint64_t id = mine->send(topic, payload, so);
+          std::lock_guard lock(mutex);
+          sent[id] = payload;
+        }
+      }
+    });
+  }
+  for (std::thread& t : senders) t.join();
+  ASSERT_EQ(sent.size(), static_cast<std::size_t>(kUnkeyed + kKeys * kPerKey));
+  std::set<unsigned> partitions;
+  for (const auto& [id, payload] : sent) partitions.insert(partition_of(id));
+  EXPECT_EQ(partitions.size(), 6u) << "every partition, so every server, got messages";
+
+  std::map<std::uint64_t, int> delivered;
+  std::map<std::string, std::vector<int>> per_key;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> consumers;
+  for (int t = 0; t < 4; ++t) {
+    consumers.emplace_back([&, t] {
+      auto mine = client(fmt::format("consumer{}", t));
+      while (!stop) {
+        ReceiveOptions ro;
+        ro.max_messages = 16;
+        ro.wait = std::chrono::milliseconds(300);
+        for (const Message& m : mine->receive(topic, ro)) {
+          {
+            std::lock_guard lock(mutex);
+            ++delivered[m.id];
+            if (m.key) per_key[*m.key].push_back(std::stoi(m.payload.substr(m.payload.find(':') + 1)));
+          }
+          EXPECT_EQ(mine->ack(topic, m.receipt), Settle::kOk);
+        }
+      }
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(mutex);
+      if (delivered.size() == sent.size()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  for (std::thread& t : consumers) t.join();
+  EXPECT_EQ(delivered.size(), sent.size());
+  for (const auto& [id, n] : delivered) {
+    EXPECT_EQ(n, 1) << "id " << id;
+    EXPECT_TRUE(sent.count(id)) << "unexpected id " << id;
+  }
+  for (const auto& [key, seq] : per_key) {
+    ASSERT_EQ(seq.size(), static_cast<std::size_t>(kPerKey)) << key;
+    for (int n = 0; n < kPerKey; ++n) EXPECT_EQ(seq[n], n) << key;
+  }
+  const TopicStats s = c->stats(topic);
+  EXPECT_EQ(s.ready + s.in_flight + s.delayed + s.waiting_on_key, 0u);
+  c->drop_topic(topic);
+  EXPECT_THROW(c->topic(topic), Error);
+}
+
+TEST(Shards, BatchesCommitWholeOnOneServerOrAreRefused) {
+  auto c = spread_client();
+  const std::string topic = create_spread(*c, "batch");
+  std::vector<OutgoingMessage> batch(2000);
+  for (std::size_t i = 0; i < batch.size(); ++i) batch[i].payload = fmt::format("b{}", i);
+  const TopicInfo info = c->topic(topic);
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<std::uint64_t> ids = c->send_batch(topic, batch);
+    ASSERT_EQ(ids.size(), batch.size());
+    std::set<std::string> servers;
+    for (std::uint64_t id : ids) servers.insert(info.placement.at(partition_of(id)));
+    EXPECT_EQ(servers.size(), 1u) << "a batch commits on one server";
+  }
+  // Keys that map to partitions on different servers: refused, nothing written.
+  std::vector<OutgoingMessage> keyed(40);
+  for (std::size_t i = 0; i < keyed.size(); ++i) {
+    keyed[i].payload = "k";
+    keyed[i].key = fmt::format("k{}", i);
+  }
+  const std::uint64_t before = c->stats(topic).ready;
+  try {
+    c->send_batch(topic, keyed);
+    FAIL() << "a batch over servers was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("commits on one server"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c->stats(topic).ready, before);
+  // Keys of one server's partitions go whole.
+  std::vector<OutgoingMessage> one_server;
+  for (int i = 0; one_server.size() < 30; ++i) {
+    OutgoingMessage m;
+    m.payload = "k";
+    m.key = fmt::format("key{}", i);
+    if (info.placement[internal::partition_of_key(*m.key, 6)] == "s2") one_server.push_back(m);
+  }
+  EXPECT_EQ(c->send_batch(topic, one_server).size(), 30u);
+  EXPECT_EQ(c->stats(topic).ready, before + 30);
+  c->drop_topic(topic);
+}
+
+TEST(Shards, GroupsAndExactlyOnceOnEveryServer) {
+  auto c = spread_client();
+  const std::string topic = create_spread(*c, "groups");
+  EXPECT_TRUE(c->create_group(topic, "audit"));
+  for (int i = 0; i < 120; ++i) c->send(topic, fmt::format("m{}", i));
+  std::size_t processed = 0;
+  for (int tries = 0; tries < 200 && processed < 120; ++tries) {
+    ProcessOptions po;
+    po.max_messages = 10;
+    po.wait = std::chrono::milliseconds(200);
+    processed += c->process(topic, po, [](Transaction&, std::span<const Message>) {});
+  }
+  EXPECT_EQ(processed, 120u);
+  std::set<std::uint64_t> audit;
+  for (int tries = 0; tries < 200 && audit.size() < 120; ++tries) {
+    ReceiveOptions ro;
+    ro.group = "audit";
+    ro.max_messages = 50;
+    ro.wait = std::chrono::milliseconds(200);
+    std::vector<std::string> receipts;
+    for (const Message& m : c->receive(topic, ro)) {
+      EXPECT_TRUE(audit.insert(m.id).second);
+      receipts.push_back(m.receipt);
+    }
+    for (Settle s : c->ack(topic, receipts)) EXPECT_EQ(s, Settle::kOk);
+  }
+  EXPECT_EQ(audit.size(), 120u);
+  EXPECT_EQ(c->list_groups(topic).size(), 2u);
+  c->drop_topic(topic);
+}
+
+TEST(Shards, AMovedPartitionLosesNothingAndFencesStaleClients) {
+  auto c = spread_client();
+  const std::string topic = create_spread(*c, "move");
+  auto stale = client("stale");
+  // A key of partition 1 (on s2).
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    if (internal::partition_of_key(fmt::format("key{}", i), 6) == 1) key = fmt::format("key{}", i);
+  }
+  SendOptions so;
+  so.key = key;
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(stale->send(topic, fmt::format("{}", i), so));
+  ReceiveOptions ro;
+  ro.partitions = {1};
+  const std::vector<Message> held = c->receive(topic, ro);  // in flight across the move
+  ASSERT_EQ(held.size(), 1u);
+  c->move_partition(topic, 1, "s3");
+  EXPECT_EQ(c->topic(topic).placement.at(1), "s3");
+  // The stale client still routes partition 1 to s2: s2 refuses, it reads the placement again.
+  for (int i = 5; i < 10; ++i) ids.push_back(stale->send(topic, fmt::format("{}", i), so));
+  EXPECT_EQ(stale->ack(topic, held[0].receipt), Settle::kOk) << "the lease moved with the row";
+  std::vector<int> order{0};
+  for (int tries = 0; tries < 100 && order.size() < 10; ++tries) {
+    ReceiveOptions one;
+    one.wait = std::chrono::milliseconds(200);
+    for (const Message& m : stale->receive(topic, one)) {
+      order.push_back(std::stoi(m.payload));
+      EXPECT_EQ(stale->ack(topic, m.receipt), Settle::kOk);
+    }
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  // New ids continue above the moved ones (the counter moved too).
+  EXPECT_GT(ids[5], ids[4]);
+  c->drop_topic(topic);
+}
+
+TEST(Shards, ADownServerStopsOnlyItsPartitions) {
+  auto c = spread_client();
+  const std::string home = scratch_dir();
+  const std::string s4 = LocalServer::ensure_running({home});
+  struct Stop {
+    std::string home;
+    ~Stop() { LocalServer::stop({home}); }
+  } stop{home};
+  c->add_server("s4", s4);
+  const std::string topic = topic_for_test("down");
+  TopicOptions o;
+  o.partitions = 4;
+  o.servers = {"s1", "s4"};
+  ASSERT_TRUE(c->create_topic(topic, o));
+  for (int i = 0; i < 20; ++i) c->send(topic, "before");
+  LocalServer::stop({home});
+  // Unkeyed sends go to s1; claims go on there.
+  for (int i = 0; i < 20; ++i) {
+    const std::uint64_t id = c->send(topic, "during");
+    EXPECT_EQ(c->topic(topic).placement.at(partition_of(id)), "s1");
+  }
+  std::string s4_key;
+  for (int i = 0; s4_key.empty(); ++i) {
+    if (internal::partition_of_key(fmt::format("k{}", i), 4) % 2 == 1) s4_key = fmt::format("k{}", i);
+  }
+  SendOptions so;
+  so.key = s4_key;
+  try {
+    c->send(topic, "keyed", so);
+    FAIL() << "a send to a down server's partition succeeded";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.retryable()) << e.what();
+  }
+  ReceiveOptions ro;
+  ro.max_messages = 100;
+  std::size_t got = 0;
+  for (int tries = 0; tries < 20 && got < 30; ++tries) {
+    for (const Message& m : c->receive(topic, ro)) {
+      ++got;
+      c->ack(topic, m.receipt);
+    }
+  }
+  EXPECT_GE(got, 30u) << "s1's messages are claimed while s4 is down";
+  LocalServer::ensure_running({home});
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the "down" memory
+  for (int tries = 0; tries < 50 && got < 40; ++tries) {
+    for (const Message& m : c->receive(topic, ro)) {
+      ++got;
+      c->ack(topic, m.receipt);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(got, 40u) << "s4's messages come back with it";
+  c->drop_topic(topic);
+  c->remove_server("s4");
+}
+
+TEST(Shards, ClearErrors) {
+  auto c = spread_client();
+  try {
+    c->add_server("pw", "mysql://u:secret@127.0.0.1:1/x");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos);
+  }
+  TopicOptions o;
+  o.partitions = 2;
+  o.servers = {"s1", "s2", "s3"};
+  EXPECT_THROW(c->create_topic(topic_for_test("few"), o), Error);
+  o.servers = {"s1", "nosuch"};
+  try {
+    c->create_topic(topic_for_test("nosuch"), o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kNotFound) << e.what();
+  }
+  const std::string topic = create_spread(*c, "err");
+  try {
+    c->remove_server("s2");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kFailedPrecondition) << e.what();
+  }
+  c->drop_topic(topic);
+}
+
+}  // namespace
+}  // namespace txmq::test
