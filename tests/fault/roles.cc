@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -91,14 +92,50 @@ void sleep_ms(std::mt19937_64& rng, int max_ms) {
 // and transactions that insert a business row with 1 to 3 messages. Every attempt is written
 // before it is made ("A kind tag count key") and its outcome after ("O tag ok|fail|unknown").
 // Messages' payloads are the tag (single sends) or "tag.index".
+//
+// Group "shards" (the shards mode): also batches with keys. Group "unkeyed" (the shards
+// mode's fourth producer): unkeyed single sends and batches of 1 to 5 only,
+// at a quicker pace, so that the gaps between its successes measure how unkeyed sends fail over
+// while a server is down. TXMQ_FAULT_OUTBOX_DSNS (the shards mode: one DSN per server, separated
+// by spaces, "catalog" for the catalog's server): the transactions go to each server in turn,
+// each through a client of that server's database (the catalog's: this producer's client), as
+// an application whose business rows live on that server would; a client's transactions send
+// to the partitions placed on its own database (README "Several servers").
 int run_producer(const RoleArgs& args) {
   Role role(args, "producer", 2);
   History& history = role.history;
   Client* client = role.client.get();
   std::mt19937_64 rng(args.seed);
+  const bool unkeyed_only = args.group == "unkeyed";
+  const bool shards = args.group == "shards";
+  // Connected on first use (a server may be down when this producer starts).
+  std::vector<std::string> outbox_dsns;
+  std::vector<std::unique_ptr<Client>> outboxes;
+  if (const char* dsns = std::getenv("TXMQ_FAULT_OUTBOX_DSNS"); dsns != nullptr) {
+    std::istringstream in(dsns);
+    for (std::string dsn; in >> dsn;) outbox_dsns.push_back(dsn);
+    outboxes.resize(outbox_dsns.size());
+  }
+  auto outbox = [&](std::uint64_t seq) -> Client& {
+    if (outboxes.empty()) return *client;
+    const std::size_t i = seq % outboxes.size();
+    if (outbox_dsns[i] == "catalog") return *client;
+    if (outboxes[i] == nullptr) {
+      ClientOptions options;
+      options.dsn = outbox_dsns[i];
+      options.consumer_name = fmt::format("producer-{}-{}-outbox{}", args.id, args.generation, i);
+      // Two: with one, the transaction holds the pool's only connection and its first send
+      // waits forever for another to read the topic's layout (a library bug, in the report).
+      options.pool_size = 2;
+      options.on_warning = [&history](std::string_view text) { history.line("W {}", text); };
+      outboxes[i] = std::make_unique<Client>(std::move(options));
+    }
+    return *outboxes[i];
+  };
   const std::string insert_order = fmt::format("INSERT INTO {} (tag) VALUES (?)", kOrdersTable);
   for (std::uint64_t seq = 0; !g_stop.load(); ++seq) {
-    const unsigned dice = rng() % 100;
+    unsigned dice = rng() % 100;
+    if (unkeyed_only) dice = dice < 75 ? 0 : 40;  // 3 single sends in 4, no transactions
     std::string tag;
     auto attempt = [&](auto&& send) {
       try {
@@ -113,7 +150,7 @@ int run_producer(const RoleArgs& args) {
     if (dice < 40) {
       SendOptions options;
       std::string key = "-";
-      if (rng() % 2 == 0) {
+      if (rng() % 2 == 0 && !unkeyed_only) {
         key = fmt::format("k{}_{}", args.id, rng() % 8);
         options.key = key;
       }
@@ -121,18 +158,29 @@ int run_producer(const RoleArgs& args) {
       history.line("A S {} 1 {}", tag, key);
       attempt([&] { return std::to_string(client->send(kTopic, tag, options)); });
     } else if (dice < 80) {
-      const std::size_t n = rng() % 200 == 0 ? 1000 + rng() % 1001 : 1 + rng() % 20;
+      const std::size_t n = unkeyed_only            ? 1 + rng() % 5
+                            : rng() % 200 == 0 ? 1000 + rng() % 1001
+                                               : 1 + rng() % 20;
       tag = fmt::format("b{}g{}n{}x{}", args.id, args.generation, seq, n);
       std::vector<OutgoingMessage> batch(n);
       for (std::size_t i = 0; i < n; ++i) batch[i].payload = fmt::format("{}.{}", tag, i);
-      history.line("A B {} {} -", tag, n);
+      // The shards mode: 1 batch in 10 with one key (it commits on that key's server), 1 in 10
+      // with several keys (refused when they map to partitions on several servers).
+      std::string key = "-";
+      const unsigned keyed = shards ? static_cast<unsigned>(rng() % 10) : 9;
+      if (keyed == 0) key = fmt::format("k{}_{}", args.id, rng() % 8);
+      for (std::size_t i = 0; keyed <= 1 && i < n; ++i) {
+        batch[i].key = keyed == 0 ? key : fmt::format("k{}_{}", args.id, rng() % 8);
+      }
+      if (keyed == 1) key = "*";
+      history.line("A B {} {} {}", tag, n, key);
       attempt([&] { return std::to_string(client->send_batch(kTopic, batch).front()); });
     } else {
       const std::size_t n = 1 + rng() % 3;
       tag = fmt::format("t{}g{}n{}x{}", args.id, args.generation, seq, n);
       history.line("A T {} {} -", tag, n);
       attempt([&] {
-        client->transact([&](Transaction& tx) {
+        outbox(seq).transact([&](Transaction& tx) {
           tx.execute(insert_order, {tag});
           for (std::size_t i = 0; i < n; ++i) {
             tx.send(kExactlyOnceTopic, fmt::format("{}.{}", tag, i));
@@ -141,7 +189,8 @@ int run_producer(const RoleArgs& args) {
         return std::string("-");
       });
     }
-    sleep_ms(rng, 150);  // a pace every group's consumers keep up with, so that the run drains
+    // A pace every group's consumers keep up with, so that the run drains.
+    sleep_ms(rng, unkeyed_only ? 60 : 150);
   }
   history.line("STOP");
   return 0;
@@ -237,7 +286,8 @@ int run_worker(const RoleArgs& args) {
 }
 
 // Client::process: each message's effect is a row of the effects table, written in the
-// transaction that deletes the message. The table, not this history, is the record.
+// transaction that deletes the message. The table, not this history, is the record; the
+// history says when a call committed messages ("P count") and its errors.
 int run_exactly_once(const RoleArgs& args) {
   Role role(args, "exactly-once", 2);
   History& history = role.history;
@@ -250,12 +300,14 @@ int run_exactly_once(const RoleArgs& args) {
   options.wait = 500ms;
   while (!g_stop.load()) {
     try {
-      client->process(kExactlyOnceTopic, options,
-                      [&](Transaction& tx, std::span<const Message> messages) {
-                        for (const Message& m : messages) {
-                          tx.execute(record, {m.payload, m.id, name});
-                        }
-                      });
+      const std::size_t n =
+          client->process(kExactlyOnceTopic, options,
+                          [&](Transaction& tx, std::span<const Message> messages) {
+                            for (const Message& m : messages) {
+                              tx.execute(record, {m.payload, m.id, name});
+                            }
+                          });
+      if (n > 0) history.line("P {}", n);  // committed: for the shards mode's timings
     } catch (const Error& e) {
       history.line("E process {}", error_text(e));
       std::this_thread::sleep_for(200ms);
