@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "fault.h"
+#include "queue/context.h"  // partition_of_key: which server a key's sends go to
 
 namespace txmq::fault {
 namespace {
@@ -21,6 +22,8 @@ enum class Outcome { kOk, kFail, kUnknown };
 struct Attempt {
   char kind = '?';  // S single send, B batch, T transaction (exactly-once topic)
   std::size_t count = 0;
+  std::string key = "-";  // "-": none; "*": a batch with several keys
+  std::int64_t at = 0;    // when it was made
   Outcome outcome = Outcome::kUnknown;  // no outcome line: the producer was killed meanwhile
 };
 
@@ -98,6 +101,11 @@ Service service_after(const std::vector<std::int64_t>& times, std::int64_t at, s
 constexpr double kServiceBackSeconds = 25;
 // Conflicts (certification failures, BF aborts) are expected only this near a change of writer.
 constexpr std::int64_t kWriterChangeWindowUs = 30'000'000;
+// The shards mode: the longest time the unkeyed producer may go without a successful send
+// while one server of three is down. A send that meets the dead server fails over to another
+// (after the pool's reconnect attempts) and the server is then skipped for a while; a gap near
+// the whole outage (3 to 6 s and the restart) would mean that sends wait for the dead server.
+constexpr double kUnkeyedGapSeconds = 3.0;
 
 struct GroupResult {
   std::string name;
@@ -157,19 +165,32 @@ class Checker {
     ok = ok && resilience_ok();
     ok = scan_logs() && ok;
     if (run_.cluster.enabled) ok = judge_cluster() && ok;
+    if (run_.shards.enabled) ok = judge_shards() && ok;
     return ok;
   }
 
  private:
   void read_producer(const std::string& path) {
+    const auto& unkeyed = run_.shards.unkeyed_histories;
+    const bool unkeyed_history = std::find(unkeyed.begin(), unkeyed.end(), path) != unkeyed.end();
     for (const std::string& line : lines_of(path)) {
       std::vector<std::string> w = split(line);
       if (w.size() >= 5 && w[1] == "A") {
-        attempts_[w[3]] = Attempt{w[2][0], number<std::size_t>(w[4]), Outcome::kUnknown};
+        attempts_[w[3]] = Attempt{w[2][0], number<std::size_t>(w[4]),
+                                  w.size() >= 6 ? w[5] : "-", number<std::int64_t>(w[0]),
+                                  Outcome::kUnknown};
       } else if (w.size() >= 4 && w[1] == "O") {
         if (w[3] == "ok") sends_ok_at_.push_back(number<std::int64_t>(w[0]));
         auto it = attempts_.find(w[2]);
         if (it == attempts_.end()) continue;
+        if (w[3] == "ok" && it->second.kind != 'T' && it->second.key == "-") {
+          unkeyed_ok_at_.push_back(number<std::int64_t>(w[0]));
+          if (unkeyed_history) unkeyed_producer_ok_at_.push_back(number<std::int64_t>(w[0]));
+        }
+        if (w.size() >= 5 && w[3] == "fail" && w[4] == "invalid_argument" &&
+            it->second.key == "*") {
+          ++batches_refused_;
+        }
         it->second.outcome = w[3] == "ok"     ? Outcome::kOk
                              : w[3] == "fail" ? Outcome::kFail
                                               : Outcome::kUnknown;
@@ -206,6 +227,9 @@ class Checker {
       if (w.size() >= 7 && w[1] == "D") {
         deliveries.push_back(delivery_of(w));
         delivered_at_.push_back(deliveries.back().time);
+      }
+      if (w.size() >= 3 && w[1] == "E" && w[2] == "receive") {
+        claim_errors_at_.push_back(number<std::int64_t>(w[0]));
       }
       if (w.size() >= 4 && w[1] == "S") acks.started[w[3]] = number<std::int64_t>(w[0]);
       if (w.size() >= 5 && w[1] == "K" && w[4] == "ok") acks.ok.insert(w[3]);
@@ -487,6 +511,156 @@ class Checker {
     return ok && c.problems.empty() && !c.node_faults.empty();
   }
 
+  // The shards mode: while a server is down, unkeyed sends go on on the others. Per kill, the
+  // longest time without a successful unkeyed send around the outage (from the last success
+  // before the kill to the first after the restart), compared with the outage itself.
+  bool judge_shards() {
+    const ShardRecord& r = run_.shards;
+    bool ok = true;
+    std::sort(unkeyed_ok_at_.begin(), unkeyed_ok_at_.end());
+    std::sort(unkeyed_producer_ok_at_.begin(), unkeyed_producer_ok_at_.end());
+    std::sort(delivered_at_.begin(), delivered_at_.end());
+    std::vector<std::int64_t> processed_at;
+    for (const std::string& path : run_.exactly_once_histories) {
+      for (const std::string& line : lines_of(path)) {
+        std::vector<std::string> w = split(line);
+        if (w.size() >= 3 && w[1] == "P") processed_at.push_back(number<std::int64_t>(w[0]));
+        if (w.size() >= 3 && w[1] == "E" && w[2] == "process") {
+          claim_errors_at_.push_back(number<std::int64_t>(w[0]));
+        }
+      }
+    }
+    std::sort(processed_at.begin(), processed_at.end());
+    auto seconds = [](double s) { return s < 0 ? std::string("none") : fmt::format("{:.1f}", s); };
+    std::string placement;
+    for (const std::string& s : r.placement) placement += " " + s;
+    fmt::print("\nshards: {} servers, topic {} placed (partition 0 to {}):{}\n", r.servers, kTopic,
+               r.placement.size() - 1, placement);
+    for (const std::string& line : r.per_server) fmt::print("  {}\n", line);
+    fmt::print("exactly-once effects on another server than their order's: {}\n",
+               r.effects_elsewhere);
+    ok = ok && r.effects_elsewhere == 0;
+    std::uint64_t keyed_batches_ok = 0, mixed_batches_ok = 0;
+    for (const auto& [tag, a] : attempts_) {
+      if (a.kind != 'B' || a.outcome != Outcome::kOk || a.key == "-") continue;
+      (a.key == "*" ? mixed_batches_ok : keyed_batches_ok)++;
+    }
+    fmt::print(
+        "batches with one key acknowledged: {}; with several keys: {} acknowledged (all on one "
+        "server), {} refused (keys on several servers)\n",
+        keyed_batches_ok, mixed_batches_ok, batches_refused_);
+    fmt::print(
+        "\nserver kills (s: at = since the faults began; down = from the kill -9 until the "
+        "restarted server accepted connections; the longest gap without a successful unkeyed "
+        "send, of the unkeyed producer and of all producers, and without a delivery (receive+ack "
+        "and Worker), from the last success before the kill to the first after the restart; "
+        "bound for the unkeyed producer and deliveries {:.1f} s)\n",
+        kUnkeyedGapSeconds);
+    fmt::print("{:<6} {:>7} {:>6} {:>5} {:>16} {:>11} {:>10} {:>9} {:>11} {:>15} {:>14} {:>12}\n",
+               "server", "catalog", "at", "down", "unkeyed producer", "all unkeyed",
+               "deliveries", "processed", "keyed to it", "keyed to others", "unkeyed failed",
+               "claim errors");
+    double worst = 0, worst_down = 0;
+    for (const ShardFault& f : r.faults) {
+      const std::int64_t back = f.back_us != 0 ? f.back_us : r.producers_stopped_us;
+      const double producer = longest_gap(unkeyed_producer_ok_at_, f.at_us, back);
+      const double all = longest_gap(unkeyed_ok_at_, f.at_us, back);
+      const double deliveries = longest_gap(delivered_at_, f.at_us, back);
+      const double processed = longest_gap(processed_at, f.at_us, back);
+      const auto claim_errors = std::count_if(
+          claim_errors_at_.begin(), claim_errors_at_.end(),
+          [&](std::int64_t t) { return t >= f.at_us && t <= back; });
+      // Sends begun while the server was down: keyed ones (single sends and batches with one
+      // key) to its partitions and to the others' (ok / failed or unknown), and unkeyed ones
+      // that failed.
+      std::uint64_t here_ok = 0, here_failed = 0, there_ok = 0, there_failed = 0;
+      std::uint64_t unkeyed_failed = 0;
+      const std::string down_server = fmt::format("s{}", f.server);
+      for (const auto& [tag, a] : attempts_) {
+        if (a.kind == 'T' || a.at < f.at_us || a.at > back || a.key == "*") continue;
+        if (a.key == "-") {
+          unkeyed_failed += a.outcome != Outcome::kOk;
+          continue;
+        }
+        const unsigned p = internal::partition_of_key(a.key, static_cast<unsigned>(r.placement.size()));
+        const bool here = p < r.placement.size() && r.placement[p] == down_server;
+        const bool sent = a.outcome == Outcome::kOk;
+        (here ? (sent ? here_ok : here_failed) : (sent ? there_ok : there_failed))++;
+      }
+      const double down = static_cast<double>(back - f.at_us) / 1e6;
+      const bool held = f.back_us != 0 && producer >= 0 && producer <= kUnkeyedGapSeconds &&
+                        deliveries >= 0 && deliveries <= kUnkeyedGapSeconds;
+      ok = ok && held;
+      if (producer > worst) {
+        worst = producer;
+        worst_down = down;
+      }
+      fmt::print("{:<6} {:>7} {:>6.1f} {:>5.1f} {:>16} {:>11} {:>10} {:>9} {:>11} {:>15} {:>14} {:>12}{}\n",
+                 fmt::format("s{}", f.server), f.catalog ? "yes" : "no",
+                 static_cast<double>(f.at_us - r.faults_started_us) / 1e6, down,
+                 seconds(producer), seconds(all), seconds(deliveries), seconds(processed),
+                 fmt::format("{}/{}", here_ok, here_failed),
+                 fmt::format("{}/{}", there_ok, there_failed), unkeyed_failed, claim_errors,
+                 held ? "" : f.back_us == 0 ? "  <- not restarted"
+                                            : fmt::format("  <- over {:.1f} s", kUnkeyedGapSeconds));
+    }
+    // The same measure with no server down, for comparison: the machine's own hiccups.
+    double calm = 0;
+    {
+      std::int64_t from = r.faults_started_us;
+      auto calm_gap = [&](std::int64_t to) {
+        if (to > from) calm = std::max(calm, longest_gap_within(unkeyed_producer_ok_at_, from, to));
+      };
+      for (const ShardFault& f : r.faults) {
+        calm_gap(f.at_us);
+        from = f.back_us != 0 ? f.back_us + 2'000'000 : r.producers_stopped_us;
+      }
+      calm_gap(r.producers_stopped_us);
+    }
+    fmt::print(
+        "processed: the longest gap between two exactly-once commits (Client::process), reported "
+        "only; keyed: sends with a key (and batches with one key) begun while the server was "
+        "down, to a partition on it and on the others: succeeded / failed or unknown; claim "
+        "errors: receive and process calls that failed meanwhile\n");
+    fmt::print(
+        "longest gap of the unkeyed producer: {:.1f} s during an outage of {:.1f} s; {:.1f} s "
+        "with every server up\n",
+        worst, worst_down, calm);
+    for (const std::string& n : r.notes) fmt::print("note: {}\n", n);
+    for (const std::string& p : r.problems) fmt::print("problem: {}\n", p);
+    if (r.faults.empty()) fmt::print("problem: no server was killed\n");
+    return ok && r.problems.empty() && !r.faults.empty();
+  }
+
+  // The longest time between two successes around [from, to]: from the last success at or
+  // before `from` (or `from`) to the first after `to`, counting the stretch to `to` when none
+  // came after. -1 without any success after `from`.
+  static double longest_gap(const std::vector<std::int64_t>& times, std::int64_t from,
+                            std::int64_t to) {
+    auto it = std::upper_bound(times.begin(), times.end(), from);
+    std::int64_t previous = it == times.begin() ? from : *std::prev(it);
+    if (it == times.end()) return -1;
+    double longest = 0;
+    for (; it != times.end(); ++it) {
+      longest = std::max(longest, static_cast<double>(*it - previous) / 1e6);
+      previous = *it;
+      if (*it > to) return longest;
+    }
+    return std::max(longest, static_cast<double>(to - previous) / 1e6);
+  }
+  // The longest time between two successes within [from, to] (the ends count as successes).
+  static double longest_gap_within(const std::vector<std::int64_t>& times, std::int64_t from,
+                                   std::int64_t to) {
+    std::int64_t previous = from;
+    double longest = 0;
+    for (auto it = std::upper_bound(times.begin(), times.end(), from);
+         it != times.end() && *it <= to; ++it) {
+      longest = std::max(longest, static_cast<double>(*it - previous) / 1e6);
+      previous = *it;
+    }
+    return std::max(longest, static_cast<double>(to - previous) / 1e6);
+  }
+
   std::uint64_t writer_kills() const {
     std::uint64_t n = 0;
     for (const NodeFault& f : run_.cluster.node_faults) n += f.writer && f.kind == "kill";
@@ -494,7 +668,7 @@ class Checker {
   }
 
   bool resilience_ok() const {
-    if (run_.faults.server_kills + writer_kills() < 2) return true;
+    if (run_.faults.server_kills + writer_kills() + run_.shards.faults.size() < 2) return true;
     return worker_outages_ > 0 && worker_recoveries_ > 0 && cli_outages() > 0 &&
            cli_recoveries() > 0;
   }
@@ -552,6 +726,11 @@ class Checker {
   std::uint64_t late_acks_refused_ = 0, worker_outages_ = 0, worker_recoveries_ = 0;
   std::uint64_t torn_transactions_ = 0;
   std::vector<std::int64_t> sends_ok_at_, delivered_at_;  // successes, for the node faults
+  // Successful sends without a key (single sends and batches), of every producer and of the
+  // shards mode's unkeyed producer, for the server kills.
+  std::vector<std::int64_t> unkeyed_ok_at_, unkeyed_producer_ok_at_;
+  std::uint64_t batches_refused_ = 0;  // batches with keys on several servers (shards mode)
+  std::vector<std::int64_t> claim_errors_at_;  // receive (and, shards mode, process) errors
 };
 
 }  // namespace

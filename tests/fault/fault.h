@@ -15,7 +15,7 @@
 
 namespace txmq::fault {
 
-// The at-least-once topic: 2 partitions, 3 consumer groups, keyed and unkeyed messages, batches,
+// The at-least-once topic: 2 partitions (6 over 3 servers in the shards mode), 3 consumer groups, keyed and unkeyed messages, batches,
 // an archive. The exactly-once topic: sent in transactions with a business row, processed with
 // Client::process into an effects table.
 inline constexpr std::string_view kTopic = "fault_alo";
@@ -128,10 +128,33 @@ struct ClusterRecord {
   std::vector<std::string> table_mismatches;
 };
 
+// The shards mode's server kills (shards.h); check.cc measures from the producers' histories
+// whether unkeyed sends went on while a server was down.
+struct ShardFault {
+  int server = 0;
+  bool catalog = false;         // server 1, whose database is the catalog
+  std::int64_t at_us = 0;       // now_us() of the kill -9
+  std::int64_t restart_us = 0;  // the restart began
+  std::int64_t back_us = 0;     // accepting connections again (0: never)
+};
+
+struct ShardRecord {
+  bool enabled = false;
+  int servers = 0, partitions = 0;
+  std::vector<std::string> placement;  // the at-least-once topic's: server per partition
+  std::int64_t faults_started_us = 0, producers_stopped_us = 0;
+  std::vector<ShardFault> faults;
+  std::vector<std::string> unkeyed_histories;  // the producer that sends unkeyed messages only
+  std::vector<std::string> notes, problems;
+  std::vector<std::string> per_server;  // "s1: 1234 messages, 56 effects" after the drain
+  std::uint64_t effects_elsewhere = 0;  // exactly-once effects not on their order's server
+};
+
 struct RunRecord {
   std::vector<std::string> producer_histories;
   std::vector<std::string> consumer_histories;  // receive + ack, group kRawGroup
   std::vector<std::string> worker_histories;    // Worker, group kWorkerGroup
+  std::vector<std::string> exactly_once_histories;  // Client::process: when, and errors
   std::vector<std::string> cli_logs;            // txmq consume's stderr
   std::string cli_deliveries;                   // what its --exec handlers wrote, group kCliGroup
   std::vector<std::string> effects;             // the effects table's tags
@@ -139,6 +162,7 @@ struct RunRecord {
   std::vector<std::string> logs;  // every history and output file: searched for error 1047
   Faults faults;
   ClusterRecord cluster;
+  ShardRecord shards;
 };
 
 // Prints the table and returns whether every check held.

@@ -1,6 +1,7 @@
 // txmq_fault: the fault suite (docs/faults.md).
 //
 //   txmq_fault [--seconds N] [--dir DIR] [--seed S] [--keep] [--cluster [--galera-home PATH]]
+//              [--shards [--kill-catalog]]
 //
 // Starts a private MariaDB server in DIR/server, producers and consumers as separate processes
 // (this program again, and `txmq consume`), injects faults for N seconds (SIGKILL of consumers,
@@ -11,6 +12,11 @@
 // --cluster: a 3-node Galera cluster instead (scripts/galera; a new one in DIR/galera, stopped
 // at the end, or the one in PATH, left running), the children given every node in one DSN, and
 // node faults instead of server kills (cluster.h).
+//
+// --shards: three private servers (DIR/server1..3), the topics spread over them (6 and 3
+// partitions), server 1's database the catalog; kill -9 of one non-catalog server at a time
+// (also the catalog's with --kill-catalog), restarted 3 to 6 s later, instead of the server
+// kills (shards.h).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -22,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -31,6 +38,7 @@
 #include "db/connection.h"
 #include "db/dsn.h"
 #include "fault.h"
+#include "shards.h"
 #include "txmq/client.h"
 #include "txmq/local.h"
 
@@ -54,7 +62,17 @@ struct Options {
   bool keep = false;
   bool cluster = false;
   std::string galera_home;  // an existing cluster's folder; empty: a new one in DIR/galera
+  bool shards = false;
+  bool kill_catalog = false;  // shards: server 1 (the catalog's) is killed too
 };
+
+// The shards mode: servers, and the topics' partitions (the at-least-once topic's 6 placed
+// s1 s2 s3 s1 s2 s3).
+constexpr int kShardServers = 3;
+constexpr int kShardPartitions = 6;
+constexpr int kShardExactlyOncePartitions = 3;
+// The variable that the DSNs recorded in the catalog name for the password.
+constexpr std::string_view kPasswordEnv = "TXMQ_FAULT_PASSWORD";
 
 struct Child {
   std::string role;  // producer, consumer, worker, cli, exactly-once
@@ -75,7 +93,14 @@ class Orchestrator {
   int run() {
     fs::create_directories(options_.dir + "/histories");
     fmt::print("txmq_fault: {} s of faults, seed {}, in {}{}\n", options_.seconds, options_.seed,
-               options_.dir, options_.cluster ? ", on a 3-node Galera cluster" : "");
+               options_.dir,
+               options_.cluster  ? ", on a 3-node Galera cluster"
+               : options_.shards ? fmt::format(", on a topic spread over {} servers{}",
+                                               kShardServers,
+                                               options_.kill_catalog
+                                                   ? " (the catalog's killed too)"
+                                                   : "")
+                                 : std::string());
     start_database();
     try {
       set_up();
@@ -116,6 +141,24 @@ class Orchestrator {
   // One server of our own, or the cluster: root_dsn_ reaches node 1 (users and grants made
   // there replicate), client_dsn_ is what the library is given (every node in cluster mode).
   void start_database() {
+    if (options_.shards) {
+      shards_ = std::make_unique<ShardServers>(options_.dir, kShardServers);
+      const auto started = SteadyClock::now();
+      try {
+        shards_->start();
+      } catch (...) {
+        stop_database();
+        throw;
+      }
+      fmt::print("  {} servers ready after {:.1f} s\n", shards_->size(),
+                 std::chrono::duration<double>(SteadyClock::now() - started).count());
+      root_dsn_ = shards_->root_dsn(1);
+      client_dsn_ = root_dsn_;  // the catalog: server 1's database
+      record_.shards.enabled = true;
+      record_.shards.servers = shards_->size();
+      record_.shards.partitions = kShardPartitions;
+      return;
+    }
     if (!options_.cluster) {
       server_.home = options_.dir + "/server";
       server_.start_timeout_seconds = 120;
@@ -148,7 +191,10 @@ class Orchestrator {
 
   // Our own server, or the cluster we started (never one we were given).
   void stop_database() {
-    if (!options_.cluster) {
+    if (options_.shards) {
+      admin_.reset();
+      if (shards_ != nullptr) shards_->stop();
+    } else if (!options_.cluster) {
       LocalServer::stop(server_);
     } else if (cluster_ != nullptr) {
       admin_.reset();
@@ -167,6 +213,7 @@ class Orchestrator {
 
   // A node to look at: any that the harness has not stopped (cluster), else the server.
   internal::Connection* some_node() {
+    if (options_.shards) return shards_->admin(1 + static_cast<int>(rng_() % shards_->size()));
     if (!options_.cluster) return &admin();
     std::vector<int> nodes;
     for (int node = 1; node <= cluster_->size(); ++node) {
@@ -179,6 +226,7 @@ class Orchestrator {
   // The children connect as a user with only the privileges README "Privileges" lists for
   // sending and consuming; the topics, groups and the application's tables are made as root.
   void set_up() {
+    if (options_.shards) return set_up_shards();
     internal::Connection& c = admin();
     // The cluster's clients come over TCP from 127.0.0.1 (skip-name-resolve); the server's
     // through its socket.
@@ -215,6 +263,80 @@ class Orchestrator {
     dsn.replace(dsn.find(at), at.size(), fmt::format("{}:{}@", kUser, kPasswordEscaped));
     setenv("TXMQ_DSN", dsn.c_str(), 1);  // the children's; never on a command line
     if (options_.cluster) check_after_set_up();
+  }
+
+  // The shards mode: on every server the user and the application's tables; the servers
+  // recorded in server 1's catalog; the topics spread over them. The DSNs recorded in the
+  // catalog hold no password (they name kPasswordEnv, which the children inherit) and serve
+  // every client alike, this set-up's too: the user gets DDL privileges while the library makes
+  // the topics' tables on each server, and only SELECT, INSERT, UPDATE, DELETE before any child
+  // starts.
+  void set_up_shards() {
+    setenv(std::string(kPasswordEnv).c_str(), std::string(kPassword).c_str(), 1);
+    const std::string account = fmt::format("'{}'@'localhost'", kUser);
+    for (int s = 1; s <= shards_->size(); ++s) {
+      internal::Connection* c = shards_->admin(s);
+      if (c == nullptr) throw std::runtime_error(fmt::format("server {} does not answer", s));
+      c->query(fmt::format("CREATE USER {} IDENTIFIED BY '{}'", account, kPassword));
+      c->query(fmt::format("GRANT ALL PRIVILEGES ON `txmq`.* TO {}", account));
+      c->query(fmt::format("CREATE TABLE {} (tag VARCHAR(64) PRIMARY KEY)", kOrdersTable));
+      c->query(fmt::format(
+          "CREATE TABLE {} (n BIGINT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(64) NOT NULL, "
+          "msg_id BIGINT UNSIGNED NOT NULL, consumer VARCHAR(64) NOT NULL)",
+          kEffectsTable));
+    }
+    std::vector<std::string> names;
+    {
+      ClientOptions o;
+      o.dsn = client_dsn_;
+      Client root(o);
+      for (int s = 1; s <= shards_->size(); ++s) {
+        names.push_back(ShardServers::name(s));
+        root.add_server(names.back(), shards_->recorded_dsn(s, kUser, kPasswordEnv));
+      }
+      TopicOptions alo;
+      alo.lease = kLease;
+      alo.max_attempts = 1000;
+      alo.partitions = kShardPartitions;
+      alo.archive = std::chrono::hours(24);
+      alo.retry.initial = Micros{0};
+      alo.servers = names;
+      root.create_topic(kTopic, alo);
+      root.create_group(kTopic, kWorkerGroup);
+      root.create_group(kTopic, kCliGroup);
+      TopicOptions eo;
+      eo.max_attempts = 1000;
+      eo.partitions = kShardExactlyOncePartitions;
+      eo.servers = names;
+      root.create_topic(kExactlyOnceTopic, eo);
+      record_.shards.placement = root.topic(kTopic).placement;
+      std::string servers;
+      for (const ServerInfo& info : root.list_servers()) {
+        servers += fmt::format("{}{} = {}", servers.empty() ? "" : "; ", info.name, info.dsn);
+      }
+      record_.shards.notes.push_back(fmt::format("servers recorded: {}", servers));
+    }
+    std::string placement;
+    for (const std::string& s : record_.shards.placement) placement += " " + s;
+    fmt::print("  topic {} placed:{}\n", kTopic, placement);
+    for (int s = 1; s <= shards_->size(); ++s) {
+      internal::Connection* c = shards_->admin(s);
+      if (c == nullptr) throw std::runtime_error(fmt::format("server {} does not answer", s));
+      c->query(fmt::format("REVOKE ALL PRIVILEGES ON `txmq`.* FROM {}", account));
+      c->query(fmt::format("GRANT SELECT, INSERT, UPDATE, DELETE ON `txmq`.* TO {}", account));
+    }
+    // The children's DSN is the catalog's, as the user with its password (escaped): a client's
+    // own DSN may hold one. The outbox transactions go to each server in turn: server 1's
+    // through the catalog's client, the others' through clients of their own databases.
+    auto as_user = [&](std::string dsn) {
+      const std::string at = "root@";
+      dsn.replace(dsn.find(at), at.size(), fmt::format("{}:{}@", kUser, kPasswordEscaped));
+      return dsn;
+    };
+    setenv("TXMQ_DSN", as_user(client_dsn_).c_str(), 1);
+    std::string outboxes = "catalog";
+    for (int s = 2; s <= shards_->size(); ++s) outboxes += " " + as_user(shards_->root_dsn(s));
+    setenv("TXMQ_FAULT_OUTBOX_DSNS", outboxes.c_str(), 1);
   }
 
   // Topics and groups are DDL and DML through one node: every node must have applied them
@@ -258,8 +380,12 @@ class Orchestrator {
               std::to_string(rng_()),
               child.group};
       if (child.role == "producer") record_.producer_histories.push_back(child.history);
+      if (child.group == "unkeyed") record_.shards.unkeyed_histories.push_back(child.history);
       if (child.role == "consumer") record_.consumer_histories.push_back(child.history);
       if (child.role == "worker") record_.worker_histories.push_back(child.history);
+      if (child.role == "exactly-once") {
+        record_.exactly_once_histories.push_back(child.history);
+      }
     }
     const std::string out = child.role == "cli" ? child.history : child.history + ".out";
     std::vector<char*> args;
@@ -293,7 +419,14 @@ class Orchestrator {
         children_.push_back(c);
       }
     };
-    add("producer", 3, "-");
+    add("producer", 3, options_.shards ? "shards" : "-");
+    if (options_.shards) {
+      Child unkeyed;
+      unkeyed.role = "producer";
+      unkeyed.id = 3;
+      unkeyed.group = "unkeyed";
+      children_.push_back(unkeyed);
+    }
     add("consumer", 3, kRawGroup);
     add("worker", 2, kWorkerGroup);
     add("cli", 1, kCliGroup);
@@ -340,6 +473,8 @@ class Orchestrator {
   Child* pick(std::initializer_list<std::string_view> roles) {
     std::vector<Child*> candidates;
     for (Child& c : children_) {
+      // While a server is down, the unkeyed producer measures the failover: it runs on.
+      if (c.group == "unkeyed" && shard_faults_ != nullptr && shard_faults_->down()) continue;
       if (!c.resume_at && std::find(roles.begin(), roles.end(), c.role) != roles.end()) {
         candidates.push_back(&c);
       }
@@ -433,7 +568,17 @@ class Orchestrator {
       }
     };
     try {
-      if (options_.cluster) {
+      if (options_.shards) {
+        for (int s = 1; s <= shards_->size(); ++s) {
+          internal::Connection* c = shards_->admin(s);
+          if (c == nullptr) continue;
+          try {
+            kill_on(*c);
+          } catch (const Error&) {
+            shards_->forget(s);
+          }
+        }
+      } else if (options_.cluster) {
         for (int node = 1; node <= cluster_->size(); ++node) {
           internal::Connection* c = cluster_->admin(node);
           if (c == nullptr) continue;
@@ -464,17 +609,40 @@ class Orchestrator {
   }
 
   // One snapshot of everything group default holds plus the archive: every batch in it must be
-  // whole (its messages commit together; an ack moves a message to the archive in one go).
+  // whole (its messages commit together; an ack moves a message to the archive in one go). The
+  // shards mode looks at every server that runs: a batch commits on one server.
   void observe() {
+    if (options_.shards) {
+      for (int s = 1; s <= shards_->size(); ++s) {
+        internal::Connection* c = shards_->admin(s);
+        if (c == nullptr) continue;
+        if (!observe_on(*c, kShardPartitions)) shards_->forget(s);
+      }
+      return;
+    }
     internal::Connection* node = some_node();
     if (node == nullptr) return;
+    if (observe_on(*node, 2)) return;
+    // The server (or node) is away; the next snapshot will tell.
+    if (options_.cluster) {
+      for (int n = 1; n <= cluster_->size(); ++n) {
+        if (cluster_->admin(n) == node) cluster_->forget(n);
+      }
+    } else {
+      admin_.reset();
+    }
+  }
+
+  // False when the session failed.
+  bool observe_on(internal::Connection& c, int partitions) {
     try {
-      internal::Connection& c = *node;
       std::string tables;
-      for (std::string_view kind : {"q", "dlq"}) {
-        for (std::string_view partition : {"", "$0_1"}) {
+      for (int p = 0; p < partitions; ++p) {
+        const std::string suffix = p == 0 ? "" : fmt::format("$0_{}", p);
+        // Keyed messages wait behind their key in the parked table (kp).
+        for (std::string_view kind : {"q", "dlq", "kp"}) {
           tables += fmt::format("SELECT id, payload FROM `txmq_{}_{}{}` UNION ALL ", kind, kTopic,
-                                partition);
+                                suffix);
         }
       }
       tables += fmt::format("SELECT id, payload FROM `txmq_a_{}`", kTopic);
@@ -491,15 +659,9 @@ class Orchestrator {
         ++record_.faults.partial_batches_seen;
         fmt::print("  partly visible batch {}: {} messages\n", row.bytes(0), row.i64(1));
       }
-    } catch (const Error& e) {
-      // The server (or node) is away; the next snapshot will tell.
-      if (options_.cluster) {
-        for (int n = 1; n <= cluster_->size(); ++n) {
-          if (cluster_->admin(n) == node) cluster_->forget(n);
-        }
-      } else {
-        admin_.reset();
-      }
+      return true;
+    } catch (const Error&) {
+      return false;
     }
   }
 
@@ -515,9 +677,18 @@ class Orchestrator {
       node_faults.emplace(*cluster_, record_.cluster, rng_(), options_.seconds > 300);
       node_faults->sample();
     }
+    if (options_.shards) {
+      record_.shards.faults_started_us = now_us();
+      shard_faults_ = std::make_unique<ShardFaults>(*shards_, record_.shards, rng_(),
+                                                    options_.seconds > 300, options_.kill_catalog);
+    }
     while (SteadyClock::now() < end) {
       reap_unbidden();
       resume_due();
+      if (shard_faults_) {
+        // No kill in the last 15 s: each outage ends (3 to 9 s, and the restart) within the run.
+        shard_faults_->step(end - SteadyClock::now() > 15s);
+      }
       if (node_faults) {
         // No node fault in the last 40 s: each one's outage and recovery must be seen whole.
         node_faults->step(end - SteadyClock::now() > 40s);
@@ -528,8 +699,10 @@ class Orchestrator {
         next_look = SteadyClock::now() + 2s;
       }
       if (SteadyClock::now() >= next_fault) {
-        // On the cluster the node faults replace the server kills (the first 30 of 100).
-        const unsigned dice = options_.cluster ? 30 + rng_() % 70 : rng_() % 100;
+        // On the cluster and the shards the node and server faults replace the server kills
+        // (the first 30 of 100).
+        const unsigned dice =
+            options_.cluster || options_.shards ? 30 + rng_() % 70 : rng_() % 100;
         if (dice < 30 && SteadyClock::now() - last_server_kill_ > 8s) {
           kill_server();
         } else if (dice < 50) {
@@ -550,6 +723,7 @@ class Orchestrator {
       node_faults->finish(180s);
       node_faults->sample();
     }
+    if (shard_faults_) shard_faults_->finish();
   }
 
   // --- the end -----------------------------------------------------------------------------
@@ -596,6 +770,7 @@ class Orchestrator {
 
   void drain() {
     fmt::print("  faults over; stopping the producers and draining\n");
+    record_.shards.producers_stopped_us = now_us();
     stop_children("producer", 120s);
     record_.cluster.producers_stopped_us = now_us();
     ClientOptions o;
@@ -631,6 +806,7 @@ class Orchestrator {
   }
 
   void collect() {
+    if (options_.shards) return collect_shards();
     if (options_.cluster) compare_nodes();
     internal::Connection& c = admin();
     for (const internal::Row& row :
@@ -642,6 +818,39 @@ class Orchestrator {
       record_.orders.push_back(row.bytes(0));
     }
     admin_.reset();
+  }
+
+  // The effects and orders tables of every server; what each server holds. An order's messages
+  // are sent in its transaction to partitions of its server and processed there, so each effect
+  // lies on the server of its order.
+  void collect_shards() {
+    std::map<std::string, int> order_server;
+    std::vector<std::pair<std::string, int>> effects_at;
+    for (int s = 1; s <= shards_->size(); ++s) {
+      internal::Connection* c = shards_->admin(s);
+      if (c == nullptr) throw std::runtime_error(fmt::format("server {} does not answer", s));
+      const std::size_t effects = record_.effects.size(), orders = record_.orders.size();
+      for (const internal::Row& row :
+           c->execute(fmt::format("SELECT tag FROM {}", kEffectsTable)).rows) {
+        record_.effects.push_back(row.bytes(0));
+        effects_at.emplace_back(row.bytes(0), s);
+      }
+      for (const internal::Row& row :
+           c->execute(fmt::format("SELECT tag FROM {}", kOrdersTable)).rows) {
+        record_.orders.push_back(row.bytes(0));
+        order_server[row.bytes(0)] = s;
+      }
+      const internal::Result archived =
+          c->execute(fmt::format("SELECT COUNT(*) FROM `txmq_a_{}`", kTopic));
+      record_.shards.per_server.push_back(fmt::format(
+          "{}: {} messages in the archive, {} exactly-once effects, {} orders",
+          ShardServers::name(s), archived.rows.at(0).u64(0), record_.effects.size() - effects,
+          record_.orders.size() - orders));
+    }
+    for (const auto& [payload, s] : effects_at) {
+      auto it = order_server.find(payload.substr(0, payload.rfind('.')));
+      if (it != order_server.end() && it->second != s) ++record_.shards.effects_elsewhere;
+    }
   }
 
   // Every node must hold the same tables once nothing is left to apply.
@@ -662,6 +871,8 @@ class Orchestrator {
   std::mt19937_64 rng_;
   LocalServerOptions server_;
   std::unique_ptr<GaleraCluster> cluster_;
+  std::unique_ptr<ShardServers> shards_;
+  std::unique_ptr<ShardFaults> shard_faults_;
   bool own_cluster_ = false;
   std::string root_dsn_, client_dsn_;
   std::unique_ptr<internal::Connection> admin_;
@@ -673,7 +884,7 @@ class Orchestrator {
 int usage() {
   fmt::print(stderr,
              "usage: txmq_fault [--seconds N] [--dir DIR] [--seed S] [--keep] [--cluster "
-             "[--galera-home PATH]]\n");
+             "[--galera-home PATH] | --shards [--kill-catalog]]\n");
   return 2;
 }
 
@@ -711,6 +922,10 @@ int main(int argc, char** argv) {
       options.keep = true;
     } else if (args[i] == "--cluster") {
       options.cluster = true;
+    } else if (args[i] == "--shards") {
+      options.shards = true;
+    } else if (args[i] == "--kill-catalog") {
+      options.kill_catalog = true;
     } else if (args[i] == "--galera-home" && has_value) {
       options.galera_home = args[++i];
     } else {
@@ -718,6 +933,9 @@ int main(int argc, char** argv) {
     }
   }
   if (!options.galera_home.empty() && !options.cluster) return usage();
+  if ((options.shards && options.cluster) || (options.kill_catalog && !options.shards)) {
+    return usage();
+  }
   if (options.dir.empty()) {
     char tmpl[] = "/tmp/txmq-fault-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return usage();
