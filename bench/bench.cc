@@ -169,6 +169,7 @@ void accumulate(Measured& total, Measured part) {
   total.messages += part.messages;
   total.seconds += part.seconds;
   total.latencies.merge(part.latencies);
+  for (const auto& [name, seconds] : part.cpu) total.cpu[name] += seconds;
 }
 
 class Bench {
@@ -665,6 +666,12 @@ int run_bench(const BenchOptions& options) {
       throw Error(Errc::kInvalidArgument, fmt::format("unknown bench section '{}'", s));
     }
   }
+  CpuWatch watch;
+  for (const auto& [name, pid] : options.cpu_pids) watch.watch(name, pid);
+  if (options.cpu || !options.cpu_pids.empty()) g_cpu_watch = &watch;
+  struct Unwatch {
+    ~Unwatch() { g_cpu_watch = nullptr; }
+  } unwatch;
   Bench bench(options, internal::parse_dsn(options.dsn));
   bench.run();
   return 0;

@@ -17,6 +17,8 @@ void add_bench_command(CLI::App& app, Globals& g) {
     bool quick = false;
     bool huge = false;
     std::string only;
+    bool cpu = false;
+    std::string cpu_pids;
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
@@ -27,6 +29,11 @@ void add_bench_command(CLI::App& app, Globals& g) {
   std::string sections;
   for (const std::string& s : bench::bench_sections()) sections += (sections.empty() ? "" : ",") + s;
   bench->add_option("--only", a->only, "comma-separated sections to run: " + sections);
+  bench->add_flag("--cpu", a->cpu,
+                  "print the CPU each row took: the bench process and the machine (/proc)");
+  bench->add_option("--cpu-pids", a->cpu_pids,
+                    "also these processes, NAME=PID,... (such as the servers' mariadbd); "
+                    "implies --cpu");
   bench->callback([&g, a] {
     bench::BenchOptions o;
     o.dsn = resolve_dsn(g);
@@ -36,6 +43,22 @@ void add_bench_command(CLI::App& app, Globals& g) {
     std::stringstream in(a->only);
     for (std::string s; std::getline(in, s, ',');) {
       if (!s.empty()) o.sections.push_back(s);
+    }
+    o.cpu = a->cpu;
+    std::stringstream pids(a->cpu_pids);
+    for (std::string s; std::getline(pids, s, ',');) {
+      if (s.empty()) continue;
+      const std::size_t eq = s.find('=');
+      int pid = 0;
+      try {
+        pid = eq == std::string::npos ? 0 : std::stoi(s.substr(eq + 1));
+      } catch (const std::exception&) {
+      }
+      if (eq == 0 || pid <= 0) {
+        throw Error(Errc::kInvalidArgument,
+                    "--cpu-pids: expected NAME=PID,... (such as s1=1234,s2=1240), got '" + s + "'");
+      }
+      o.cpu_pids.emplace_back(s.substr(0, eq), pid);
     }
     g.exit_code = bench::run_bench(o);
   });
