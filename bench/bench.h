@@ -17,6 +17,11 @@ struct BenchOptions {
   // printed with each row and in the JSON document's rows ("cpu_seconds").
   bool cpu = false;
   std::vector<std::pair<std::string, int>> cpu_pids;
+  // The bench's topics spread over these servers (registered with Client::add_server; partition
+  // p on servers[p % n]) with `partitions` partitions (0: two per server). Empty: the client's
+  // own database, one partition, as always.
+  std::vector<std::string> servers;
+  int partitions = 0;
 };
 
 // Runs the workloads, printing each row as it completes, then the table of targets.

@@ -19,6 +19,8 @@ void add_bench_command(CLI::App& app, Globals& g) {
     std::string only;
     bool cpu = false;
     std::string cpu_pids;
+    std::string servers;
+    int partitions = 0;
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
@@ -34,6 +36,12 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_option("--cpu-pids", a->cpu_pids,
                     "also these processes, NAME=PID,... (such as the servers' mariadbd); "
                     "implies --cpu");
+  bench->add_option("--servers", a->servers,
+                    "spread the bench's topics over these servers (txmq server add), a,b,c: "
+                    "partition p on server p % n");
+  bench->add_option("--partitions", a->partitions,
+                    "partitions of the bench's topics (default 1; with --servers, 2 per server)")
+      ->check(CLI::Range(1, 64));
   bench->callback([&g, a] {
     bench::BenchOptions o;
     o.dsn = resolve_dsn(g);
@@ -45,6 +53,11 @@ void add_bench_command(CLI::App& app, Globals& g) {
       if (!s.empty()) o.sections.push_back(s);
     }
     o.cpu = a->cpu;
+    std::stringstream servers(a->servers);
+    for (std::string s; std::getline(servers, s, ',');) {
+      if (!s.empty()) o.servers.push_back(s);
+    }
+    o.partitions = a->partitions;
     std::stringstream pids(a->cpu_pids);
     for (std::string s; std::getline(pids, s, ',');) {
       if (s.empty()) continue;
