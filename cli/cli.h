@@ -34,6 +34,7 @@ void add_topic_commands(CLI::App& app, Globals& globals);
 void add_message_commands(CLI::App& app, Globals& globals);
 void add_inspect_commands(CLI::App& app, Globals& globals);
 void add_local_commands(CLI::App& app, Globals& globals);
+void add_server_commands(CLI::App& app, Globals& globals);
 void add_group_commands(CLI::App& app, Globals& globals);
 void add_archive_commands(CLI::App& app, Globals& globals);
 void add_consume_command(CLI::App& app, Globals& globals);

@@ -1,4 +1,5 @@
 // topic, send, send-batch, receive, ack, nack, extend, stats, inflight, dead, local.
+#include <sstream>
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -195,6 +196,9 @@ nlohmann::json topic_json(const TopicInfo& t) {
                                     ? nlohmann::json(nullptr)
                                     : nlohmann::json(t.options.dead_letter_topic)},
           {"retention_seconds", t.options.retention.count() / 1e6},
+          {"servers", t.options.servers},
+          {"placement", t.placement},
+          {"placement_epoch", t.placement_epoch},
           {"created_at", iso_time(t.created_at)}};
 }
 
@@ -211,9 +215,17 @@ void add_topic_commands(CLI::App& app, Globals& g) {
                                            "match)");
   create->add_option("name", *create_name, "topic name: [a-z][a-z0-9_]{0,47}")->required();
   add_topic_setting_options(create, *create_settings);
-  create->callback([&g, create_name, create_settings] {
+  auto create_servers = std::make_shared<std::string>();
+  create->add_option("--servers", *create_servers,
+                     "spread the partitions over these servers (txmq server add), partition p "
+                     "on the (p mod N)-th: a,b,c");
+  create->callback([&g, create_name, create_settings, create_servers] {
     TopicOptions options;
     apply_topic_settings(*create_settings, options);
+    std::stringstream servers(*create_servers);
+    for (std::string s; std::getline(servers, s, ',');) {
+      if (!s.empty()) options.servers.push_back(s);
+    }
     auto client = connect(g);
     bool created = client->create_topic(*create_name, options);
     if (g.json) {
@@ -254,18 +266,39 @@ void add_topic_commands(CLI::App& app, Globals& g) {
       std::printf("no topics\n");
       return;
     }
-    std::printf("%-32s %8s %12s %11s %8s %-22s %5s %9s  %s\n", "NAME", "LEASE_S", "MAX_ATTEMPTS",
-                "MAX_PAYLOAD", "DEDUP_S", "RETRY(S,xMULT,MAX_S,J)", "PARTS", "ARCHIVE_S",
-                "CREATED");
+    std::printf("%-32s %8s %12s %11s %8s %-22s %5s %9s  %-27s %s\n", "NAME", "LEASE_S",
+                "MAX_ATTEMPTS", "MAX_PAYLOAD", "DEDUP_S", "RETRY(S,xMULT,MAX_S,J)", "PARTS",
+                "ARCHIVE_S", "CREATED", "SERVERS");
     for (const TopicInfo& t : topics) {
       const RetryPolicy& r = t.options.retry;
       const std::string retry = fmt::format("{:g},x{:g},{:g},{:g}", r.initial.count() / 1e6,
                                             r.multiplier, r.max.count() / 1e6, r.jitter);
-      std::printf("%-32s %8g %12d %11zu %8g %-22s %5d %9g  %s\n", t.name.c_str(),
+      std::string servers;
+      for (const std::string& s : t.options.servers) servers += (servers.empty() ? "" : ",") + s;
+      std::printf("%-32s %8g %12d %11zu %8g %-22s %5d %9g  %-27s %s\n", t.name.c_str(),
                   t.options.lease.count() / 1e6, t.options.max_attempts,
                   t.options.max_payload_bytes, t.options.dedup_window.count() / 1e6,
                   retry.c_str(), t.options.partitions, t.options.archive.count() / 1e6,
-                  iso_time(t.created_at).c_str());
+                  iso_time(t.created_at).c_str(), servers.empty() ? "-" : servers.c_str());
+    }
+  });
+
+  auto show_name = std::make_shared<std::string>();
+  CLI::App* show = topic->add_subcommand("show", "a topic's settings and, when spread, where "
+                                                 "each partition lives");
+  show->add_option("name", *show_name, "topic name")->required();
+  show->callback([&g, show_name] {
+    const TopicInfo t = connect(g)->topic(*show_name);
+    if (g.json) {
+      print_json(topic_json(t));
+      return;
+    }
+    std::printf("%s\n", topic_json(t).dump(2).c_str());
+    if (!t.placement.empty()) {
+      std::printf("placement (epoch %llu):\n", static_cast<unsigned long long>(t.placement_epoch));
+      for (std::size_t p = 0; p < t.placement.size(); ++p) {
+        std::printf("  partition %2zu  %s\n", p, t.placement[p].c_str());
+      }
     }
   });
 
@@ -740,6 +773,85 @@ void add_archive_commands(CLI::App& app, Globals& g) {
     } else {
       std::printf("purged %llu archived messages of topic %s\n",
                   static_cast<unsigned long long>(n), pa->topic.c_str());
+    }
+  });
+}
+
+void add_server_commands(CLI::App& app, Globals& g) {
+  CLI::App* server = app.add_subcommand(
+      "server", "servers that topics may be spread over (README \"Several servers\")");
+  server->require_subcommand(1);
+  auto add_args = std::make_shared<std::pair<std::string, std::string>>();
+  CLI::App* add = server->add_subcommand(
+      "add", "record a server by name: its DSN may not hold a password (use password-file=PATH "
+             "or password-env=NAME)");
+  add->add_option("name", add_args->first, "server name: [a-z][a-z0-9_]{0,47}")->required();
+  add->add_option("dsn", add_args->second, "mysql://user@host:port/database?password-file=PATH")
+      ->required();
+  add->callback([&g, add_args] {
+    connect(g)->add_server(add_args->first, add_args->second);
+    if (g.json) {
+      print_json({{"server", add_args->first}, {"added", true}});
+    } else {
+      std::printf("added server %s\n", add_args->first.c_str());
+    }
+  });
+  server->add_subcommand("list", "list the recorded servers")->callback([&g] {
+    const std::vector<ServerInfo> servers = connect(g)->list_servers();
+    if (g.json) {
+      for (const ServerInfo& s : servers) {
+        print_json({{"name", s.name}, {"dsn", s.dsn}, {"added_at", iso_time(s.added_at)}});
+      }
+      return;
+    }
+    if (servers.empty()) {
+      std::printf("no servers\n");
+      return;
+    }
+    std::printf("%-24s %-27s %s\n", "NAME", "ADDED", "DSN");
+    for (const ServerInfo& s : servers) {
+      std::printf("%-24s %-27s %s\n", s.name.c_str(), iso_time(s.added_at).c_str(),
+                  s.dsn.c_str());
+    }
+  });
+  auto remove_name = std::make_shared<std::string>();
+  CLI::App* remove =
+      server->add_subcommand("remove", "forget a server (refused while partitions live on it)");
+  remove->add_option("name", *remove_name, "server name")->required();
+  remove->callback([&g, remove_name] {
+    connect(g)->remove_server(*remove_name);
+    if (g.json) {
+      print_json({{"server", *remove_name}, {"removed", true}});
+    } else {
+      std::printf("removed server %s\n", remove_name->c_str());
+    }
+  });
+
+  CLI::App* partition = app.add_subcommand("partition", "partitions of a spread topic");
+  partition->require_subcommand(1);
+  struct MoveArgs {
+    std::string topic, to;
+    int partition = 0;
+  };
+  auto move_args = std::make_shared<MoveArgs>();
+  CLI::App* move = partition->add_subcommand(
+      "move", "move a partition, with its messages, to another server while sends go on");
+  move->add_option("topic", move_args->topic, "topic name")->required();
+  move->add_option("partition", move_args->partition, "partition number (0-based)")->required();
+  move->add_option("--to", move_args->to, "server name")->required();
+  move->callback([&g, move_args] {
+    const auto start = std::chrono::steady_clock::now();
+    connect(g)->move_partition(move_args->topic, move_args->partition, move_args->to);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (g.json) {
+      print_json({{"topic", move_args->topic},
+                  {"partition", move_args->partition},
+                  {"server", move_args->to},
+                  {"seconds", took}});
+    } else {
+      std::printf("partition %d of topic %s is on server %s (%.2f s)\n", move_args->partition,
+                  move_args->topic.c_str(), move_args->to.c_str(), took);
     }
   });
 }

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   add_group_commands(app, globals);
   add_archive_commands(app, globals);
   add_consume_command(app, globals);
+  add_server_commands(app, globals);
   add_local_commands(app, globals);
   add_demo_command(app, globals);
   add_bench_command(app, globals);

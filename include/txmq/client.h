@@ -40,6 +40,27 @@ class Client {
   std::vector<TopicInfo> list_topics();
   TopicInfo topic(std::string_view name);
 
+  // --- Several servers (README "Several servers") ------------------------------------------------
+  //
+  // The client's database is the catalog: it records servers by name and where each partition
+  // of a spread topic (TopicOptions::servers) lives. Ids carry their partition, so receipts go
+  // straight to their server; a send_batch commits on one server (a batch whose keys or dedup
+  // keys map to partitions on several servers is refused); process() is exactly-once per server.
+
+  // Records a server. The DSN may not hold a password: name a file (password-file=PATH) or an
+  // environment variable (password-env=NAME) that every client has. Connects to it first and
+  // creates txmq's catalog tables there. Throws kAlreadyExists when the name is taken by another
+  // DSN; names follow topic names' rule.
+  void add_server(std::string_view name, std::string_view dsn);
+  std::vector<ServerInfo> list_servers();
+  // Forgets a server. kFailedPrecondition while a partition lives on it.
+  void remove_server(std::string_view name);
+  // Moves one partition of a spread topic to another server, with its messages (waiting, in
+  // flight with their leases, delayed, parked behind keys, dead letters), dedup keys and archive,
+  // while sends to the topic's other partitions go on. Sends to the partition wait (up to 30 s)
+  // while it moves. Run again after a failure: it finishes or undoes a cut-short move.
+  void move_partition(std::string_view topic, int partition, std::string_view server);
+
   // Sends one message (any bytes) and returns its id once it is committed.
   std::uint64_t send(std::string_view topic, std::string_view payload,
                      const SendOptions& options = {});

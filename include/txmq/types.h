@@ -83,6 +83,11 @@ struct TopicOptions {
   // acknowledged or dead-lettered. Older messages are deleted instead of delivered (SQS's
   // MessageRetentionPeriod).
   Micros retention{0};
+  // Servers (names given to Client::add_server) over which the topic's partitions are spread:
+  // partition p lives on servers[p % servers.size()], whole, with its own tables there (README
+  // "Several servers"). Empty: the client's own database. Set at creation; partitions added
+  // later are placed the same way; Client::move_partition moves one.
+  std::vector<std::string> servers;
 
   bool operator==(const TopicOptions&) const = default;
 };
@@ -91,6 +96,17 @@ struct TopicInfo {
   std::string name;
   TopicOptions options;
   Clock::time_point created_at;
+  // A spread topic's placement: the server of each partition (empty: the client's database),
+  // and its epoch, which every change of placement raises.
+  std::vector<std::string> placement;
+  std::uint64_t placement_epoch = 0;
+};
+
+// A server that topics may be spread over (Client::add_server).
+struct ServerInfo {
+  std::string name;
+  std::string dsn;  // as given: never a password (it names a password file or variable)
+  Clock::time_point added_at;
 };
 
 // Consumer groups. Every group of a topic receives every message sent after it was created

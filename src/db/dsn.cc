@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 
 #include "db/printable.h"
@@ -79,10 +80,20 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
     }
     if (!password.empty() && password.back() == '\r') password.pop_back();
     dsn.password = std::move(password);
+    dsn.password_in_text = false;
+  } else if (name == "password-env" || name == "password_env") {
+    const std::string variable = percent_decode(value, "password-env");
+    const char* password = variable.empty() ? nullptr : std::getenv(variable.c_str());
+    if (password == nullptr) {
+      refuse(fmt::format("password-env names the environment variable {}, which is not set",
+                         printable(variable, 256)));
+    }
+    dsn.password = password;
+    dsn.password_in_text = false;
   } else {
     refuse(
         fmt::format("unknown parameter '{}' (known: socket, connect_timeout, read_timeout, ssl-mode, "
-                    "ssl-ca, password-file)",
+                    "ssl-ca, password-file, password-env)",
                     printable(name)));
   }
 }
@@ -143,6 +154,7 @@ Dsn parse_dsn(std::string_view text) {
     dsn.user = percent_decode(userinfo.substr(0, colon), "user");
     if (colon != std::string_view::npos) {
       dsn.password = percent_decode(userinfo.substr(colon + 1), "password");
+      dsn.password_in_text = !dsn.password.empty();
     }
   }
   if (dsn.user.empty()) refuse("missing user (mysql://USER@host/database)");

@@ -7,9 +7,9 @@
 namespace txmq::internal {
 
 // mysql://user:password@host:port/database?socket=PATH&connect_timeout=S&read_timeout=S
-// &ssl-mode=MODE&ssl-ca=PATH&password-file=PATH. Also mariadb://. User and password are
+// &ssl-mode=MODE&ssl-ca=PATH&password-file=PATH&password-env=NAME. Also mariadb://. User and password are
 // percent-decoded. password-file reads the password from the file's first line instead, so that
-// it appears in no DSN. Unknown parameters are refused so that a typo is an error, not a
+// it appears in no DSN; password-env reads it from an environment variable. Unknown parameters are refused so that a typo is an error, not a
 // silently ignored setting.
 //
 // The host may be a list, host1:port1,host2:port2,...: the nodes of a Galera cluster, of which
@@ -25,6 +25,9 @@ struct Dsn {
 
   std::string user;
   std::string password;
+  // Whether the password was written in the DSN itself (not read from password-file or
+  // password-env): such a DSN is not stored in a catalog (txmq server add).
+  bool password_in_text = false;
   // The server this DSN connects to: the first of `nodes`, or the one node() picked.
   std::string host = "localhost";
   unsigned port = 3306;

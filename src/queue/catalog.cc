@@ -79,7 +79,7 @@ constexpr std::string_view kSelectTopic =
     "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
     "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
     "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout, "
-    "dead_letter_topic, retention_us FROM txmq_topics";
+    "dead_letter_topic, retention_us, placed FROM txmq_topics";
 
 TopicInfo topic_from_row(const Row& row) {
   TopicInfo info;
@@ -344,6 +344,15 @@ void migrate_from_6(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 7, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
+// Version 7 -> 8: a topic's partitions may be spread over several servers (placement.h). Each
+// server's row says which of the topic's partitions live there (`placed`, NULL: all); the
+// catalog records the servers and the placement (txmq_servers, txmq_placements, created by
+// bootstrap).
+void migrate_from_7(Connection& c) {
+  c.query("ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS placed BIGINT UNSIGNED NULL");
+  c.execute("UPDATE txmq_schema SET version = 8, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
 // --- Claims ------------------------------------------------------------------------------------
 //
 // What must not run twice at once between clients (a schema migration; a change of one topic's
@@ -475,9 +484,10 @@ bool catalog_is_current(Connection& c) {
     Result r = c.execute(
         "SELECT version, (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
         "DATABASE() AND table_name IN ('txmq_topics', 'txmq_groups', 'txmq_consumers', "
-        "'txmq_waiters', 'txmq_metrics')) FROM txmq_schema WHERE singleton = 1",
+        "'txmq_waiters', 'txmq_metrics', 'txmq_servers', 'txmq_placements')) FROM txmq_schema "
+        "WHERE singleton = 1",
         {});
-    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 5;
+    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 7;
   } catch (const Error& e) {
     if (e.code() == Errc::kNotFound) return false;  // a new database
     throw;
@@ -530,7 +540,23 @@ void TopicCatalog::bootstrap() {
         " dead_letter_topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NULL,"
         " retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
         " layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
-        " layout_claimed_until DATETIME(6) NULL) ENGINE=InnoDB");
+        " layout_claimed_until DATETIME(6) NULL,"
+        " placed BIGINT UNSIGNED NULL) ENGINE=InnoDB");
+    // Servers that topics may be spread over, and where each spread topic's partitions live
+    // (placement.cc). Passwords are never stored: a DSN names a password file or variable.
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_servers ("
+        " name VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
+        " dsn VARCHAR(2048) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
+        " added_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
+    c.query(
+        "CREATE TABLE IF NOT EXISTS txmq_placements ("
+        " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
+        " epoch BIGINT UNSIGNED NOT NULL,"
+        " servers VARCHAR(4096) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " partitions VARCHAR(4096) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+        " moving VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,"
+        " created_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
     // Consumer groups; `number` names the group's tables and is never reused within a topic.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_groups ("
@@ -595,6 +621,7 @@ void TopicCatalog::bootstrap() {
       step(4, migrate_from_4);
       step(5, migrate_from_5);
       step(6, migrate_from_6);
+      step(7, migrate_from_7);
     } catch (...) {
       release_claim(c, kSchemaClaim, key, token);
       throw;
@@ -611,6 +638,7 @@ std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view na
   TopicLayout layout;
   layout.info = topic_from_row(r.rows[0]);
   layout.version = r.rows[0].u64(12);
+  layout.placed = r.rows[0].null(15) ? kAllPartitions : r.rows[0].u64(15);
   Result g = c.execute(fmt::format("SELECT name, number, {} FROM txmq_groups WHERE topic = ? "
                                    "ORDER BY number",
                                    micros_of("created_at")),
@@ -653,7 +681,8 @@ void TopicCatalog::forget(std::string_view name) {
   cache_.erase(std::string(name));
 }
 
-bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
+bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
+                          std::uint64_t placed) {
   check_options(options);
   check_dead_letter_topic(name, options);
   check_topic_name(name);
@@ -667,12 +696,13 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options) {
     std::vector<Param> params = option_params(options);
     params.insert(params.begin(), name);
     params.push_back(static_cast<std::int64_t>(options.partitions));
+    params.push_back(placed == kAllPartitions ? Param(nullptr) : Param(placed));
     c.begin();
     Result r = c.execute(
         "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
         "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
-        "archive_us, dead_letter_topic, retention_us, partitions, created_at) VALUES (?, ?, ?, "
-        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        "archive_us, dead_letter_topic, retention_us, partitions, placed, created_at) VALUES (?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
         params);
     if (r.affected_rows == 1) {
       c.execute("INSERT IGNORE INTO txmq_groups (topic, name, number, created_at) "
@@ -745,7 +775,25 @@ void TopicCatalog::drop(std::string_view name) {
   if (!existed) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
 }
 
-void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
+void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
+  check_topic_name(name);
+  const Param mask = placed == kAllPartitions ? Param(nullptr) : Param(placed);
+  pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    Result r = c.execute(
+        "UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
+        "(placed <=> ?)",
+        {mask, name, mask});
+    if (r.affected_rows == 0 &&
+        c.execute("SELECT 1 FROM txmq_topics WHERE name = ?", {name}).rows.empty()) {
+      throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+    }
+  });
+  forget(name);
+}
+
+void TopicCatalog::update(std::string_view name, const TopicOptions& options,
+                          std::optional<std::uint64_t> placed) {
   check_options(options);
   check_dead_letter_topic(name, options);
   check_topic_name(name);
@@ -779,6 +827,12 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options) {
         "layout = layout + IF(partitions = ?, 0, 1), "
         "partitions = ? WHERE name = ?",
         params);
+    if (placed) {
+      const Param mask = *placed == kAllPartitions ? Param(nullptr) : Param(*placed);
+      c.execute("UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
+                "(placed <=> ?)",
+                {mask, name, mask});
+    }
   });
   forget(name);
 }

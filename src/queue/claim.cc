@@ -217,9 +217,10 @@ void check_claim_options(int max_messages, Micros wait) {
 std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
                               const std::vector<int>& only) {
   std::vector<Unit> units;
+  // Partitions placed on other servers (a spread topic, placement.h) are not walked here.
   if (only.empty()) {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
-      units.push_back(unit_of(layout.info.name, group.number, p));
+      if (layout.is_placed(p)) units.push_back(unit_of(layout.info.name, group.number, p));
     }
     return units;
   }
@@ -229,6 +230,7 @@ std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group
                   fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}",
                               layout.info.name, layout.info.options.partitions - 1, p));
     }
+    if (!layout.is_placed(static_cast<unsigned>(p))) continue;
     units.push_back(unit_of(layout.info.name, group.number, static_cast<unsigned>(p)));
   }
   return units;
@@ -251,6 +253,7 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
   const std::vector<Unit> units = claim_units(layout, group, options.partitions);
+  if (units.empty()) return {};  // none of them on this server
   const auto wanted = static_cast<std::size_t>(options.max_messages);
   std::vector<Message> messages;
   claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {

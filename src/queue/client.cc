@@ -6,13 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "db/printable.h"
 #include "db/dsn.h"
 #include "queue/operations.h"
+#include "queue/placement.h"
+#include "queue/spread.h"
 #include "queue/transaction_impl.h"
 
 namespace txmq {
@@ -123,7 +127,56 @@ struct Client::Impl {
       : options(std::move(o)),
         queue(resolve_dsn(options.dsn), options.pool_size,
               options.consumer_name.empty() ? default_consumer_name() : options.consumer_name,
-              options.record_metrics) {}
+              options.record_metrics),
+        shards(queue, [this](const internal::Dsn& dsn) { return connect_server(dsn); }),
+        spread(shards) {}
+
+  // Reports and checks of a context, as for the client's own database.
+  void prepare(QueueContext& context) {
+    context.waiters.warn = [this](std::string_view text) {
+      warn_once(options.on_warning, std::string(text));
+    };
+    context.pool.set_outage_reporter([this, where = context.pool.dsn().describe()](
+                                         std::string_view text) {
+      const std::string line = fmt::format("{}: {}", where, text);
+      if (options.on_warning) {
+        options.on_warning(line);
+      } else {
+        std::fprintf(stderr, "txmq: %s\n", line.c_str());
+      }
+    });
+    check_server(context);
+    context.catalog.bootstrap();
+  }
+
+  // Another server that topics are spread over (placement.h).
+  std::unique_ptr<QueueContext> connect_server(const internal::Dsn& dsn) {
+    auto context = std::make_unique<QueueContext>(dsn, options.pool_size, queue.owner,
+                                                  options.record_metrics);
+    prepare(*context);
+    return context;
+  }
+
+  // Runs `local` for a topic of the client's own database, `spread` for one spread over
+  // servers. A topic that another client spread moments ago (this client's placement cache
+  // says "not spread" for up to 5 s) is looked up again when the local call finds no topic.
+  template <typename Local, typename Spread>
+  auto route(std::string_view topic, Local&& local, Spread&& spread_fn) -> decltype(local()) {
+    if (std::optional<internal::Placement> p = shards.placement(topic)) return spread_fn(*p);
+    try {
+      return local();
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;
+      std::optional<internal::Placement> fresh;
+      try {
+        fresh = shards.reload(topic);
+      } catch (const Error&) {
+        throw e;
+      }
+      if (!fresh) throw;
+      return spread_fn(*fresh);
+    }
+  }
 
   static internal::Dsn resolve_dsn(const std::string& dsn) {
     if (!dsn.empty()) return internal::parse_dsn(dsn);
@@ -132,9 +185,9 @@ struct Client::Impl {
     throw Error(Errc::kInvalidArgument, "no DSN given and TXMQ_DSN is not set");
   }
 
-  void check_server() {
+  void check_server(QueueContext& context) {
     internal::Result r =
-        queue.pool.run(internal::OnLostConnection::kRetry, [](internal::Connection& c,
+        context.pool.run(internal::OnLostConnection::kRetry, [](internal::Connection& c,
                                                               const internal::Attempt&) {
           return c.execute(
               "SELECT @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
@@ -142,8 +195,8 @@ struct Client::Impl {
               {});
         });
     const internal::Row& row = r.rows.at(0);
-    const std::string where = queue.pool.dsn().describe();
-    internal::Cluster* cluster = queue.pool.cluster();
+    const std::string where = context.pool.dsn().describe();
+    internal::Cluster* cluster = context.pool.cluster();
     const bool galera = cluster != nullptr && cluster->galera();  // checked per node below
     if (row.i64(0) != 1 && !galera) {
       warn_once(options.on_warning,
@@ -158,14 +211,14 @@ struct Client::Impl {
                             where, row.i64(1)));
     }
     // A statement must fit in one packet; keep a margin for the protocol's own bytes.
-    queue.max_statement_bytes = std::max<std::size_t>(row.u64(3) / 2, 64 * 1024);
-    check_galera();
+    context.max_statement_bytes = std::max<std::size_t>(row.u64(3) / 2, 64 * 1024);
+    check_galera(queue);
   }
 
   // What a Galera cluster promises depends on every node's settings (docs/galera.md,
   // "What is promised"): checked on each node the DSN lists, once per client.
-  void check_galera() {
-    internal::Pool& pool = queue.pool;
+  void check_galera(QueueContext& context) {
+    internal::Pool& pool = context.pool;
     if (internal::Cluster* cluster = pool.cluster(); cluster != nullptr && cluster->galera()) {
       const std::vector<internal::NodeState> nodes = cluster->last_probe();
       std::uint64_t cluster_size = 0;
@@ -239,6 +292,8 @@ struct Client::Impl {
 
   ClientOptions options;
   QueueContext queue;
+  internal::Shards shards;
+  internal::Spread spread;
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -252,23 +307,81 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(o
       std::fprintf(stderr, "txmq: %.*s\n", static_cast<int>(text.size()), text.data());
     }
   });
-  impl_->check_server();
+  impl_->check_server(impl_->queue);
   impl_->queue.catalog.bootstrap();
 }
 
 Client::~Client() = default;
 
 bool Client::create_topic(std::string_view name, const TopicOptions& options) {
-  return impl_->queue.catalog.create(name, options);
+  Impl& i = *impl_;
+  if (!options.servers.empty()) return i.spread.create_topic(name, options);
+  if (i.shards.reload(name)) {
+    throw Error(Errc::kAlreadyExists,
+                fmt::format("topic '{}' exists, spread over servers (txmq topic show {})", name,
+                            name));
+  }
+  return i.queue.catalog.create(name, options);
 }
 void Client::drop_topic(std::string_view name) {
-  impl_->queue.catalog.drop(name);
+  Impl& i = *impl_;
+  i.route(name, [&] { i.queue.catalog.drop(name); },
+          [&](const internal::Placement& p) { i.spread.drop_topic(p); });
 }
 void Client::update_topic(std::string_view name, const TopicOptions& options) {
-  impl_->queue.catalog.update(name, options);
+  Impl& i = *impl_;
+  i.route(name, [&] {
+    if (!options.servers.empty()) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' lives in the client's database: it cannot be spread "
+                              "over servers by an update (create a spread topic)",
+                              name));
+    }
+    i.queue.catalog.update(name, options);
+  }, [&](const internal::Placement& p) { i.spread.update_topic(p, options); });
 }
-std::vector<TopicInfo> Client::list_topics() { return impl_->queue.catalog.list(); }
-TopicInfo Client::topic(std::string_view name) { return impl_->queue.catalog.get(name); }
+std::vector<TopicInfo> Client::list_topics() {
+  Impl& i = *impl_;
+  std::vector<internal::Placement> spread = i.shards.all();
+  std::vector<TopicInfo> out;
+  for (TopicInfo& t : i.queue.catalog.list()) {
+    // The catalog's database may hold partitions of a spread topic: listed once, below.
+    const bool is_spread = std::any_of(spread.begin(), spread.end(), [&](const auto& p) {
+      return p.topic == t.name;
+    });
+    if (!is_spread) out.push_back(std::move(t));
+  }
+  for (const internal::Placement& p : spread) {
+    try {
+      out.push_back(i.spread.topic(p));
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnavailable && e.code() != Errc::kNotFound) throw;
+      TopicInfo t;  // no server of it answers: its placement only
+      t.name = p.topic;
+      t.options.servers = p.servers;
+      t.options.partitions = static_cast<int>(p.partitions.size());
+      t.placement = p.partitions;
+      t.placement_epoch = p.epoch;
+      out.push_back(std::move(t));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+TopicInfo Client::topic(std::string_view name) {
+  Impl& i = *impl_;
+  return i.route(name, [&] { return i.queue.catalog.get(name); },
+                 [&](const internal::Placement& p) { return i.spread.topic(p); });
+}
+
+void Client::add_server(std::string_view name, std::string_view dsn) {
+  impl_->shards.add_server(name, dsn);
+}
+std::vector<ServerInfo> Client::list_servers() { return impl_->shards.list_servers(); }
+void Client::remove_server(std::string_view name) { impl_->shards.remove_server(name); }
+void Client::move_partition(std::string_view topic, int partition, std::string_view server) {
+  impl_->spread.move_partition(topic, partition, server);
+}
 
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -278,22 +391,28 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 std::uint64_t Client::send(std::string_view topic, std::string_view payload,
                            const SendOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::uint64_t id = internal::send_one(impl_->queue, topic, payload, options);
-  internal::MetricsRecorder& m = impl_->queue.metrics;
-  m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
-  m.count(topic, {}, internal::Counter::kSent, 1);
-  return id;
+  Impl& i = *impl_;
+  return i.route(topic, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const std::uint64_t id = internal::send_one(i.queue, topic, payload, options);
+    internal::MetricsRecorder& m = i.queue.metrics;
+    m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
+    m.count(topic, {}, internal::Counter::kSent, 1);
+    return id;
+  }, [&](const internal::Placement&) { return i.spread.send(topic, payload, options); });
 }
 
 std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
                                               std::span<const OutgoingMessage> messages) {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::uint64_t> ids = internal::send_batch(impl_->queue, topic, messages);
-  internal::MetricsRecorder& m = impl_->queue.metrics;
-  m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
-  m.count(topic, {}, internal::Counter::kSent, ids.size());
-  return ids;
+  Impl& i = *impl_;
+  return i.route(topic, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::uint64_t> ids = internal::send_batch(i.queue, topic, messages);
+    internal::MetricsRecorder& m = i.queue.metrics;
+    m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
+    m.count(topic, {}, internal::Counter::kSent, ids.size());
+    return ids;
+  }, [&](const internal::Placement&) { return i.spread.send_batch(topic, messages); });
 }
 
 Transaction Client::begin() {
@@ -321,102 +440,168 @@ Outbox Client::enlist(MYSQL* connection) {
 
 std::size_t Client::process(std::string_view topic, const ProcessOptions& options,
                             const TransactionalHandler& handler) {
-  return internal::process(impl_->queue, topic, options, handler);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::process(i.queue, topic, options, handler); },
+                 [&](const internal::Placement&) { return i.spread.process(topic, options, handler); });
 }
 
 std::vector<Message> Client::receive(std::string_view topic, const ReceiveOptions& options) {
-  return internal::receive(impl_->queue, topic, options);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::receive(i.queue, topic, options); },
+                 [&](const internal::Placement&) { return i.spread.receive(topic, options); });
 }
 
 Settle Client::ack(std::string_view topic, std::string_view receipt) {
   std::string one(receipt);
-  return internal::ack(impl_->queue, topic, std::span<const std::string>(&one, 1)).at(0);
+  return ack(topic, std::span<const std::string>(&one, 1)).at(0);
 }
 
 std::vector<Settle> Client::ack(std::string_view topic, std::span<const std::string> receipts) {
-  return internal::ack(impl_->queue, topic, receipts);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::ack(i.queue, topic, receipts); },
+                 [&](const internal::Placement&) { return i.spread.ack(topic, receipts); });
 }
 
 Settle Client::nack(std::string_view topic, std::string_view receipt,
                     std::optional<Micros> delay) {
-  return internal::nack(impl_->queue, topic, receipt, delay);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::nack(i.queue, topic, receipt, delay); },
+                 [&](const internal::Placement&) { return i.spread.nack(topic, receipt, delay); });
 }
 
 Settle Client::extend(std::string_view topic, std::string_view receipt, Micros lease) {
-  return internal::extend(impl_->queue, topic, receipt, lease);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::extend(i.queue, topic, receipt, lease); },
+                 [&](const internal::Placement&) { return i.spread.extend(topic, receipt, lease); });
 }
 
 std::uint64_t Client::purge(std::string_view topic, std::string_view group) {
-  return internal::purge(impl_->queue, topic, group);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::purge(i.queue, topic, group); },
+                 [&](const internal::Placement& p) { return i.spread.purge(p, group); });
 }
 
 void Client::forget_dedup_keys(std::string_view topic) {
-  internal::forget_dedup_keys(impl_->queue, topic);
+  Impl& i = *impl_;
+  i.route(topic, [&] { internal::forget_dedup_keys(i.queue, topic); },
+          [&](const internal::Placement& p) { i.spread.forget_dedup_keys(p); });
 }
 
 Client::Subscription Client::subscribe(std::string_view topic, std::string_view group,
                                        std::function<void()> wake) {
-  return Subscription(internal::subscribe(impl_->queue, topic, group, std::move(wake)));
+  Impl& i = *impl_;
+  return Subscription(i.route(
+      topic, [&] { return internal::subscribe(i.queue, topic, group, std::move(wake)); },
+      [&](const internal::Placement& p) { return i.spread.subscribe(p, group, std::move(wake)); }));
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group) {
-  return internal::stats(impl_->queue, topic, group, 0);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::stats(i.queue, topic, group, 0); },
+                 [&](const internal::Placement& p) { return i.spread.stats(p, group, 0); });
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group,
                          std::uint64_t exact_up_to) {
   if (exact_up_to == 0) throw Error(Errc::kInvalidArgument, "exact_up_to must be at least 1");
-  return internal::stats(impl_->queue, topic, group, exact_up_to);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::stats(i.queue, topic, group, exact_up_to); },
+                 [&](const internal::Placement& p) {
+                   return i.spread.stats(p, group, exact_up_to);
+                 });
 }
 
 std::vector<RecordedMetric> Client::recorded_metrics() {
-  return internal::read_metrics(impl_->queue.pool);
+  // The client's database, and every server of a spread topic that this client reached:
+  // totals of one name added together.
+  std::vector<RecordedMetric> all = internal::read_metrics(impl_->queue.pool);
+  for (internal::QueueContext* q : impl_->shards.connected()) {
+    for (RecordedMetric& m : internal::read_metrics(q->pool)) {
+      auto same = std::find_if(all.begin(), all.end(), [&](const RecordedMetric& a) {
+        return a.topic == m.topic && a.group == m.group && a.name == m.name;
+      });
+      if (same == all.end()) {
+        all.push_back(std::move(m));
+        continue;
+      }
+      same->value += m.value;
+      same->sum += m.sum;
+      if (same->buckets.size() == m.buckets.size()) {
+        for (std::size_t b = 0; b < m.buckets.size(); ++b) same->buckets[b] += m.buckets[b];
+      }
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const RecordedMetric& a, const RecordedMetric& b) {
+    return std::tie(a.topic, a.group, a.name) < std::tie(b.topic, b.group, b.name);
+  });
+  return all;
 }
 
 std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size_t limit,
                                                std::string_view group) {
-  return internal::in_flight(impl_->queue, topic, group, limit);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::in_flight(i.queue, topic, group, limit); },
+                 [&](const internal::Placement& p) { return i.spread.in_flight(p, group, limit); });
 }
 
 std::vector<DeadLetter> Client::dead_letters(std::string_view topic, std::size_t limit,
                                              std::string_view group) {
-  return internal::dead_letters(impl_->queue, topic, group, limit);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::dead_letters(i.queue, topic, group, limit); },
+                 [&](const internal::Placement& p) {
+                   return i.spread.dead_letters(p, group, limit);
+                 });
 }
 
 std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids,
                                  std::string_view group) {
-  return internal::requeue_dead(impl_->queue, topic, group, ids);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::requeue_dead(i.queue, topic, group, ids); },
+                 [&](const internal::Placement& p) { return i.spread.requeue_dead(p, group, ids); });
 }
 
 std::size_t Client::delete_dead(std::string_view topic, std::span<const std::uint64_t> ids,
                                 std::string_view group) {
-  return internal::delete_dead(impl_->queue, topic, group, ids);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::delete_dead(i.queue, topic, group, ids); },
+                 [&](const internal::Placement& p) { return i.spread.delete_dead(p, group, ids); });
 }
 
 bool Client::create_group(std::string_view topic, std::string_view group, GroupStart start) {
-  return impl_->queue.catalog.create_group(topic, group, start);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return i.queue.catalog.create_group(topic, group, start); },
+                 [&](const internal::Placement& p) { return i.spread.create_group(p, group, start); });
 }
 
 void Client::drop_group(std::string_view topic, std::string_view group) {
-  impl_->queue.catalog.drop_group(topic, group);
+  Impl& i = *impl_;
+  i.route(topic, [&] { i.queue.catalog.drop_group(topic, group); },
+          [&](const internal::Placement& p) { i.spread.drop_group(p, group); });
 }
 
 std::vector<GroupInfo> Client::list_groups(std::string_view topic) {
-  impl_->queue.catalog.forget(topic);  // a listing is read fresh
-  std::vector<GroupInfo> out;
-  for (const internal::GroupEntry& g : impl_->queue.catalog.layout(topic).groups) {
-    out.push_back({g.name, g.created_at});
-  }
-  return out;
+  Impl& i = *impl_;
+  return i.route(topic, [&] {
+    i.queue.catalog.forget(topic);  // a listing is read fresh
+    std::vector<GroupInfo> out;
+    for (const internal::GroupEntry& g : i.queue.catalog.layout(topic).groups) {
+      out.push_back({g.name, g.created_at});
+    }
+    return out;
+  }, [&](const internal::Placement& p) { return i.spread.list_groups(p); });
 }
 
 std::vector<ArchivedMessage> Client::archived(std::string_view topic, std::uint64_t from_id,
                                               std::size_t limit) {
-  return internal::archived(impl_->queue, topic, from_id, limit);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::archived(i.queue, topic, from_id, limit); },
+                 [&](const internal::Placement& p) { return i.spread.archived(p, from_id, limit); });
 }
 
 std::uint64_t Client::purge_archive(std::string_view topic) {
-  return internal::purge_archive(impl_->queue, topic);
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::purge_archive(i.queue, topic); },
+                 [&](const internal::Placement& p) { return i.spread.purge_archive(p); });
 }
 
 const std::string& Client::consumer_name() const { return impl_->queue.owner; }

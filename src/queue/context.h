@@ -46,7 +46,13 @@ struct TopicLayout {
   TopicInfo info;
   std::vector<GroupEntry> groups;  // by number; never empty
   std::uint64_t version = 0;
+  // The partitions that live on this server, one bit each: all of them unless the topic is
+  // spread over several servers (placement.h), where each server holds some.
+  std::uint64_t placed = ~std::uint64_t{0};
 
+  bool is_placed(unsigned partition) const {
+    return partition < 64 && ((placed >> partition) & 1) != 0;
+  }
   // Throws kNotFound naming the topic. Empty: the default group.
   const GroupEntry& group(std::string_view name) const;
   // The group whose queue tables allocate the ids (the lowest number); the others get copies.
@@ -66,8 +72,15 @@ class TopicCatalog {
   TopicLayout layout(std::string_view name);
   // Reads the layout through c (inside the caller's transaction) and caches it.
   TopicLayout reload(Connection& c, std::string_view name);
-  bool create(std::string_view name, const TopicOptions& options);
-  void update(std::string_view name, const TopicOptions& options);
+  // `placed`: the partitions that live on this server (a spread topic's member, placement.h).
+  bool create(std::string_view name, const TopicOptions& options,
+              std::uint64_t placed = ~std::uint64_t{0});
+  void update(std::string_view name, const TopicOptions& options,
+              std::optional<std::uint64_t> placed = std::nullopt);
+  // Changes which partitions live on this server, fenced against sends in progress (they hold
+  // the topic row's shared lock) and bumping the layout version, which sends check: a send that
+  // read the old placement reads it again.
+  void set_placed(std::string_view name, std::uint64_t placed);
   void drop(std::string_view name);
   std::vector<TopicInfo> list();
   void forget(std::string_view name);
@@ -156,9 +169,20 @@ struct Unit {
 };
 Unit unit_of(std::string_view topic, unsigned group, unsigned partition);
 
+struct QueueContext;
+
 // Partition choice (send.cc): a key's partition is a jump consistent hash of its FNV-1a hash,
 // so raising the partition count moves as few keys as possible.
 unsigned partition_of_key(std::string_view key, unsigned partitions);
+// The partition of an unkeyed send (in turn among those placed on this server) and of a keyed
+// one; both throw not_placed_here() when the server holds none or not the key's: the caller's
+// placement of a spread topic is out of date (placement.h).
+unsigned unkeyed_partition(QueueContext& q, const TopicLayout& layout);
+unsigned keyed_partition(const TopicLayout& layout, std::string_view key);
+// An error's server_errno that says "not on this server": a private number, never a server's.
+constexpr unsigned kNotPlacedHere = 99001;
+Error not_placed_here(const TopicLayout& layout, unsigned partition);
+inline bool is_not_placed_here(const Error& e) { return e.server_errno() == kNotPlacedHere; }
 
 // Messages a transaction sent to a topic: all of them, and those claimable at once.
 struct SentCount {
@@ -210,7 +234,8 @@ inline bool past_max_attempts(const TopicOptions& options, std::int64_t attempts
   return options.max_attempts > 0 && attempts >= options.max_attempts;
 }
 
-constexpr int kSchemaVersion = 7;
+constexpr int kSchemaVersion = 8;
+constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;
 // Set in the lease token of a keyed message: its receipt says that acknowledging it must also

@@ -139,6 +139,7 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
   const TopicInfo& info = layout.info;
   const std::vector<Unit> units =
       claim_units(layout, layout.group(options.group), options.partitions);
+  if (units.empty()) return 0;  // none of them on this server
   std::size_t processed = 0;
   claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
     // One transaction holds one partition's messages: the first partition, in turn, that has

@@ -338,6 +338,34 @@ TopicInfo check_send(QueueContext& q, std::string_view topic,
   return info;
 }
 
+Error not_placed_here(const TopicLayout& layout, unsigned partition) {
+  return Error(Errc::kFailedPrecondition,
+               fmt::format("partition {} of topic '{}' is not on this server (its placement "
+                           "changed)",
+                           partition, layout.info.name),
+               kNotPlacedHere);
+}
+
+unsigned unkeyed_partition(QueueContext& q, const TopicLayout& layout) {
+  const unsigned partitions = layout.partitions();
+  if (layout.placed == kAllPartitions) {
+    return static_cast<unsigned>(q.turn.fetch_add(1) % partitions);
+  }
+  // One of the partitions placed here, in turn.
+  std::vector<unsigned> here;
+  for (unsigned p = 0; p < partitions; ++p) {
+    if (layout.is_placed(p)) here.push_back(p);
+  }
+  if (here.empty()) throw not_placed_here(layout, 0);
+  return here[q.turn.fetch_add(1) % here.size()];
+}
+
+unsigned keyed_partition(const TopicLayout& layout, std::string_view key) {
+  const unsigned p = partition_of_key(key, layout.partitions());
+  if (!layout.is_placed(p)) throw not_placed_here(layout, p);
+  return p;
+}
+
 unsigned partition_of_key(std::string_view key, unsigned partitions) {
   // FNV-1a (64 bits) of the key's bytes...
   std::uint64_t hash = 0xcbf29ce484222325ULL;
@@ -366,11 +394,12 @@ std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const
   const unsigned partitions = layout.partitions();
   // Keyed messages go to their key's partition; the others of the call to one partition, a
   // different one each call.
-  const unsigned spread = static_cast<unsigned>(q.turn.fetch_add(1) % partitions);
+  const bool any_unkeyed = std::any_of(messages.begin(), messages.end(),
+                                       [](const OutgoingMessage& m) { return !m.key; });
+  const unsigned spread = any_unkeyed ? unkeyed_partition(q, layout) : 0;
   std::vector<std::vector<std::size_t>> by_partition(partitions);
   for (std::size_t i = 0; i < messages.size(); ++i) {
-    const unsigned p =
-        messages[i].key ? partition_of_key(*messages[i].key, partitions) : spread;
+    const unsigned p = messages[i].key ? keyed_partition(layout, *messages[i].key) : spread;
     by_partition[p].push_back(i);
   }
   std::vector<std::uint64_t> ids(messages.size(), 0);
@@ -412,7 +441,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt, {}};
   check_message(layout.info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, false};
-  const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
+  const unsigned p = unkeyed_partition(q, layout);
   // The check is a subquery in VALUES, not INSERT ... SELECT: the latter takes InnoDB's
   // table-level AUTO-INC lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at
   // 16 threads to 0.40x of a raw INSERT. A stale version makes the payload NULL, which the
@@ -477,7 +506,7 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   rows.reserve(messages.size());
   for (const OutgoingMessage& m : messages) rows.push_back(&m);
   const RowShape shape = shape_of(rows);
-  const unsigned p = static_cast<unsigned>(q.turn.fetch_add(1) % layout.partitions());
+  const unsigned p = unkeyed_partition(q, layout);
   const std::string sql =
       insert_sql(topic_tables(topic, layout.allocator().number, p).queue, rows.size(), shape, true,
                  "IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, "

@@ -678,7 +678,9 @@ std::shared_ptr<Subscriber> subscribe(QueueContext& q, std::string_view topic,
   if (!wake) throw Error(Errc::kInvalidArgument, "subscribe needs a wake function");
   const TopicLayout layout = q.catalog.layout(topic);
   // All partitions of the group: the same waiter as receive's without a partition choice.
-  const std::vector<Unit> units = claim_units(layout, layout.group(group), {});
+  std::vector<Unit> units = claim_units(layout, layout.group(group), {});
+  // A spread topic with no partition on this server (any more): the channel still wakes.
+  if (units.empty()) units.push_back(unit_of(topic, layout.group(group).number, 0));
   return q.waiters.subscribe(units.front().channel, queue_tables_of(units), std::move(wake));
 }
 
@@ -765,7 +767,11 @@ Client::Subscription& Client::Subscription::operator=(Subscription&& other) noex
 Client::Subscription::~Subscription() {
   if (!impl_) return;
   impl_->cancel();
-  impl_->waiter->forget(*impl_);
+  if (impl_->waiter) impl_->waiter->forget(*impl_);
+  for (const std::shared_ptr<Impl>& part : impl_->parts) {
+    part->cancel();
+    part->waiter->forget(*part);
+  }
 }
 
 }  // namespace txmq

@@ -189,7 +189,10 @@ struct Client::Subscription::Impl {
   void cancel();
   bool cancelled();
 
+  // The waiter it is listed on; none for a subscription to a topic spread over servers, which
+  // holds one part per server (spread.cc) and fires when the first of them does.
   const std::shared_ptr<internal::TopicWaiter> waiter;
+  std::vector<std::shared_ptr<Impl>> parts;
   // Guarded by the waiter's mutex: whether it is on the waiter's list, and where.
   bool listed = false;
   std::list<std::shared_ptr<Impl>>::iterator place;

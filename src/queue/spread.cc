@@ -1,0 +1,850 @@
+#include "queue/spread.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "queue/operations.h"
+#include "queue/waiting.h"
+
+namespace txmq::internal {
+
+namespace {
+
+constexpr auto kRouteFor = std::chrono::seconds(30);
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A topic's settings as each server keeps them: without the server list.
+TopicOptions local_options(TopicOptions options) {
+  options.servers.clear();
+  return options;
+}
+
+}  // namespace
+
+Placement Spread::must(std::string_view topic, bool fresh) {
+  std::optional<Placement> p = fresh ? shards_.reload(topic) : shards_.placement(topic);
+  if (!p) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
+  return *p;
+}
+
+template <typename F>
+auto Spread::routed(std::string_view topic, F&& fn)
+    -> decltype(fn(std::declval<const Placement&>())) {
+  const auto deadline = std::chrono::steady_clock::now() + kRouteFor;
+  for (int attempt = 1;; ++attempt) {
+    const Placement p = must(topic, attempt > 1);
+    try {
+      return fn(p);
+    } catch (const Error& e) {
+      if (!is_not_placed_here(e)) throw;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw Error(Errc::kUnavailable,
+                    fmt::format("{}; the placement of topic '{}' did not settle within {} s{}",
+                                e.what(), topic, kRouteFor.count(),
+                                p.moving.empty() ? ""
+                                                 : fmt::format(" (a move of partition {} is "
+                                                               "unfinished: run txmq partition "
+                                                               "move again)",
+                                                               p.moving)));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 * attempt)));
+    }
+  }
+}
+
+std::vector<std::string> Spread::members(const Placement& p) {
+  std::set<std::string> all(p.servers.begin(), p.servers.end());
+  all.insert(p.partitions.begin(), p.partitions.end());
+  return {all.begin(), all.end()};
+}
+
+std::string Spread::server_of_id(const Placement& p, std::uint64_t id) {
+  const unsigned partition = partition_of(id);
+  return partition < p.partitions.size() ? p.partitions[partition] : std::string();
+}
+
+// --- Topics ----------------------------------------------------------------------------------
+
+bool Spread::create_topic(std::string_view name, const TopicOptions& options) {
+  check_topic_name(name);
+  const std::vector<std::string>& servers = options.servers;
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    check_topic_name(servers[i]);
+    if (std::find(servers.begin(), servers.begin() + static_cast<std::ptrdiff_t>(i),
+                  servers[i]) != servers.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("server '{}' appears twice in the topic's servers", servers[i]));
+    }
+  }
+  if (options.partitions < static_cast<int>(servers.size())) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("{} servers for {} partitions: every server must hold one; give "
+                            "--partitions {} or more",
+                            servers.size(), options.partitions, servers.size()));
+  }
+  if (options.partitions < 1 || options.partitions > kMaxPartitions) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("partitions must be from 1 to {}", kMaxPartitions));
+  }
+  Placement wanted;
+  wanted.topic = std::string(name);
+  wanted.servers = servers;
+  for (int p = 0; p < options.partitions; ++p) {
+    wanted.partitions.push_back(servers[static_cast<std::size_t>(p) % servers.size()]);
+  }
+  if (std::optional<Placement> had = shards_.reload(name)) {
+    const TopicInfo existing = topic(*had);
+    if (existing.options != options) {
+      throw Error(Errc::kAlreadyExists,
+                  fmt::format("topic '{}' exists with other settings or servers ({}); change "
+                              "them with update_topic (txmq topic set)",
+                              name, join_names(had->servers)));
+    }
+    return false;
+  }
+  // Each server gets the topic with all partitions' tables (a moved partition needs them) and
+  // the partitions it holds; the placement row then makes the topic exist.
+  for (const std::string& s : servers) {
+    QueueContext& q = shards_.server(s);
+    if (!q.catalog.create(name, local_options(options), wanted.mask_of(s))) {
+      q.catalog.set_placed(name, wanted.mask_of(s));  // a create cut short before
+    }
+  }
+  if (!shards_.record(wanted)) return create_topic(name, options);  // another client won
+  return true;
+}
+
+void Spread::drop_topic(const Placement& p) {
+  for (const std::string& s : members(p)) {
+    try {
+      shards_.server(s).catalog.drop(p.topic);
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;
+    }
+  }
+  shards_.erase(p.topic);
+}
+
+TopicInfo Spread::topic(const Placement& p) {
+  std::optional<Error> last;
+  for (const std::string& s : p.holders()) {
+    try {
+      TopicInfo info = shards_.server(s).catalog.get(p.topic);
+      info.options.servers = p.servers;
+      info.placement = p.partitions;
+      info.placement_epoch = p.epoch;
+      return info;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnavailable) throw;
+      last = e;
+    }
+  }
+  throw *last;
+}
+
+void Spread::update_topic(const Placement& had, const TopicOptions& options) {
+  if (!options.servers.empty() && options.servers != had.servers) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("topic '{}' is spread over {}: its servers cannot be changed by an "
+                            "update (move partitions with txmq partition move)",
+                            had.topic, join_names(had.servers)));
+  }
+  Placement next = had;
+  if (options.partitions < static_cast<int>(had.partitions.size())) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("topic '{}' has {} partitions: partitions can be raised, not lowered",
+                            had.topic, had.partitions.size()));
+  }
+  for (std::size_t p = had.partitions.size(); p < static_cast<std::size_t>(options.partitions);
+       ++p) {
+    next.partitions.push_back(had.servers[p % had.servers.size()]);
+  }
+  for (const std::string& s : members(next)) {
+    shards_.server(s).catalog.update(had.topic, local_options(options), next.mask_of(s));
+  }
+  if (next.partitions != had.partitions && !shards_.replace(next, had.epoch)) {
+    throw Error(Errc::kAborted,
+                fmt::format("the placement of topic '{}' changed while it was updated; try again",
+                            had.topic));
+  }
+}
+
+// --- Sends -----------------------------------------------------------------------------------
+
+std::uint64_t Spread::send(std::string_view topic, std::string_view payload,
+                           const SendOptions& options) {
+  return routed(topic, [&](const Placement& p) -> std::uint64_t {
+    const auto start = std::chrono::steady_clock::now();
+    auto sent = [&](QueueContext& q, std::uint64_t id) {
+      q.metrics.observe(topic, {}, Histogram::kSend, seconds_since(start));
+      q.metrics.count(topic, {}, Counter::kSent, 1);
+      return id;
+    };
+    // A key (or a dedup key, whose table is the server's) names one partition, so one server.
+    const std::optional<std::string>& route = options.key ? options.key : options.dedup_key;
+    if (route) {
+      const std::string& s =
+          p.partitions[partition_of_key(*route, static_cast<unsigned>(p.partitions.size()))];
+      QueueContext& q = shards_.server(s);
+      return sent(q, send_one(q, topic, payload, options));
+    }
+    // Unkeyed: the servers in turn; one that cannot be reached now is skipped (nothing was
+    // written: kUnavailable means the statement never ran) and avoided for a few seconds.
+    const std::vector<std::string> holders = p.holders();
+    const std::size_t first = turn_.fetch_add(1) % holders.size();
+    std::optional<Error> last;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t i = 0; i < holders.size(); ++i) {
+        const std::string& s = holders[(first + i) % holders.size()];
+        if (pass == 0 && shards_.is_down(s)) continue;
+        try {
+          QueueContext& q = shards_.server(s);
+          return sent(q, send_one(q, topic, payload, options));
+        } catch (const Error& e) {
+          if (e.code() != Errc::kUnavailable) throw;
+          shards_.mark_down(s);
+          last = e;
+        }
+      }
+      if (last) break;  // every server was tried
+    }
+    throw *last;
+  });
+}
+
+std::vector<std::uint64_t> Spread::send_batch(std::string_view topic,
+                                              std::span<const OutgoingMessage> messages) {
+  if (messages.empty()) return {};
+  return routed(topic, [&](const Placement& p) -> std::vector<std::uint64_t> {
+    const auto start = std::chrono::steady_clock::now();
+    auto sent = [&](QueueContext& q, std::vector<std::uint64_t> ids) {
+      q.metrics.observe(topic, {}, Histogram::kSend, seconds_since(start));
+      q.metrics.count(topic, {}, Counter::kSent, ids.size());
+      return ids;
+    };
+    // A batch commits on one server: the one its keys name, else one in turn.
+    std::string server;
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const OutgoingMessage& m = messages[i];
+      const std::optional<std::string>& route = m.key ? m.key : m.dedup_key;
+      if (!route) continue;
+      const unsigned partition =
+          partition_of_key(*route, static_cast<unsigned>(p.partitions.size()));
+      const std::string& s = p.partitions[partition];
+      if (server.empty()) {
+        server = s;
+      } else if (s != server) {
+        throw Error(Errc::kInvalidArgument,
+                    fmt::format("message {} of the batch has a {} whose partition ({}) lives on "
+                                "server '{}', an earlier one's on '{}': a batch to topic '{}' "
+                                "commits on one server, so its keys and dedup keys must map to "
+                                "partitions of one server (send it as several batches, one per "
+                                "server)",
+                                i, m.key ? "key" : "dedup key", partition, s, server, topic));
+      }
+    }
+    if (!server.empty()) {
+      QueueContext& q = shards_.server(server);
+      return sent(q, internal::send_batch(q, topic, messages));
+    }
+    const std::vector<std::string> holders = p.holders();
+    const std::size_t first = turn_.fetch_add(1) % holders.size();
+    std::optional<Error> last;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t i = 0; i < holders.size(); ++i) {
+        const std::string& s = holders[(first + i) % holders.size()];
+        if (pass == 0 && shards_.is_down(s)) continue;
+        try {
+          QueueContext& q = shards_.server(s);
+          return sent(q, internal::send_batch(q, topic, messages));
+        } catch (const Error& e) {
+          if (e.code() != Errc::kUnavailable) throw;
+          shards_.mark_down(s);
+          last = e;
+        }
+      }
+      if (last) break;
+    }
+    throw *last;
+  });
+}
+
+// --- Claims ----------------------------------------------------------------------------------
+
+namespace {
+
+// The partitions of `server` a claim may take: those placed there, of the ones asked for.
+std::vector<int> claimable_on(const Placement& p, const std::string& server,
+                              const std::vector<int>& asked) {
+  std::vector<int> here = p.partitions_on(server);
+  if (asked.empty()) return here;
+  std::vector<int> out;
+  for (int partition : asked) {
+    if (partition < 0 || partition >= static_cast<int>(p.partitions.size())) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}",
+                              p.topic, p.partitions.size() - 1, partition));
+    }
+    if (std::find(here.begin(), here.end(), partition) != here.end()) out.push_back(partition);
+  }
+  return out;
+}
+
+// Wakes one waiting receive when any of its subscriptions fires.
+struct Wake {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool woken = false;
+  void fire() {
+    {
+      std::lock_guard lock(mutex);
+      woken = true;
+    }
+    cv.notify_all();
+  }
+  void wait_until(std::chrono::steady_clock::time_point until) {
+    std::unique_lock lock(mutex);
+    cv.wait_until(lock, until, [&] { return woken; });
+  }
+};
+
+}  // namespace
+
+template <typename Claim>
+auto Spread::claim_waiting(std::string_view topic, std::string_view group, Micros wait,
+                           Claim&& claim) -> decltype(claim(std::declval<const Placement&>())) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  auto got = routed(topic, claim);
+  while (!got && std::chrono::steady_clock::now() < deadline) {
+    // Subscribe on every holder (one waiter per server and group in this process, whatever
+    // the number of receivers), then claim again: a send committed after that claim looked
+    // fires a subscription. Look again at least every second (a server back from an outage).
+    const Placement p = must(topic);
+    auto wake = std::make_shared<Wake>();
+    std::vector<std::shared_ptr<Client::Subscription::Impl>> subscriptions;
+    for (const std::string& s : p.holders()) {
+      if (shards_.is_down(s)) continue;
+      try {
+        subscriptions.push_back(
+            internal::subscribe(shards_.server(s), topic, group, [wake] { wake->fire(); }));
+      } catch (const Error& e) {
+        if (e.code() != Errc::kUnavailable) throw;
+        shards_.mark_down(s);
+      }
+    }
+    got = routed(topic, claim);
+    if (!got) {
+      wake->wait_until(std::min(deadline, std::chrono::steady_clock::now() +
+                                              std::chrono::seconds(1)));
+    }
+    for (auto& sub : subscriptions) {
+      sub->cancel();
+      sub->waiter->forget(*sub);
+    }
+    if (got) break;
+    got = routed(topic, claim);
+  }
+  return got;
+}
+
+std::vector<Message> Spread::claim_round(const Placement& p, std::string_view topic,
+                                         const ReceiveOptions& options) {
+  const std::vector<std::string> holders = p.holders();
+  const std::size_t first = turn_.fetch_add(1) % holders.size();
+  std::vector<Message> got;
+  std::optional<Error> last;
+  std::size_t tried = 0;
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    if (got.size() >= static_cast<std::size_t>(options.max_messages)) break;
+    const std::string& s = holders[(first + i) % holders.size()];
+    ReceiveOptions one = options;
+    one.wait = Micros{0};
+    one.max_messages = options.max_messages - static_cast<int>(got.size());
+    one.partitions = claimable_on(p, s, options.partitions);
+    if (one.partitions.empty()) continue;
+    ++tried;
+    if (shards_.is_down(s)) continue;
+    try {
+      for (Message& m : internal::receive(shards_.server(s), topic, one)) {
+        got.push_back(std::move(m));
+      }
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnavailable) throw;
+      shards_.mark_down(s);
+      last = e;
+    }
+  }
+  // Every server that could have had messages failed: say so rather than "nothing there".
+  if (got.empty() && last && tried == holders.size()) throw *last;
+  return got;
+}
+
+std::vector<Message> Spread::receive(std::string_view topic, const ReceiveOptions& options) {
+  check_claim_options(options.max_messages, options.wait);
+  auto claim = [&](const Placement& p) -> std::optional<std::vector<Message>> {
+    std::vector<Message> got = claim_round(p, topic, options);
+    if (got.empty()) return std::nullopt;
+    return got;
+  };
+  std::optional<std::vector<Message>> got = claim_waiting(topic, options.group, options.wait, claim);
+  return got ? std::move(*got) : std::vector<Message>{};
+}
+
+std::size_t Spread::process_round(const Placement& p, std::string_view topic,
+                                  const ProcessOptions& options,
+                                  const TransactionalHandler& handler) {
+  const std::vector<std::string> holders = p.holders();
+  const std::size_t first = turn_.fetch_add(1) % holders.size();
+  std::optional<Error> last;
+  std::size_t tried = 0;
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    const std::string& s = holders[(first + i) % holders.size()];
+    ProcessOptions one = options;
+    one.wait = Micros{0};
+    one.partitions = claimable_on(p, s, options.partitions);
+    if (one.partitions.empty()) continue;
+    ++tried;
+    if (shards_.is_down(s)) continue;
+    try {
+      if (std::size_t n = internal::process(shards_.server(s), topic, one, handler); n > 0) {
+        return n;
+      }
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnavailable) throw;
+      shards_.mark_down(s);
+      last = e;
+    }
+  }
+  if (last && tried == holders.size()) throw *last;
+  return 0;
+}
+
+std::size_t Spread::process(std::string_view topic, const ProcessOptions& options,
+                            const TransactionalHandler& handler) {
+  check_claim_options(options.max_messages, options.wait);
+  if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
+  auto claim = [&](const Placement& p) -> std::optional<std::size_t> {
+    const std::size_t n = process_round(p, topic, options, handler);
+    if (n == 0) return std::nullopt;
+    return n;
+  };
+  return claim_waiting(topic, options.group, options.wait, claim).value_or(0);
+}
+
+// --- Settling --------------------------------------------------------------------------------
+
+std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::string> receipts) {
+  std::vector<Settle> out(receipts.size(), Settle::kNotFound);
+  Placement p = must(topic);
+  std::vector<std::size_t> todo(receipts.size());
+  for (std::size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  for (int round = 0; round < 2 && !todo.empty(); ++round) {
+    std::map<std::string, std::vector<std::size_t>> by_server;
+    for (std::size_t i : todo) {
+      const std::string s = server_of_id(p, Receipt::parse(receipts[i]).id);
+      if (!s.empty()) by_server[s].push_back(i);
+    }
+    for (const auto& [s, indices] : by_server) {
+      std::vector<std::string> some;
+      for (std::size_t i : indices) some.push_back(receipts[i]);
+      const std::vector<Settle> got = internal::ack(shards_.server(s), topic, some);
+      for (std::size_t k = 0; k < indices.size(); ++k) out[indices[k]] = got[k];
+    }
+    // A receipt of a partition that moved settles where it lives now.
+    std::vector<std::size_t> missing;
+    for (std::size_t i : todo) {
+      if (out[i] == Settle::kNotFound) missing.push_back(i);
+    }
+    if (missing.empty()) break;
+    const Placement fresh = must(topic, true);
+    if (fresh.epoch == p.epoch) break;
+    todo.clear();
+    for (std::size_t i : missing) {
+      const std::uint64_t id = Receipt::parse(receipts[i]).id;
+      if (server_of_id(fresh, id) != server_of_id(p, id)) todo.push_back(i);
+    }
+    p = fresh;
+  }
+  return out;
+}
+
+Settle Spread::nack(std::string_view topic, std::string_view receipt,
+                    std::optional<Micros> delay) {
+  const std::uint64_t id = Receipt::parse(receipt).id;
+  Placement p = must(topic);
+  for (int round = 0;; ++round) {
+    const std::string s = server_of_id(p, id);
+    if (s.empty()) return Settle::kNotFound;
+    const Settle got = internal::nack(shards_.server(s), topic, receipt, delay);
+    if (got != Settle::kNotFound || round > 0) return got;
+    const Placement fresh = must(topic, true);
+    if (fresh.epoch == p.epoch || server_of_id(fresh, id) == s) return got;
+    p = fresh;
+  }
+}
+
+Settle Spread::extend(std::string_view topic, std::string_view receipt, Micros lease) {
+  const std::uint64_t id = Receipt::parse(receipt).id;
+  Placement p = must(topic);
+  for (int round = 0;; ++round) {
+    const std::string s = server_of_id(p, id);
+    if (s.empty()) return Settle::kNotFound;
+    const Settle got = internal::extend(shards_.server(s), topic, receipt, lease);
+    if (got != Settle::kNotFound || round > 0) return got;
+    const Placement fresh = must(topic, true);
+    if (fresh.epoch == p.epoch || server_of_id(fresh, id) == s) return got;
+    p = fresh;
+  }
+}
+
+// --- Views and administration ----------------------------------------------------------------
+
+std::uint64_t Spread::purge(const Placement& p, std::string_view group) {
+  std::uint64_t n = 0;
+  for (const std::string& s : members(p)) n += internal::purge(shards_.server(s), p.topic, group);
+  return n;
+}
+
+void Spread::forget_dedup_keys(const Placement& p) {
+  for (const std::string& s : members(p)) internal::forget_dedup_keys(shards_.server(s), p.topic);
+}
+
+std::shared_ptr<Client::Subscription::Impl> Spread::subscribe(const Placement& p,
+                                                              std::string_view group,
+                                                              std::function<void()> wake) {
+  if (!wake) throw Error(Errc::kInvalidArgument, "subscribe needs a wake function");
+  // One subscription that fires once, when any server's does.
+  auto all = std::make_shared<Client::Subscription::Impl>(std::move(wake), nullptr);
+  std::weak_ptr<Client::Subscription::Impl> weak = all;
+  for (const std::string& s : p.holders()) {
+    if (shards_.is_down(s)) continue;
+    try {
+      all->parts.push_back(internal::subscribe(shards_.server(s), p.topic, group, [weak] {
+        if (auto whole = weak.lock()) whole->fire();
+      }));
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnavailable) throw;
+      shards_.mark_down(s);
+    }
+  }
+  return all;
+}
+
+TopicStats Spread::stats(const Placement& p, std::string_view group, std::uint64_t exact_up_to) {
+  TopicStats total;
+  for (const std::string& s : p.holders()) {
+    const TopicStats one = internal::stats(shards_.server(s), p.topic, group, exact_up_to);
+    total.topic = one.topic;
+    total.group = one.group;
+    total.ready += one.ready;
+    total.in_flight += one.in_flight;
+    total.delayed += one.delayed;
+    total.waiting_on_key += one.waiting_on_key;
+    total.dead += one.dead;
+    total.oldest_ready_age_seconds =
+        std::max(total.oldest_ready_age_seconds, one.oldest_ready_age_seconds);
+    total.lag_seconds = std::max(total.lag_seconds, one.lag_seconds);
+    total.ids_taken += one.ids_taken;
+    total.estimated = total.estimated || one.estimated;
+  }
+  return total;
+}
+
+std::vector<InFlightMessage> Spread::in_flight(const Placement& p, std::string_view group,
+                                               std::size_t limit) {
+  std::vector<InFlightMessage> all;
+  for (const std::string& s : p.holders()) {
+    for (InFlightMessage& m : internal::in_flight(shards_.server(s), p.topic, group, limit)) {
+      all.push_back(std::move(m));
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+std::vector<DeadLetter> Spread::dead_letters(const Placement& p, std::string_view group,
+                                             std::size_t limit) {
+  std::vector<DeadLetter> all;
+  for (const std::string& s : p.holders()) {
+    for (DeadLetter& m : internal::dead_letters(shards_.server(s), p.topic, group, limit)) {
+      all.push_back(std::move(m));
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+namespace {
+
+// Ids by the server of their partition (ids of no partition are skipped: nothing to do).
+std::map<std::string, std::vector<std::uint64_t>> ids_by_server(
+    const Placement& p, std::span<const std::uint64_t> ids) {
+  std::map<std::string, std::vector<std::uint64_t>> out;
+  for (std::uint64_t id : ids) {
+    const unsigned partition = partition_of(id);
+    if (partition < p.partitions.size()) out[p.partitions[partition]].push_back(id);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::size_t Spread::requeue_dead(const Placement& p, std::string_view group,
+                                 std::span<const std::uint64_t> ids) {
+  std::size_t n = 0;
+  if (ids.empty()) {
+    for (const std::string& s : p.holders()) {
+      n += internal::requeue_dead(shards_.server(s), p.topic, group, {});
+    }
+    return n;
+  }
+  for (const auto& [s, some] : ids_by_server(p, ids)) {
+    n += internal::requeue_dead(shards_.server(s), p.topic, group, some);
+  }
+  return n;
+}
+
+std::size_t Spread::delete_dead(const Placement& p, std::string_view group,
+                                std::span<const std::uint64_t> ids) {
+  std::size_t n = 0;
+  if (ids.empty()) {
+    for (const std::string& s : p.holders()) {
+      n += internal::delete_dead(shards_.server(s), p.topic, group, {});
+    }
+    return n;
+  }
+  for (const auto& [s, some] : ids_by_server(p, ids)) {
+    n += internal::delete_dead(shards_.server(s), p.topic, group, some);
+  }
+  return n;
+}
+
+bool Spread::create_group(const Placement& p, std::string_view group, GroupStart start) {
+  // In the same order on every client, so that group numbers (in receipts) agree.
+  bool created = false;
+  for (const std::string& s : members(p)) {
+    created = shards_.server(s).catalog.create_group(p.topic, group, start) || created;
+  }
+  return created;
+}
+
+void Spread::drop_group(const Placement& p, std::string_view group) {
+  for (const std::string& s : members(p)) {
+    try {
+      shards_.server(s).catalog.drop_group(p.topic, group);
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;
+    }
+  }
+}
+
+std::vector<GroupInfo> Spread::list_groups(const Placement& p) {
+  QueueContext& q = shards_.server(p.holders().front());
+  q.catalog.forget(p.topic);
+  std::vector<GroupInfo> out;
+  for (const GroupEntry& g : q.catalog.layout(p.topic).groups) out.push_back({g.name, g.created_at});
+  return out;
+}
+
+std::vector<ArchivedMessage> Spread::archived(const Placement& p, std::uint64_t from_id,
+                                              std::size_t limit) {
+  std::vector<ArchivedMessage> all;
+  for (const std::string& s : members(p)) {
+    for (ArchivedMessage& m : internal::archived(shards_.server(s), p.topic, from_id, limit)) {
+      all.push_back(std::move(m));
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+std::uint64_t Spread::purge_archive(const Placement& p) {
+  std::uint64_t n = 0;
+  for (const std::string& s : members(p)) n += internal::purge_archive(shards_.server(s), p.topic);
+  return n;
+}
+
+// --- Moving a partition ----------------------------------------------------------------------
+//
+// 1. The catalog records the move ("PARTITION:SERVER", epoch raised), so that one cut short is
+//    finished by running it again.
+// 2. The target gets the topic (same settings and groups, the partition not yet placed).
+// 3. The source stops holding the partition (its row, which sends check under a shared lock,
+//    fences them): sends to it wait, in routed(), from here to step 6.
+// 4. In one transaction on the source, every row of the partition is locked (claims skip them,
+//    acks wait); the target deletes what an earlier try left and inserts the copies, with their
+//    ids, leases and attempts, and commits; then the source deletes the rows and commits. Dedup
+//    keys and archived messages of the partition's ids go with them.
+// 5. The catalog places the partition on the target (epoch raised), 6. the target holds it.
+// A crash between the target's commit and the source's leaves both with the rows: the source
+// still has them, so the next run copies again over the target's. After the source's commit
+// the source's partition is empty and can gain no rows (step 3): the next run skips the copy.
+namespace {
+
+std::vector<Param> params_of(const Row& row) {
+  std::vector<Param> params;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const Row::Cell& cell = row.cell(i);
+    if (cell.null) {
+      params.emplace_back(nullptr);
+    } else if (cell.is_integer) {
+      params.emplace_back(static_cast<std::uint64_t>(cell.integer));  // ids, tokens: unsigned
+    } else {
+      params.emplace_back(std::string_view(cell.bytes));
+    }
+  }
+  return params;
+}
+
+// Inserts rows read with SELECT * into a table of the same definition.
+void insert_rows_as_read(Connection& c, const std::string& table, const std::vector<Row>& rows,
+                         bool ignore) {
+  for (const Row& row : rows) {
+    c.execute(fmt::format("INSERT {}INTO {} VALUES {}", ignore ? "IGNORE " : "", table,
+                          placeholders(row.size())),
+              params_of(row));
+  }
+}
+
+}  // namespace
+
+void Spread::move_partition(std::string_view topic, int partition, std::string_view target) {
+  check_topic_name(target);
+  Placement p = must(topic, true);
+  if (partition < 0 || partition >= static_cast<int>(p.partitions.size())) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}", topic,
+                            p.partitions.size() - 1, partition));
+  }
+  const auto part = static_cast<unsigned>(partition);
+  const std::string source = p.partitions[part];
+  const std::string tag = fmt::format("{}:{}", partition, target);
+  if (!p.moving.empty() && p.moving != tag) {
+    throw Error(Errc::kFailedPrecondition,
+                fmt::format("a move of topic '{}' ({}) is unfinished: run it again first "
+                            "(txmq partition move {} {} --to {})",
+                            topic, p.moving, topic, p.moving.substr(0, p.moving.find(':')),
+                            p.moving.substr(p.moving.find(':') + 1)));
+  }
+  if (source == target) return;  // there already
+  QueueContext& from = shards_.server(source);
+  QueueContext& to = shards_.server(target);
+  if (p.moving.empty()) {
+    Placement marked = p;
+    marked.moving = tag;
+    if (!shards_.replace(marked, p.epoch)) {
+      throw Error(Errc::kAborted,
+                  fmt::format("the placement of topic '{}' changed meanwhile; try again", topic));
+    }
+    p = must(topic, true);
+  }
+
+  // 2. The topic on the target, with the source's groups under the same numbers.
+  from.catalog.forget(topic);
+  const TopicLayout source_layout = from.catalog.layout(topic);
+  const std::uint64_t target_mask = p.mask_of(target);
+  if (!to.catalog.create(topic, source_layout.info.options, target_mask)) {
+    to.catalog.set_placed(topic, target_mask);
+  }
+  for (const GroupEntry& g : source_layout.groups) to.catalog.create_group(topic, g.name, GroupStart::kNow);
+  to.catalog.forget(topic);
+  const TopicLayout target_layout = to.catalog.layout(topic);
+  for (const GroupEntry& g : source_layout.groups) {
+    if (target_layout.group(g.name).number != g.number) {
+      throw Error(Errc::kFailedPrecondition,
+                  fmt::format("group '{}' of topic '{}' has number {} on server '{}' and {} on "
+                              "'{}' (groups were created concurrently in different orders): "
+                              "receipts would name the wrong group, so the move is refused",
+                              g.name, topic, g.number, source, target_layout.group(g.name).number,
+                              target));
+    }
+  }
+
+  // 3. The source stops holding the partition.
+  from.catalog.set_placed(topic, p.mask_of(source) & ~(std::uint64_t{1} << part));
+
+  // 4. Copy and delete.
+  const TopicTables shared = topic_tables(topic);
+  const std::uint64_t low = first_id_of(part);
+  const std::uint64_t high = first_id_of(part + 1) - 1;
+  from.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& src, const Attempt&) {
+    struct Table {
+      std::string name;
+      std::vector<Row> rows;
+    };
+    std::vector<Table> tables;
+    src.begin();
+    bool any = false;
+    for (const GroupEntry& g : source_layout.groups) {
+      const TopicTables t = topic_tables(topic, g.number, part);
+      for (const std::string* name : {&t.queue, &t.dead, &t.keys, &t.parked}) {
+        Result r = src.execute(fmt::format("SELECT * FROM {} FOR UPDATE", *name), {});
+        any = any || !r.rows.empty();
+        tables.push_back({*name, std::move(r.rows)});
+      }
+    }
+    Result dedup = src.execute(
+        fmt::format("SELECT * FROM {} WHERE message_id BETWEEN ? AND ? FOR UPDATE", shared.dedup),
+        {low, high});
+    Result archive = src.execute(
+        fmt::format("SELECT * FROM {} WHERE id BETWEEN ? AND ? FOR UPDATE", shared.archive),
+        {low, high});
+    any = any || !dedup.rows.empty() || !archive.rows.empty();
+    if (!any) {  // nothing here: empty, or copied before (the target has it)
+      src.commit();
+      return;
+    }
+    // The target's counter past every id the source handed out.
+    const std::string allocator =
+        topic_tables(topic, source_layout.allocator().number, part).queue;
+    Result next = src.execute(
+        "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = ?",
+        {allocator.substr(1, allocator.size() - 2)});
+    to.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& dst, const Attempt&) {
+      if (!next.rows.empty() && !next.rows[0].null(0)) {
+        dst.query(fmt::format("ALTER TABLE {} AUTO_INCREMENT = {}", allocator, next.rows[0].u64(0)));
+      }
+      dst.begin();
+      for (const Table& t : tables) {
+        dst.query(fmt::format("DELETE FROM {}", t.name));
+        insert_rows_as_read(dst, t.name, t.rows, false);
+      }
+      insert_rows_as_read(dst, shared.dedup, dedup.rows, true);
+      insert_rows_as_read(dst, shared.archive, archive.rows, true);
+      dst.commit();
+    });
+    for (const Table& t : tables) src.query(fmt::format("DELETE FROM {}", t.name));
+    src.execute(fmt::format("DELETE FROM {} WHERE message_id BETWEEN ? AND ?", shared.dedup),
+                {low, high});
+    src.execute(fmt::format("DELETE FROM {} WHERE id BETWEEN ? AND ?", shared.archive),
+                {low, high});
+    src.commit();
+  });
+
+  // 5. and 6.
+  Placement moved = p;
+  moved.partitions[part] = std::string(target);
+  moved.moving.clear();
+  if (!shards_.replace(moved, p.epoch)) {
+    throw Error(Errc::kAborted,
+                fmt::format("the placement of topic '{}' changed during the move; run it again",
+                            topic));
+  }
+  to.catalog.set_placed(topic, moved.mask_of(target));
+  from.catalog.forget(topic);
+  shards_.forget(topic);
+}
+
+}  // namespace txmq::internal
