@@ -443,13 +443,30 @@ class Bench {
                 seed_drain(dsn_, 4, sizes_.seed_deep_seconds));
   }
 
-  // The exactly-once handler's business table.
-  static void reset_work_table(Client& client, const std::string& table) {
+  // The exactly-once handler's business table: in the client's database, and on a spread topic
+  // in every server's (a handler's statements run on the server of the messages' partition).
+  // `create` false: only dropped.
+  void reset_work_table(Client& client, const std::string& table, bool create = true) {
     client.transact([&](Transaction& tx) {
       tx.execute(fmt::format("DROP TABLE IF EXISTS {}", table));
-      tx.execute(fmt::format("CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB",
-                             table));
+      if (create) {
+        tx.execute(fmt::format(
+            "CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB", table));
+      }
     });
+    if (topic_options_.servers.empty()) return;
+    for (const ServerInfo& server : client.list_servers()) {
+      if (std::find(topic_options_.servers.begin(), topic_options_.servers.end(), server.name) ==
+          topic_options_.servers.end()) {
+        continue;
+      }
+      internal::Connection c(internal::parse_dsn(server.dsn));
+      c.query(fmt::format("DROP TABLE IF EXISTS {}", table));
+      if (create) {
+        c.query(fmt::format("CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB",
+                            table));
+      }
+    }
   }
 
   // Each drain is preceded by a short raw INSERT run at 4 threads; their sum is the basis the
@@ -512,8 +529,7 @@ class Bench {
       report_.add(std::move(rows[i]), std::move(measured[i]));
     }
     drop_if_exists(client, topic);
-    client.transact(
-        [&](Transaction& tx) { tx.execute(fmt::format("DROP TABLE IF EXISTS {}", work_table)); });
+    reset_work_table(client, work_table, false);
   }
 
   void e2e(Client& producers, Client& consumers) {
