@@ -103,7 +103,8 @@ std::string read_first_line_with(const char* path, const char* prefix) {
 }
 
 // The machine and the server's durability, printed first: figures mean nothing without them.
-nlohmann::json describe(const internal::Dsn& dsn, bool json) {
+// `topics`: lines saying where the bench's topics are, when not in the client's own database.
+nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& topics) {
   internal::Connection c(dsn);
   internal::Result r = c.execute(
       "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
@@ -151,6 +152,7 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json) {
     std::printf("         %s\n", durable ? "full durability: every commit is on disk when acknowledged"
                                           : "NOT DURABLE: a crash can lose acknowledged commits; "
                                             "figures are not comparable with a durable server");
+    std::printf("%s", topics.c_str());
     std::printf("\n  %-46s %10s %8s %8s %8s  %s\n", "workload", "msgs/s", "p50 ms", "p99 ms",
                 "ratio", "against");
   }
@@ -169,15 +171,37 @@ void accumulate(Measured& total, Measured part) {
   total.messages += part.messages;
   total.seconds += part.seconds;
   total.latencies.merge(part.latencies);
+  for (const auto& [name, seconds] : part.cpu) total.cpu[name] += seconds;
 }
 
 class Bench {
  public:
   Bench(const BenchOptions& options, const internal::Dsn& dsn)
-      : options_(options), dsn_(dsn), sizes_(sizes_for(options)), report_(options.json) {}
+      : options_(options), dsn_(dsn), sizes_(sizes_for(options)), report_(options.json) {
+    if (!options.servers.empty()) {
+      topic_options_.servers = options.servers;
+      topic_options_.partitions = static_cast<int>(options.servers.size()) * 2;
+    }
+    if (options.partitions > 0) topic_options_.partitions = options.partitions;
+  }
 
   void run() {
-    report_.set_context(describe(dsn_, options_.json));
+    std::string topics;
+    if (spread()) {
+      topics = fmt::format(
+          "Topics   txmq_bench_*: {} partitions{}{}\n"
+          "         raw references and the seed: in the client's own database\n",
+          topic_options_.partitions, servers_text(),
+          topic_options_.servers.empty()
+              ? ""
+              : fmt::format(", partition p on server p % {}", topic_options_.servers.size()));
+    }
+    nlohmann::json context = describe(dsn_, options_.json, topics);
+    if (spread()) {
+      context["topics"] = {{"partitions", topic_options_.partitions},
+                           {"servers", topic_options_.servers}};
+    }
+    report_.set_context(std::move(context));
     ClientOptions co;
     co.dsn = options_.dsn;
     co.pool_size = 32;
@@ -305,6 +329,17 @@ class Bench {
     });
   }
 
+  // The bench's topics: spread over --servers with --partitions, else the defaults.
+  bool spread() const { return topic_options_.partitions > 1 || !topic_options_.servers.empty(); }
+  void fresh(Client& client, const std::string& topic) {
+    fresh_topic(client, topic, topic_options_);
+  }
+  // A backlog, in batches small enough to reach every partition (each batch goes whole to one)
+  // when the topic is spread.
+  void fill_topic(Client& client, const std::string& topic, int count, std::size_t payload) {
+    fill(client, topic, count, payload, spread() ? 500 : 10000);
+  }
+
   bool wanted(const std::string& section) const {
     return options_.sections.empty() ||
            std::find(options_.sections.begin(), options_.sections.end(), section) !=
@@ -328,7 +363,7 @@ class Bench {
                                      {4, kLarge, "4.4k", "4 threads, 4 KiB"}};
     const double round_seconds = sizes_.timed_seconds / sizes_.rounds;
     for (const Pair& p : pairs) {
-      fresh_topic(client, topic);
+      fresh(client, topic);
       Measured raw;
       Measured ours;
       for (int r = 0; r < sizes_.rounds; ++r) {
@@ -366,7 +401,7 @@ class Bench {
       accumulate(raw_small, raw_multirow(dsn_, rows, 1000, kSmall));
       accumulate(raw_large, raw_multirow(dsn_, rows / 4, 1000, kLarge));
       for (std::size_t i = 0; i < cases.size(); ++i) {
-        fresh_topic(client, topic);
+        fresh(client, topic);
         const int n = cases[i].payload == kLarge ? rows / 4 : rows;
         accumulate(ours[i], send_batch_rate(client, topic, cases[i].size, n, cases[i].payload));
       }
@@ -376,6 +411,18 @@ class Bench {
                 std::move(raw_large));
     for (std::size_t i = 0; i < cases.size(); ++i) {
       report_.add(row(cases[i].id, cases[i].name, cases[i].basis), std::move(ours[i]));
+    }
+    if (spread()) {
+      // One thread sends one batch at a time, to one server at a time: what several servers
+      // can add to batches shows with several threads.
+      for (int size : {100, 1000}) {
+        fresh(client, topic);
+        report_.add(row(fmt::format("batch.{}.4t", size),
+                        fmt::format("send_batch of {}, 4 threads", with_commas(size)),
+                        "raw.multirow"),
+                    library_send_batch_rate(client, topic, 4, size, sizes_.timed_seconds / 2,
+                                            kSmall));
+      }
     }
     drop_if_exists(client, topic);
   }
@@ -396,13 +443,30 @@ class Bench {
                 seed_drain(dsn_, 4, sizes_.seed_deep_seconds));
   }
 
-  // The exactly-once handler's business table.
-  static void reset_work_table(Client& client, const std::string& table) {
+  // The exactly-once handler's business table: in the client's database, and on a spread topic
+  // in every server's (a handler's statements run on the server of the messages' partition).
+  // `create` false: only dropped.
+  void reset_work_table(Client& client, const std::string& table, bool create = true) {
     client.transact([&](Transaction& tx) {
       tx.execute(fmt::format("DROP TABLE IF EXISTS {}", table));
-      tx.execute(fmt::format("CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB",
-                             table));
+      if (create) {
+        tx.execute(fmt::format(
+            "CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB", table));
+      }
     });
+    if (topic_options_.servers.empty()) return;
+    for (const ServerInfo& server : client.list_servers()) {
+      if (std::find(topic_options_.servers.begin(), topic_options_.servers.end(), server.name) ==
+          topic_options_.servers.end()) {
+        continue;
+      }
+      internal::Connection c(internal::parse_dsn(server.dsn));
+      c.query(fmt::format("DROP TABLE IF EXISTS {}", table));
+      if (create) {
+        c.query(fmt::format("CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB",
+                            table));
+      }
+    }
   }
 
   // Each drain is preceded by a short raw INSERT run at 4 threads; their sum is the basis the
@@ -434,8 +498,8 @@ class Bench {
     std::vector<Measured> measured;
     for (const Case& k : cases) {
       accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
-      fresh_topic(client, topic);
-      fill(client, topic, sizes_.drain_backlog, k.payload);
+      fresh(client, topic);
+      fill_topic(client, topic, sizes_.drain_backlog, k.payload);
       const auto limit = static_cast<std::uint64_t>(sizes_.drain_backlog);
       const std::string consumers_text =
           fmt::format("{} consumer{}", k.consumers, k.consumers == 1 ? "" : "s");
@@ -465,14 +529,13 @@ class Bench {
       report_.add(std::move(rows[i]), std::move(measured[i]));
     }
     drop_if_exists(client, topic);
-    client.transact(
-        [&](Transaction& tx) { tx.execute(fmt::format("DROP TABLE IF EXISTS {}", work_table)); });
+    reset_work_table(client, work_table, false);
   }
 
   void e2e(Client& producers, Client& consumers) {
     report_.section("4 producers + 4 consumers at once, 1,000 msgs/s offered (latency: send to receipt)");
     const std::string topic = "txmq_bench_e2e";
-    fresh_topic(producers, topic);
+    fresh(producers, topic);
     report_.add(row("e2e.4+4", "4 producers + 4 consumers, 1,000/s"),
                 end_to_end(producers, consumers, topic, 4, 4, 1000, sizes_.e2e_seconds));
     drop_if_exists(producers, topic);
@@ -482,15 +545,15 @@ class Bench {
     report_.section("Drain rate against backlog depth (receive 100 + ack, 4 consumers)");
     const std::string topic = "txmq_bench_depth";
     for (int depth : sizes_.depths) {
-      fresh_topic(client, topic);
-      fill(client, topic, depth, kSmall);
+      fresh(client, topic);
+      fill_topic(client, topic, depth, kSmall);
       Measured total;
       for (int round = 0; round < sizes_.depth_rounds; ++round) {
         Measured m = drain(client, topic, 4, 100, static_cast<std::uint64_t>(sizes_.depth_round),
                            sizes_.drain_cap_seconds);
         const auto drained = static_cast<int>(m.messages);
         accumulate(total, std::move(m));
-        fill(client, topic, drained, kSmall);  // back to depth
+        fill_topic(client, topic, drained, kSmall);  // back to depth
       }
       const std::string label = depth >= 1000000 ? fmt::format("{}M", depth / 1000000)
                                                  : fmt::format("{}k", depth / 1000);
@@ -502,10 +565,11 @@ class Bench {
   }
 
   void claim(Client& client) {
+    if (spread()) return claim_spread(client);
     report_.section("Claim latency: receive of 1 message (then ack, not timed)");
     const std::string topic = "txmq_bench_claim";
     constexpr int kInFlight = 10000;
-    fresh_topic(client, topic);
+    fresh(client, topic);
     fill(client, topic, kInFlight + 2 * sizes_.claim_samples, kSmall);
     report_.add(row("claim.idle", "claim, nothing in flight"),
                 claim_latency(client, topic, sizes_.claim_samples, 0));
@@ -514,6 +578,37 @@ class Bench {
     report_.add(std::move(inflight),
                 claim_latency(client, topic, sizes_.claim_samples, kInFlight));
     drop_if_exists(client, topic);
+  }
+
+  // On a spread topic: a receive of 1 and of 10 from a backlog spread over every partition, and a
+  // receive (no wait) of an empty topic, which asks every partition, on every server, in vain.
+  void claim_spread(Client& client) {
+    report_.section(fmt::format(
+        "Claim latency on a topic of {} partitions{}: receive of 1 and 10 (then ack, not timed), "
+        "and of nothing",
+        topic_options_.partitions, servers_text()));
+    const std::string topic = "txmq_bench_claim";
+    const int samples = sizes_.claim_samples;
+    fresh(client, topic);
+    // 11 messages a sample and a half again, so that no partition runs dry before the end.
+    fill_topic(client, topic, samples * 11 * 3 / 2, kSmall);
+    report_.add(row("claim.backlog.1", "receive 1 of a backlog"),
+                receive_latency(client, topic, samples, 1));
+    report_.add(row("claim.backlog.10", "receive 10 of a backlog"),
+                receive_latency(client, topic, samples, 10));
+    fresh(client, topic);
+    Row empty = row("claim.empty", "receive of an empty topic, no wait");
+    empty.note = "rate: receives per second";
+    report_.add(std::move(empty), empty_receive_latency(client, topic, samples));
+    drop_if_exists(client, topic);
+  }
+
+  std::string servers_text() const {
+    if (topic_options_.servers.empty()) return "";
+    std::string names;
+    for (const std::string& s : topic_options_.servers) names += (names.empty() ? "" : ", ") + s;
+    return fmt::format(" on {} server{} ({})", topic_options_.servers.size(),
+                       topic_options_.servers.size() == 1 ? "" : "s", names);
   }
 
   // What partitions buy on one server: send() from 8 producer threads, and a drain by 8
@@ -525,6 +620,7 @@ class Bench {
     for (int p : {1, 4, 16}) {
       TopicOptions options;
       options.partitions = p;
+      options.servers = options_.servers;
       drop_if_exists(client, topic);
       client.create_topic(topic, options);
       report_.add(row(fmt::format("partitions.send.{}", p),
@@ -553,7 +649,7 @@ class Bench {
         "Keyed FIFO: drain (receive 100 + ack, 4 consumers) with {} keys", with_commas(keys)));
     const std::string topic = "txmq_bench_keys";
     auto fill_keyed = [&](bool keyed) {
-      fresh_topic(client, topic);
+      fresh(client, topic);
       std::vector<OutgoingMessage> batch;
       for (int round = 0; round < 2; ++round) {  // two messages per key: one waits behind
         for (int k = 0; k < keys; ++k) {
@@ -584,7 +680,7 @@ class Bench {
   void wake(Client& client) {
     report_.section("Long polling: a send to a consumer waiting in another process");
     const std::string topic = "txmq_bench_wake";
-    fresh_topic(client, topic);
+    fresh(client, topic);
     Row r = row("wake.1", "wake-up: send to receipt, other process");
     r.note = "rate: sends per second, with 20-60 ms idle gaps";
     report_.add(std::move(r), wake_latency(options_.dsn, client, topic, sizes_.wake_samples));
@@ -609,7 +705,7 @@ class Bench {
       configs.push_back({1, 16, 1, "idle.16t.1s", "16 threads in 1 process, receive wait 1 s"});
     }
     for (const Config& c : configs) {
-      fresh_topic(client, topic);
+      fresh(client, topic);
       Row r = row(c.id, c.name);
       r.rate = idle_statements_per_second(options_.dsn, topic, c.processes, c.threads, c.wait,
                                           sizes_.idle_window);
@@ -650,6 +746,7 @@ class Bench {
   }
 
   BenchOptions options_;
+  TopicOptions topic_options_;
   internal::Dsn dsn_;
   Sizes sizes_;
   Report report_;
@@ -665,6 +762,12 @@ int run_bench(const BenchOptions& options) {
       throw Error(Errc::kInvalidArgument, fmt::format("unknown bench section '{}'", s));
     }
   }
+  CpuWatch watch;
+  for (const auto& [name, pid] : options.cpu_pids) watch.watch(name, pid);
+  if (options.cpu || !options.cpu_pids.empty()) g_cpu_watch = &watch;
+  struct Unwatch {
+    ~Unwatch() { g_cpu_watch = nullptr; }
+  } unwatch;
   Bench bench(options, internal::parse_dsn(options.dsn));
   bench.run();
   return 0;

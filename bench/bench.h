@@ -2,6 +2,7 @@
 // txmq bench: txmq against the raw speed of the same server and the seed's algorithm, in one run.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace txmq::bench {
@@ -12,6 +13,15 @@ struct BenchOptions {
   bool json = false;                  // one JSON document on stdout instead of tables
   bool huge = false;                  // also the 10M backlog
   std::vector<std::string> sections;  // run only these sections (empty: all)
+  // CPU taken during each timed run by the bench, these processes (name, pid) and the machine,
+  // printed with each row and in the JSON document's rows ("cpu_seconds").
+  bool cpu = false;
+  std::vector<std::pair<std::string, int>> cpu_pids;
+  // The bench's topics spread over these servers (registered with Client::add_server; partition
+  // p on servers[p % n]) with `partitions` partitions (0: two per server). Empty: the client's
+  // own database, one partition, as always.
+  std::vector<std::string> servers;
+  int partitions = 0;
 };
 
 // Runs the workloads, printing each row as it completes, then the table of targets.

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "cpu.h"
+
 namespace txmq::bench {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -49,12 +51,14 @@ struct Measured {
   std::uint64_t messages = 0;
   double seconds = 0;
   Latencies latencies;
+  CpuSeconds cpu;  // CPU taken during the run (empty unless the bench watches CPU)
   double rate() const { return seconds > 0 ? static_cast<double>(messages) / seconds : 0; }
 };
 
 // Runs body(thread_index, latencies) on `threads` threads released together; each returns how
 // many messages it handled. The clock runs from the release to the last thread's end. The first
-// exception of any thread is rethrown after all have joined.
+// exception of any thread is rethrown after all have joined. CPU is sampled at the release and
+// after the join (the threads' spinning before the release is not counted).
 template <typename Body>
 Measured run_threads(int threads, Body body) {
   std::atomic<int> ready{0};
@@ -77,11 +81,13 @@ Measured run_threads(int threads, Body body) {
     });
   }
   while (ready.load() < threads) std::this_thread::yield();
+  const CpuSeconds cpu_before = cpu_now();
   const auto start = SteadyClock::now();
   go = true;
   for (auto& t : pool) t.join();
   Measured m;
   m.seconds = seconds_between(start, SteadyClock::now());
+  if (!cpu_before.empty()) m.cpu = CpuWatch::difference(cpu_before, cpu_now());
   if (failure) std::rethrow_exception(failure);
   for (std::size_t i = 0; i < counts.size(); ++i) {
     m.messages += counts[i];

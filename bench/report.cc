@@ -34,6 +34,7 @@ Row& Report::add(Row row, Measured measured) {
   row.rate = measured.rate();
   row.p50_ms = measured.latencies.percentile(50);
   row.p99_ms = measured.latencies.percentile(99);
+  row.cpu = std::move(measured.cpu);
   add_row(std::move(row));
   return rows_.back();
 }
@@ -61,6 +62,29 @@ std::optional<double> Report::ratio_of(const Row& row) const {
   return row.rate / basis->rate;
 }
 
+namespace {
+
+// "CPU cores: bench 0.52, s1 0.81, machine 1.90": each process's CPU seconds over the row's
+// seconds, the servers in name order between the bench and the machine.
+std::string cpu_note(const Row& row) {
+  if (row.cpu.empty() || row.seconds <= 0) return {};
+  std::string out = "CPU cores:";
+  auto add = [&](const std::string& name, double seconds) {
+    out += fmt::format("{} {} {:.2f}", out.back() == ':' ? "" : ",", name, seconds / row.seconds);
+  };
+  if (auto it = row.cpu.find("bench"); it != row.cpu.end()) add(it->first, it->second);
+  for (const auto& [name, seconds] : row.cpu) {
+    if (name != "bench" && name != "machine" && name != "steal") add(name, seconds);
+  }
+  if (auto it = row.cpu.find("machine"); it != row.cpu.end()) add(it->first, it->second);
+  if (auto it = row.cpu.find("steal"); it != row.cpu.end() && it->second > 0) {
+    add(it->first, it->second);
+  }
+  return out;
+}
+
+}  // namespace
+
 void Report::print_row(const Row& row) const {
   if (json_) {
     std::fprintf(stderr, "bench:   %-46s %12s msgs/s\n", row.name.c_str(),
@@ -69,13 +93,17 @@ void Report::print_row(const Row& row) const {
   }
   std::optional<double> ratio = ratio_of(row);
   const Row* basis = row.basis.empty() ? nullptr : find(row.basis);
+  std::string note = row.note;
+  if (std::string cpu = cpu_note(row); !cpu.empty()) {
+    note += (note.empty() ? "" : "; ") + cpu;
+  }
   std::printf("  %-46s %10s %8.2f %8.2f %8s  %s%s\n", row.name.c_str(),
               with_commas(row.rate).c_str(), row.p50_ms, row.p99_ms,
               ratio ? fmt::format("{:.2f}x", *ratio).c_str() : "",
               basis == nullptr ? ""
               : row.latency_ratio ? fmt::format("p50 of {}", basis->name).c_str()
                                   : basis->name.c_str(),
-              row.note.empty() ? "" : fmt::format("{}{}", basis ? "; " : "", row.note).c_str());
+              note.empty() ? "" : fmt::format("{}{}", basis ? "; " : "", note).c_str());
   std::fflush(stdout);
 }
 
@@ -155,6 +183,7 @@ void Report::finish(const std::vector<Target>& targets) {
       if (!r.basis.empty()) j["basis"] = r.basis;
       if (auto ratio = ratio_of(r)) j["ratio"] = *ratio;
       if (!r.note.empty()) j["note"] = r.note;
+      if (!r.cpu.empty()) j["cpu_seconds"] = r.cpu;
       rows.push_back(std::move(j));
     }
     nlohmann::json doc = context_;

@@ -23,6 +23,7 @@ struct Row {
   std::string basis;  // id of the row the ratio column divides by ("": none)
   bool latency_ratio = false;  // the ratio is of p50 latencies (lower is better), not of rates
   std::string note;
+  CpuSeconds cpu;  // CPU seconds taken during the measured runs, by process (bench --cpu)
 };
 
 // A goal from the issue, checked against rows of the same run.

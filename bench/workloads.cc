@@ -16,16 +16,15 @@ void drop_if_exists(Client& client, const std::string& topic) {
   }
 }
 
-void fresh_topic(Client& client, const std::string& topic) {
+void fresh_topic(Client& client, const std::string& topic, const TopicOptions& options) {
   drop_if_exists(client, topic);
-  client.create_topic(topic);
+  client.create_topic(topic, options);
 }
 
-void fill(Client& client, const std::string& topic, int count, std::size_t payload) {
-  constexpr int kChunk = 10000;
+void fill(Client& client, const std::string& topic, int count, std::size_t payload, int chunk) {
   std::vector<OutgoingMessage> batch;
-  for (int done = 0; done < count; done += kChunk) {
-    const int n = std::min(kChunk, count - done);
+  for (int done = 0; done < count; done += chunk) {
+    const int n = std::min(chunk, count - done);
     batch.clear();
     for (int i = 0; i < n; ++i) batch.emplace_back().payload = make_payload(payload, done + i);
     client.send_batch(topic, batch);
@@ -190,6 +189,43 @@ Measured claim_latency(Client& client, const std::string& topic, int samples, in
       if (m.empty()) throw Error(Errc::kInternal, "bench: the claim backlog ran out");
       client.ack(topic, m[0].receipt);
       ++n;
+    }
+    return n;
+  });
+}
+
+Measured receive_latency(Client& client, const std::string& topic, int samples, int batch) {
+  ReceiveOptions options;
+  options.max_messages = batch;
+  return run_threads(1, [&](int, Latencies& lat) {
+    std::uint64_t n = 0;
+    std::vector<std::string> receipts;
+    for (int i = 0; i < samples; ++i) {
+      const auto start = SteadyClock::now();
+      std::vector<Message> got = client.receive(topic, options);
+      lat.add_since(start);
+      if (got.empty()) throw Error(Errc::kInternal, "bench: the receive backlog ran out");
+      receipts.clear();
+      for (Message& m : got) receipts.push_back(std::move(m.receipt));
+      client.ack(topic, receipts);
+      n += got.size();
+    }
+    return n;
+  });
+}
+
+Measured empty_receive_latency(Client& client, const std::string& topic, int samples) {
+  ReceiveOptions options;
+  options.wait = Micros{0};
+  return run_threads(1, [&](int, Latencies& lat) {
+    std::uint64_t n = 0;
+    for (int i = 0; i < samples; ++i) {
+      const auto start = SteadyClock::now();
+      if (!client.receive(topic, options).empty()) {
+        throw Error(Errc::kInternal, "bench: the empty topic was not empty");
+      }
+      lat.add_since(start);
+      ++n;  // receives, not messages: the rate column is receives per second
     }
     return n;
   });

@@ -11,11 +11,14 @@ namespace txmq::bench {
 // Drops the topic when it exists.
 void drop_if_exists(Client& client, const std::string& topic);
 
-// Drops and creates the topic with default settings.
-void fresh_topic(Client& client, const std::string& topic);
+// Drops and creates the topic with these settings (default: the defaults).
+void fresh_topic(Client& client, const std::string& topic, const TopicOptions& options = {});
 
-// Puts `count` messages in the topic with send_batch (not timed).
-void fill(Client& client, const std::string& topic, int count, std::size_t payload);
+// Puts `count` messages in the topic with send_batch of `chunk` messages each (not timed). Each
+// batch goes whole to one partition: a smaller chunk spreads the messages over more partitions
+// (and servers).
+void fill(Client& client, const std::string& topic, int count, std::size_t payload,
+          int chunk = 10000);
 
 // send() from `producers` threads sharing one client, for `seconds`.
 Measured send_rate(Client& client, const std::string& topic, int producers, double seconds,
@@ -46,5 +49,12 @@ Measured end_to_end(Client& producer_client, Client& consumer_client, const std:
 // Latency of receive() of one message followed by its (untimed) ack, `samples` times, from one
 // thread. With `hold_in_flight` > 0, first leases that many messages for an hour and keeps them.
 Measured claim_latency(Client& client, const std::string& topic, int samples, int hold_in_flight);
+
+// Latency of receive() of up to `batch` messages (followed by their untimed ack), `samples` times,
+// from one thread; the topic must hold enough.
+Measured receive_latency(Client& client, const std::string& topic, int samples, int batch);
+
+// Latency of a receive() with no wait of a topic that is empty, `samples` times, from one thread.
+Measured empty_receive_latency(Client& client, const std::string& topic, int samples);
 
 }  // namespace txmq::bench

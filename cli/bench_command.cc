@@ -17,6 +17,10 @@ void add_bench_command(CLI::App& app, Globals& g) {
     bool quick = false;
     bool huge = false;
     std::string only;
+    bool cpu = false;
+    std::string cpu_pids;
+    std::string servers;
+    int partitions = 0;
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
@@ -27,6 +31,17 @@ void add_bench_command(CLI::App& app, Globals& g) {
   std::string sections;
   for (const std::string& s : bench::bench_sections()) sections += (sections.empty() ? "" : ",") + s;
   bench->add_option("--only", a->only, "comma-separated sections to run: " + sections);
+  bench->add_flag("--cpu", a->cpu,
+                  "print the CPU each row took: the bench process and the machine (/proc)");
+  bench->add_option("--cpu-pids", a->cpu_pids,
+                    "also these processes, NAME=PID,... (such as the servers' mariadbd); "
+                    "implies --cpu");
+  bench->add_option("--servers", a->servers,
+                    "spread the bench's topics over these servers (txmq server add), a,b,c: "
+                    "partition p on server p % n");
+  bench->add_option("--partitions", a->partitions,
+                    "partitions of the bench's topics (default 1; with --servers, 2 per server)")
+      ->check(CLI::Range(1, 64));
   bench->callback([&g, a] {
     bench::BenchOptions o;
     o.dsn = resolve_dsn(g);
@@ -36,6 +51,27 @@ void add_bench_command(CLI::App& app, Globals& g) {
     std::stringstream in(a->only);
     for (std::string s; std::getline(in, s, ',');) {
       if (!s.empty()) o.sections.push_back(s);
+    }
+    o.cpu = a->cpu;
+    std::stringstream servers(a->servers);
+    for (std::string s; std::getline(servers, s, ',');) {
+      if (!s.empty()) o.servers.push_back(s);
+    }
+    o.partitions = a->partitions;
+    std::stringstream pids(a->cpu_pids);
+    for (std::string s; std::getline(pids, s, ',');) {
+      if (s.empty()) continue;
+      const std::size_t eq = s.find('=');
+      int pid = 0;
+      try {
+        pid = eq == std::string::npos ? 0 : std::stoi(s.substr(eq + 1));
+      } catch (const std::exception&) {
+      }
+      if (eq == 0 || pid <= 0) {
+        throw Error(Errc::kInvalidArgument,
+                    "--cpu-pids: expected NAME=PID,... (such as s1=1234,s2=1240), got '" + s + "'");
+      }
+      o.cpu_pids.emplace_back(s.substr(0, eq), pid);
     }
     g.exit_code = bench::run_bench(o);
   });
