@@ -362,7 +362,7 @@ std::vector<Message> Spread::claim_round(const Placement& p, std::string_view to
   const std::size_t first = turn_.fetch_add(1) % holders.size();
   std::vector<Message> got;
   std::optional<Error> last;
-  std::size_t tried = 0;
+  std::size_t tried = 0, failed = 0;
   for (std::size_t i = 0; i < holders.size(); ++i) {
     if (got.size() >= static_cast<std::size_t>(options.max_messages)) break;
     const std::string& s = holders[(first + i) % holders.size()];
@@ -372,7 +372,10 @@ std::vector<Message> Spread::claim_round(const Placement& p, std::string_view to
     one.partitions = claimable_on(p, s, options.partitions);
     if (one.partitions.empty()) continue;
     ++tried;
-    if (shards_.is_down(s)) continue;
+    if (shards_.is_down(s)) {
+      ++failed;
+      continue;
+    }
     try {
       for (Message& m : internal::receive(shards_.server(s), topic, one)) {
         got.push_back(std::move(m));
@@ -381,10 +384,11 @@ std::vector<Message> Spread::claim_round(const Placement& p, std::string_view to
       if (e.code() != Errc::kUnavailable) throw;
       shards_.mark_down(s);
       last = e;
+      ++failed;
     }
   }
-  // Every server that could have had messages failed: say so rather than "nothing there".
-  if (got.empty() && last && tried == holders.size()) throw *last;
+  // Every server that could have had messages failed (none answered "empty"): say so.
+  if (got.empty() && last && failed == tried) throw *last;
   return got;
 }
 
@@ -405,7 +409,7 @@ std::size_t Spread::process_round(const Placement& p, std::string_view topic,
   const std::vector<std::string> holders = p.holders();
   const std::size_t first = turn_.fetch_add(1) % holders.size();
   std::optional<Error> last;
-  std::size_t tried = 0;
+  std::size_t tried = 0, failed = 0;
   for (std::size_t i = 0; i < holders.size(); ++i) {
     const std::string& s = holders[(first + i) % holders.size()];
     ProcessOptions one = options;
@@ -413,7 +417,10 @@ std::size_t Spread::process_round(const Placement& p, std::string_view topic,
     one.partitions = claimable_on(p, s, options.partitions);
     if (one.partitions.empty()) continue;
     ++tried;
-    if (shards_.is_down(s)) continue;
+    if (shards_.is_down(s)) {
+      ++failed;
+      continue;
+    }
     try {
       if (std::size_t n = internal::process(shards_.server(s), topic, one, handler); n > 0) {
         return n;
@@ -422,9 +429,10 @@ std::size_t Spread::process_round(const Placement& p, std::string_view topic,
       if (e.code() != Errc::kUnavailable) throw;
       shards_.mark_down(s);
       last = e;
+      ++failed;
     }
   }
-  if (last && tried == holders.size()) throw *last;
+  if (last && failed == tried) throw *last;
   return 0;
 }
 
