@@ -383,21 +383,13 @@ void Client::move_partition(std::string_view topic, int partition, std::string_v
   impl_->spread.move_partition(topic, partition, server);
 }
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-}  // namespace
-
 std::uint64_t Client::send(std::string_view topic, std::string_view payload,
                            const SendOptions& options) {
   Impl& i = *impl_;
   return i.route(topic, [&] {
     const auto start = std::chrono::steady_clock::now();
     const std::uint64_t id = internal::send_one(i.queue, topic, payload, options);
-    internal::MetricsRecorder& m = i.queue.metrics;
-    m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
-    m.count(topic, {}, internal::Counter::kSent, 1);
+    i.queue.metrics.sent(topic, start, 1);
     return id;
   }, [&](const internal::Placement&) { return i.spread.send(topic, payload, options); });
 }
@@ -408,9 +400,7 @@ std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
   return i.route(topic, [&] {
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::uint64_t> ids = internal::send_batch(i.queue, topic, messages);
-    internal::MetricsRecorder& m = i.queue.metrics;
-    m.observe(topic, {}, internal::Histogram::kSend, seconds_since(start));
-    m.count(topic, {}, internal::Counter::kSent, ids.size());
+    i.queue.metrics.sent(topic, start, ids.size());
     return ids;
   }, [&](const internal::Placement&) { return i.spread.send_batch(topic, messages); });
 }

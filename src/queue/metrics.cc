@@ -55,6 +55,13 @@ void MetricsRecorder::count(std::string_view topic, std::string_view group, Coun
   series(topic, group).counters[static_cast<std::size_t>(counter)] += n;
 }
 
+void MetricsRecorder::sent(std::string_view topic, std::chrono::steady_clock::time_point start,
+                           std::uint64_t messages) {
+  observe(topic, {}, Histogram::kSend,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  count(topic, {}, Counter::kSent, messages);
+}
+
 void MetricsRecorder::observe(std::string_view topic, std::string_view group,
                               Histogram histogram, double seconds) {
   if (!enabled_) return;

@@ -35,6 +35,9 @@ class MetricsRecorder {
   void count(std::string_view topic, std::string_view group, Counter counter, std::uint64_t n);
   void observe(std::string_view topic, std::string_view group, Histogram histogram,
                double seconds);
+  // A send or send_batch call that began at `start` and sent `messages`.
+  void sent(std::string_view topic, std::chrono::steady_clock::time_point start,
+            std::uint64_t messages);
   // Adds what was recorded since the last flush to the table now. Never throws: what could not
   // be written is kept for the next flush (dropped when the outcome of the write is unknown, so
   // that a total never counts a thing twice).

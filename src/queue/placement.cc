@@ -55,20 +55,29 @@ std::vector<int> Placement::partitions_on(std::string_view server) const {
   return out;
 }
 
+namespace {
+
+constexpr std::string_view kSelectPlacement =
+    "SELECT topic, epoch, servers, partitions, moving FROM txmq_placements";
+
+Placement placement_from_row(const Row& row) {
+  Placement p;
+  p.topic = row.bytes(0);
+  p.epoch = row.u64(1);
+  p.servers = split_names(row.bytes(2));
+  p.partitions = split_names(row.bytes(3));
+  p.moving = row.null(4) ? "" : row.bytes(4);
+  return p;
+}
+
+}  // namespace
+
 std::optional<Placement> Shards::load(std::string_view topic) {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    return c.execute(
-        "SELECT epoch, servers, partitions, moving FROM txmq_placements WHERE topic = ?",
-        {topic});
+    return c.execute(fmt::format("{} WHERE topic = ?", kSelectPlacement), {topic});
   });
   if (r.rows.empty()) return std::nullopt;
-  Placement p;
-  p.topic = std::string(topic);
-  p.epoch = r.rows[0].u64(0);
-  p.servers = split_names(r.rows[0].bytes(1));
-  p.partitions = split_names(r.rows[0].bytes(2));
-  p.moving = r.rows[0].null(3) ? "" : r.rows[0].bytes(3);
-  return p;
+  return placement_from_row(r.rows[0]);
 }
 
 std::optional<Placement> Shards::placement(std::string_view topic) {
@@ -107,18 +116,16 @@ Dsn Shards::dsn_of(std::string_view name) {
   return parse_dsn(r.rows[0].bytes(0));
 }
 
+QueueContext* Shards::connected_to(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
 QueueContext& Shards::server(std::string_view name) {
-  {
-    std::lock_guard lock(mutex_);
-    auto it = by_name_.find(std::string(name));
-    if (it != by_name_.end()) return *it->second;
-  }
+  if (QueueContext* known = connected_to(name)) return *known;
   std::lock_guard connecting(connect_mutex_);
-  {
-    std::lock_guard lock(mutex_);
-    auto it = by_name_.find(std::string(name));
-    if (it != by_name_.end()) return *it->second;
-  }
+  if (QueueContext* known = connected_to(name)) return *known;  // connected meanwhile
   const Dsn dsn = dsn_of(name);
   QueueContext* context = nullptr;
   std::unique_ptr<QueueContext> made;
@@ -256,20 +263,10 @@ void Shards::erase(std::string_view topic) {
 
 std::vector<Placement> Shards::all() {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    return c.execute(
-        "SELECT topic, epoch, servers, partitions, moving FROM txmq_placements ORDER BY topic",
-        {});
+    return c.execute(fmt::format("{} ORDER BY topic", kSelectPlacement), {});
   });
   std::vector<Placement> out;
-  for (const Row& row : r.rows) {
-    Placement p;
-    p.topic = row.bytes(0);
-    p.epoch = row.u64(1);
-    p.servers = split_names(row.bytes(2));
-    p.partitions = split_names(row.bytes(3));
-    p.moving = row.null(4) ? "" : row.bytes(4);
-    out.push_back(std::move(p));
-  }
+  for (const Row& row : r.rows) out.push_back(placement_from_row(row));
   return out;
 }
 

@@ -84,6 +84,8 @@ class Shards {
   static constexpr auto kCacheFor = std::chrono::seconds(5);
   static constexpr auto kDownFor = std::chrono::seconds(2);
   std::optional<Placement> load(std::string_view topic);
+  // The context of a server connected before; nullptr when none is.
+  QueueContext* connected_to(std::string_view name);
   Dsn dsn_of(std::string_view name);
 
   QueueContext& catalog_;

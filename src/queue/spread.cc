@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -16,10 +17,6 @@ namespace txmq::internal {
 namespace {
 
 constexpr auto kRouteFor = std::chrono::seconds(30);
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A topic's settings as each server keeps them: without the server list.
 TopicOptions local_options(TopicOptions options) {
@@ -180,44 +177,48 @@ void Spread::update_topic(const Placement& had, const TopicOptions& options) {
 
 // --- Sends -----------------------------------------------------------------------------------
 
+template <typename F>
+auto Spread::on_a_holder(const Placement& p, F&& fn)
+    -> decltype(fn(std::declval<QueueContext&>())) {
+  // The servers in turn; one that cannot be reached now is skipped (nothing was written:
+  // kUnavailable means the statement never ran) and avoided for a few seconds. Servers known
+  // to be down are tried last, and only when every other one failed or none is left.
+  const std::vector<std::string> holders = p.holders();
+  const std::size_t first = turn_.fetch_add(1) % holders.size();
+  std::optional<Error> last;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < holders.size(); ++i) {
+      const std::string& s = holders[(first + i) % holders.size()];
+      if (pass == 0 && shards_.is_down(s)) continue;
+      try {
+        return fn(shards_.server(s));
+      } catch (const Error& e) {
+        if (e.code() != Errc::kUnavailable) throw;
+        shards_.mark_down(s);
+        last = e;
+      }
+    }
+    if (last) break;  // every server was tried
+  }
+  throw *last;
+}
+
 std::uint64_t Spread::send(std::string_view topic, std::string_view payload,
                            const SendOptions& options) {
   return routed(topic, [&](const Placement& p) -> std::uint64_t {
     const auto start = std::chrono::steady_clock::now();
-    auto sent = [&](QueueContext& q, std::uint64_t id) {
-      q.metrics.observe(topic, {}, Histogram::kSend, seconds_since(start));
-      q.metrics.count(topic, {}, Counter::kSent, 1);
+    auto send_on = [&](QueueContext& q) {
+      const std::uint64_t id = send_one(q, topic, payload, options);
+      q.metrics.sent(topic, start, 1);
       return id;
     };
     // A key (or a dedup key, whose table is the server's) names one partition, so one server.
     const std::optional<std::string>& route = options.key ? options.key : options.dedup_key;
     if (route) {
-      const std::string& s =
-          p.partitions[partition_of_key(*route, static_cast<unsigned>(p.partitions.size()))];
-      QueueContext& q = shards_.server(s);
-      return sent(q, send_one(q, topic, payload, options));
+      return send_on(shards_.server(
+          p.partitions[partition_of_key(*route, static_cast<unsigned>(p.partitions.size()))]));
     }
-    // Unkeyed: the servers in turn; one that cannot be reached now is skipped (nothing was
-    // written: kUnavailable means the statement never ran) and avoided for a few seconds.
-    const std::vector<std::string> holders = p.holders();
-    const std::size_t first = turn_.fetch_add(1) % holders.size();
-    std::optional<Error> last;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (std::size_t i = 0; i < holders.size(); ++i) {
-        const std::string& s = holders[(first + i) % holders.size()];
-        if (pass == 0 && shards_.is_down(s)) continue;
-        try {
-          QueueContext& q = shards_.server(s);
-          return sent(q, send_one(q, topic, payload, options));
-        } catch (const Error& e) {
-          if (e.code() != Errc::kUnavailable) throw;
-          shards_.mark_down(s);
-          last = e;
-        }
-      }
-      if (last) break;  // every server was tried
-    }
-    throw *last;
+    return on_a_holder(p, send_on);
   });
 }
 
@@ -226,9 +227,9 @@ std::vector<std::uint64_t> Spread::send_batch(std::string_view topic,
   if (messages.empty()) return {};
   return routed(topic, [&](const Placement& p) -> std::vector<std::uint64_t> {
     const auto start = std::chrono::steady_clock::now();
-    auto sent = [&](QueueContext& q, std::vector<std::uint64_t> ids) {
-      q.metrics.observe(topic, {}, Histogram::kSend, seconds_since(start));
-      q.metrics.count(topic, {}, Counter::kSent, ids.size());
+    auto send_on = [&](QueueContext& q) {
+      std::vector<std::uint64_t> ids = internal::send_batch(q, topic, messages);
+      q.metrics.sent(topic, start, ids.size());
       return ids;
     };
     // A batch commits on one server: the one its keys name, else one in turn.
@@ -252,29 +253,8 @@ std::vector<std::uint64_t> Spread::send_batch(std::string_view topic,
                                 i, m.key ? "key" : "dedup key", partition, s, server, topic));
       }
     }
-    if (!server.empty()) {
-      QueueContext& q = shards_.server(server);
-      return sent(q, internal::send_batch(q, topic, messages));
-    }
-    const std::vector<std::string> holders = p.holders();
-    const std::size_t first = turn_.fetch_add(1) % holders.size();
-    std::optional<Error> last;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (std::size_t i = 0; i < holders.size(); ++i) {
-        const std::string& s = holders[(first + i) % holders.size()];
-        if (pass == 0 && shards_.is_down(s)) continue;
-        try {
-          QueueContext& q = shards_.server(s);
-          return sent(q, internal::send_batch(q, topic, messages));
-        } catch (const Error& e) {
-          if (e.code() != Errc::kUnavailable) throw;
-          shards_.mark_down(s);
-          last = e;
-        }
-      }
-      if (last) break;
-    }
-    throw *last;
+    if (!server.empty()) return send_on(shards_.server(server));
+    return on_a_holder(p, send_on);
   });
 }
 
@@ -311,9 +291,10 @@ struct Wake {
     }
     cv.notify_all();
   }
-  void wait_until(std::chrono::steady_clock::time_point until) {
+  // Whether it was woken (not timed out).
+  bool wait_until(std::chrono::steady_clock::time_point until) {
     std::unique_lock lock(mutex);
-    cv.wait_until(lock, until, [&] { return woken; });
+    return cv.wait_until(lock, until, [&] { return woken; });
   }
 };
 
@@ -324,6 +305,7 @@ auto Spread::claim_waiting(std::string_view topic, std::string_view group, Micro
                            Claim&& claim) -> decltype(claim(std::declval<const Placement&>())) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   auto got = routed(topic, claim);
+  bool woken = false;
   while (!got && std::chrono::steady_clock::now() < deadline) {
     // Subscribe on every holder (one waiter per server and group in this process, whatever
     // the number of receivers), then claim again: a send committed after that claim looked
@@ -342,17 +324,14 @@ auto Spread::claim_waiting(std::string_view topic, std::string_view group, Micro
       }
     }
     got = routed(topic, claim);
-    if (!got) {
-      wake->wait_until(std::min(deadline, std::chrono::steady_clock::now() +
-                                              std::chrono::seconds(1)));
-    }
+    woken = !got && wake->wait_until(std::min(deadline, std::chrono::steady_clock::now() +
+                                                               std::chrono::seconds(1)));
     for (auto& sub : subscriptions) {
       sub->cancel();
       sub->waiter->forget(*sub);
     }
-    if (got) break;
-    got = routed(topic, claim);
   }
+  if (!got && woken) got = routed(topic, claim);  // woken at the deadline: one last look
   return got;
 }
 
@@ -453,11 +432,12 @@ std::size_t Spread::process(std::string_view topic, const ProcessOptions& option
 std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::string> receipts) {
   std::vector<Settle> out(receipts.size(), Settle::kNotFound);
   Placement p = must(topic);
-  std::vector<std::size_t> todo(receipts.size());
-  for (std::size_t i = 0; i < todo.size(); ++i) todo[i] = i;
-  for (int round = 0; round < 2 && !todo.empty(); ++round) {
+  // Receipts to settle in this round: all, then those whose partition moved meanwhile.
+  std::vector<std::size_t> pending(receipts.size());
+  std::iota(pending.begin(), pending.end(), std::size_t{0});
+  for (int round = 0; round < 2 && !pending.empty(); ++round) {
     std::map<std::string, std::vector<std::size_t>> by_server;
-    for (std::size_t i : todo) {
+    for (std::size_t i : pending) {
       const std::string s = server_of_id(p, Receipt::parse(receipts[i]).id);
       if (!s.empty()) by_server[s].push_back(i);
     }
@@ -469,49 +449,49 @@ std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::str
     }
     // A receipt of a partition that moved settles where it lives now.
     std::vector<std::size_t> missing;
-    for (std::size_t i : todo) {
+    for (std::size_t i : pending) {
       if (out[i] == Settle::kNotFound) missing.push_back(i);
     }
     if (missing.empty()) break;
     const Placement fresh = must(topic, true);
     if (fresh.epoch == p.epoch) break;
-    todo.clear();
+    pending.clear();
     for (std::size_t i : missing) {
       const std::uint64_t id = Receipt::parse(receipts[i]).id;
-      if (server_of_id(fresh, id) != server_of_id(p, id)) todo.push_back(i);
+      if (server_of_id(fresh, id) != server_of_id(p, id)) pending.push_back(i);
     }
     p = fresh;
   }
   return out;
 }
 
-Settle Spread::nack(std::string_view topic, std::string_view receipt,
-                    std::optional<Micros> delay) {
+template <typename F>
+Settle Spread::settle_one(std::string_view topic, std::string_view receipt, F&& fn) {
   const std::uint64_t id = Receipt::parse(receipt).id;
   Placement p = must(topic);
   for (int round = 0;; ++round) {
     const std::string s = server_of_id(p, id);
     if (s.empty()) return Settle::kNotFound;
-    const Settle got = internal::nack(shards_.server(s), topic, receipt, delay);
+    const Settle got = fn(shards_.server(s));
     if (got != Settle::kNotFound || round > 0) return got;
+    // A receipt of a partition that moved settles where it lives now.
     const Placement fresh = must(topic, true);
     if (fresh.epoch == p.epoch || server_of_id(fresh, id) == s) return got;
     p = fresh;
   }
 }
 
+Settle Spread::nack(std::string_view topic, std::string_view receipt,
+                    std::optional<Micros> delay) {
+  return settle_one(topic, receipt, [&](QueueContext& q) {
+    return internal::nack(q, topic, receipt, delay);
+  });
+}
+
 Settle Spread::extend(std::string_view topic, std::string_view receipt, Micros lease) {
-  const std::uint64_t id = Receipt::parse(receipt).id;
-  Placement p = must(topic);
-  for (int round = 0;; ++round) {
-    const std::string s = server_of_id(p, id);
-    if (s.empty()) return Settle::kNotFound;
-    const Settle got = internal::extend(shards_.server(s), topic, receipt, lease);
-    if (got != Settle::kNotFound || round > 0) return got;
-    const Placement fresh = must(topic, true);
-    if (fresh.epoch == p.epoch || server_of_id(fresh, id) == s) return got;
-    p = fresh;
-  }
+  return settle_one(topic, receipt, [&](QueueContext& q) {
+    return internal::extend(q, topic, receipt, lease);
+  });
 }
 
 // --- Views and administration ----------------------------------------------------------------
@@ -608,34 +588,30 @@ std::map<std::string, std::vector<std::uint64_t>> ids_by_server(
 
 }  // namespace
 
-std::size_t Spread::requeue_dead(const Placement& p, std::string_view group,
-                                 std::span<const std::uint64_t> ids) {
+template <typename F>
+std::size_t Spread::on_dead_letters(const Placement& p, std::span<const std::uint64_t> ids,
+                                    F&& fn) {
   std::size_t n = 0;
-  if (ids.empty()) {
-    for (const std::string& s : p.holders()) {
-      n += internal::requeue_dead(shards_.server(s), p.topic, group, {});
-    }
+  if (ids.empty()) {  // all of them: every holder
+    for (const std::string& s : p.holders()) n += fn(shards_.server(s), {});
     return n;
   }
-  for (const auto& [s, some] : ids_by_server(p, ids)) {
-    n += internal::requeue_dead(shards_.server(s), p.topic, group, some);
-  }
+  for (const auto& [s, some] : ids_by_server(p, ids)) n += fn(shards_.server(s), some);
   return n;
+}
+
+std::size_t Spread::requeue_dead(const Placement& p, std::string_view group,
+                                 std::span<const std::uint64_t> ids) {
+  return on_dead_letters(p, ids, [&](QueueContext& q, std::span<const std::uint64_t> some) {
+    return internal::requeue_dead(q, p.topic, group, some);
+  });
 }
 
 std::size_t Spread::delete_dead(const Placement& p, std::string_view group,
                                 std::span<const std::uint64_t> ids) {
-  std::size_t n = 0;
-  if (ids.empty()) {
-    for (const std::string& s : p.holders()) {
-      n += internal::delete_dead(shards_.server(s), p.topic, group, {});
-    }
-    return n;
-  }
-  for (const auto& [s, some] : ids_by_server(p, ids)) {
-    n += internal::delete_dead(shards_.server(s), p.topic, group, some);
-  }
-  return n;
+  return on_dead_letters(p, ids, [&](QueueContext& q, std::span<const std::uint64_t> some) {
+    return internal::delete_dead(q, p.topic, group, some);
+  });
 }
 
 bool Spread::create_group(const Placement& p, std::string_view group, GroupStart start) {

@@ -69,6 +69,17 @@ class Spread {
                                    const ReceiveOptions& options);
   std::size_t process_round(const Placement& p, std::string_view topic,
                             const ProcessOptions& options, const TransactionalHandler& handler);
+  // Runs fn(context) on one holder of the topic, in turn, going on to the next on kUnavailable
+  // (an unkeyed send: any server will do).
+  template <typename F>
+  auto on_a_holder(const Placement& p, F&& fn) -> decltype(fn(std::declval<QueueContext&>()));
+  // nack and extend: fn(context of the receipt's server), again where the partition lives now
+  // when it moved.
+  template <typename F>
+  Settle settle_one(std::string_view topic, std::string_view receipt, F&& fn);
+  // requeue_dead and delete_dead: fn(context, ids there) per server; every holder for no ids.
+  template <typename F>
+  std::size_t on_dead_letters(const Placement& p, std::span<const std::uint64_t> ids, F&& fn);
   // Waits until a send is announced on any holder of the group, or `until`.
   template <typename Claim>
   auto claim_waiting(std::string_view topic, std::string_view group, Micros wait, Claim&& claim)
