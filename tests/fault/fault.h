@@ -165,7 +165,7 @@ struct RunRecord {
   ShardRecord shards;
 };
 
-// Prints the table and returns whether every check held.
-bool check(const RunRecord& run);
+// Prints the table and returns the checks that failed (none: every check held).
+std::vector<std::string> check(const RunRecord& run);
 
 }  // namespace txmq::fault

@@ -125,8 +125,13 @@ class Orchestrator {
         if (c.role != "cli") record_.logs.push_back(history + ".out");
       }
     }
-    const bool ok = check(record_);
-    fmt::print("\n{}\n", ok ? "PASS: every check held" : "FAIL: see above");
+    const std::vector<std::string> failures = check(record_);
+    const bool ok = failures.empty();
+    if (ok) {
+      fmt::print("\nPASS: every check held\n");
+    } else {
+      fmt::print("\nFAIL (see above): {}\n", fmt::join(failures, "; "));
+    }
     if (ok && !options_.keep) {
       fs::remove_all(options_.dir);
     } else {
