@@ -81,15 +81,29 @@ std::optional<Placement> Shards::load(std::string_view topic) {
 }
 
 std::optional<Placement> Shards::placement(std::string_view topic) {
+  std::optional<Cached> had;
   {
     std::lock_guard lock(mutex_);
     auto it = placements_.find(std::string(topic));
-    if (it != placements_.end() &&
-        std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
-      return it->second.placement;
+    if (it != placements_.end()) {
+      if (std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
+        return it->second.placement;
+      }
+      had = it->second;
     }
   }
-  return reload(topic);
+  try {
+    return reload(topic);
+  } catch (const Error& e) {
+    // The catalog's server is down: go on with the placement known (the members' fence refuses
+    // a partition that moved meanwhile), and look again a second later rather than on every
+    // call, so that only the catalog's own partitions stop.
+    if (e.code() != Errc::kUnavailable || !had) throw;
+    std::lock_guard lock(mutex_);
+    placements_[std::string(topic)].fetched =
+        std::chrono::steady_clock::now() - kCacheFor + kCatalogRetryAfter;
+    return had->placement;
+  }
 }
 
 std::optional<Placement> Shards::reload(std::string_view topic) {
@@ -106,14 +120,26 @@ void Shards::forget(std::string_view topic) {
 }
 
 Dsn Shards::dsn_of(std::string_view name) {
-  Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    return c.execute("SELECT dsn FROM txmq_servers WHERE name = ?", {name});
-  });
+  Result r;
+  try {
+    r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      return c.execute("SELECT dsn FROM txmq_servers WHERE name = ?", {name});
+    });
+  } catch (const Error& e) {
+    // The catalog's server is down: a server connected before can be connected again.
+    std::lock_guard lock(mutex_);
+    auto known = dsns_.find(std::string(name));
+    if (e.code() != Errc::kUnavailable || known == dsns_.end()) throw;
+    return known->second;
+  }
   if (r.rows.empty()) {
     throw Error(Errc::kNotFound,
                 fmt::format("no server '{}' is recorded (txmq server list)", printable(name)));
   }
-  return parse_dsn(r.rows[0].bytes(0));
+  Dsn dsn = parse_dsn(r.rows[0].bytes(0));
+  std::lock_guard lock(mutex_);
+  dsns_.insert_or_assign(std::string(name), dsn);
+  return dsn;
 }
 
 QueueContext* Shards::connected_to(std::string_view name) {

@@ -51,7 +51,8 @@ class Shards {
       : catalog_(catalog), connect_(std::move(connect)) {}
 
   // The topic's placement, cached for a few seconds; nullopt when the topic is not spread (it
-  // lives in the catalog's database, or does not exist).
+  // lives in the catalog's database, or does not exist). While the catalog cannot be reached,
+  // the placement read last (the members' fence still refuses a partition that moved).
   std::optional<Placement> placement(std::string_view topic);
   // Read again now. nullopt as placement().
   std::optional<Placement> reload(std::string_view topic);
@@ -83,6 +84,7 @@ class Shards {
  private:
   static constexpr auto kCacheFor = std::chrono::seconds(5);
   static constexpr auto kDownFor = std::chrono::seconds(2);
+  static constexpr auto kCatalogRetryAfter = std::chrono::seconds(1);
   std::optional<Placement> load(std::string_view topic);
   // The context of a server connected before; nullptr when none is.
   QueueContext* connected_to(std::string_view name);
@@ -97,6 +99,7 @@ class Shards {
   };
   std::unordered_map<std::string, Cached> placements_;
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> down_until_;
+  std::unordered_map<std::string, Dsn> dsns_;  // as last read, for while the catalog is down
   // Connected servers: never removed, so that references stay valid for the client's life.
   std::unordered_map<std::string, std::unique_ptr<QueueContext>> servers_;
   std::unordered_map<std::string, QueueContext*> by_name_;

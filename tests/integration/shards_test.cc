@@ -315,6 +315,60 @@ TEST(Shards, ADownServerStopsOnlyItsPartitions) {
   c->remove_server("s4");
 }
 
+// The catalog's server holds partitions too; while it is down the client goes on with the
+// placement and DSNs it read before: the other server's partitions are sent to and claimed.
+TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
+  const std::string home = scratch_dir();
+  const std::string catalog_dsn = LocalServer::ensure_running({home});
+  struct Stop {
+    std::string home;
+    ~Stop() { LocalServer::stop({home}); }
+  } stop{home};
+  ClientOptions co;
+  co.dsn = catalog_dsn;
+  auto c = std::make_unique<Client>(co);
+  c->add_server("cat", catalog_dsn);
+  c->add_server("s2", LocalServer::status({shard_homes()[0]}).dsn);
+  const std::string topic = topic_for_test("catdown");
+  TopicOptions o;
+  o.partitions = 4;
+  o.servers = {"cat", "s2"};
+  o.lease = std::chrono::seconds(5);
+  ASSERT_TRUE(c->create_topic(topic, o));
+  for (int i = 0; i < 20; ++i) c->send(topic, "before");
+  LocalServer::stop({home});
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the placement cache
+  std::size_t sent = 0;
+  for (int i = 0; i < 20; ++i) {
+    const std::uint64_t id = c->send(topic, "during");
+    EXPECT_EQ(o.servers[partition_of(id) % 2], "s2");
+    ++sent;
+  }
+  ReceiveOptions ro;
+  ro.max_messages = 100;
+  std::size_t got = 0;
+  for (int tries = 0; tries < 20 && got < 30; ++tries) {
+    for (const Message& m : c->receive(topic, ro)) {
+      EXPECT_EQ(o.servers[partition_of(m.id) % 2], "s2");
+      ++got;
+      c->ack(topic, m.receipt);
+    }
+  }
+  EXPECT_EQ(sent, 20u);
+  EXPECT_EQ(got, 30u) << "s2's 10 earlier messages and the 20 sent while the catalog was down";
+  LocalServer::ensure_running({home});
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // past the "down" memory
+  for (int tries = 0; tries < 50 && got < 40; ++tries) {
+    for (const Message& m : c->receive(topic, ro)) {
+      ++got;
+      c->ack(topic, m.receipt);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(got, 40u) << "the catalog's own messages come back with it";
+  c->drop_topic(topic);
+}
+
 TEST(Shards, ClearErrors) {
   auto c = spread_client();
   try {
