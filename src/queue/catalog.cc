@@ -663,17 +663,25 @@ TopicLayout TopicCatalog::reload(Connection& c, std::string_view name) {
   return *layout;
 }
 
-TopicLayout TopicCatalog::layout(std::string_view name) {
+std::optional<TopicLayout> TopicCatalog::cached(std::string_view name) {
   check_topic_name(name);
-  {
-    std::lock_guard lock(mutex_);
-    auto it = cache_.find(std::string(name));
-    if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
-      return it->second.layout;
-    }
+  std::lock_guard lock(mutex_);
+  auto it = cache_.find(std::string(name));
+  if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
+    return it->second.layout;
   }
+  return std::nullopt;
+}
+
+TopicLayout TopicCatalog::layout(std::string_view name) {
+  if (std::optional<TopicLayout> known = cached(name)) return *known;
   return pool_.run(OnLostConnection::kRetry,
                    [&](Connection& c, const Attempt&) { return reload(c, name); });
+}
+
+TopicLayout TopicCatalog::layout(std::string_view name, Connection& c) {
+  if (std::optional<TopicLayout> known = cached(name)) return *known;
+  return reload(c, name);
 }
 
 void TopicCatalog::forget(std::string_view name) {

@@ -70,6 +70,9 @@ class TopicCatalog {
   // Throws kNotFound when the topic does not exist, kInvalidArgument for a bad name.
   TopicInfo get(std::string_view name) { return layout(name).info; }
   TopicLayout layout(std::string_view name);
+  // The same, read through c when not cached: for a caller that holds a connection of the pool
+  // (a transaction), which must not wait for a second one (a pool of one would wait forever).
+  TopicLayout layout(std::string_view name, Connection& c);
   // Reads the layout through c (inside the caller's transaction) and caches it.
   TopicLayout reload(Connection& c, std::string_view name);
   // `placed`: the partitions that live on this server (a spread topic's member, placement.h).
@@ -92,6 +95,8 @@ class TopicCatalog {
  private:
   // A dead-letter topic must exist and not be the topic itself.
   void check_dead_letter_topic(std::string_view name, const TopicOptions& options);
+  // The layout when cached and fresh.
+  std::optional<TopicLayout> cached(std::string_view name);
 
   static constexpr auto kCacheFor = std::chrono::seconds(5);
   struct Cached {

@@ -38,8 +38,10 @@ void in_chunks(Connection& c, std::size_t rows, std::string_view sql_head, std::
 }
 
 // Reads the topic's settings and checks every message against them (nothing is written).
+// `through`: the caller's connection, inside its transaction, for a settings read that the
+// cache cannot answer (else the pool's).
 TopicInfo check_send(QueueContext& q, std::string_view topic,
-                     std::span<const OutgoingMessage> messages);
+                     std::span<const OutgoingMessage> messages, Connection* through = nullptr);
 // Writes checked messages (with their dedup keys) inside the transaction open on c, whoever
 // opened it; returns their ids in input order.
 std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const TopicInfo& topic,

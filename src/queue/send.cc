@@ -160,7 +160,7 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
 // change locks the row for update: catalog.cc, with_topic_fenced); a locking read also sees the
 // latest committed version under an enlisted connection's REPEATABLE READ.
 TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topic) {
-  TopicLayout layout = q.catalog.layout(topic);
+  TopicLayout layout = q.catalog.layout(topic, c);
   Result r = c.execute("SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE", {topic});
   if (r.rows.empty()) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
   if (r.rows[0].u64(0) == layout.version) return layout;
@@ -330,8 +330,8 @@ bool PurgeSchedule::due(std::string_view topic) {
 }
 
 TopicInfo check_send(QueueContext& q, std::string_view topic,
-                     std::span<const OutgoingMessage> messages) {
-  TopicInfo info = q.catalog.get(topic);
+                     std::span<const OutgoingMessage> messages, Connection* through) {
+  TopicInfo info = through ? q.catalog.layout(topic, *through).info : q.catalog.get(topic);
   for (std::size_t i = 0; i < messages.size(); ++i) {
     check_message(info, messages[i].payload, messages[i], i, messages.size() > 1);
   }

@@ -41,7 +41,7 @@ SqlResult to_sql_result(internal::Result r) {
 
 std::vector<std::uint64_t> send_on(internal::QueueContext& q, Connection& c, std::string_view topic,
                                    std::span<const OutgoingMessage> messages) {
-  const TopicInfo info = internal::check_send(q, topic, messages);
+  const TopicInfo info = internal::check_send(q, topic, messages, &c);
   return internal::on_topic(q, topic,
                             [&] { return internal::insert_messages(q, c, info, messages); });
 }

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -108,6 +110,36 @@ TEST(Outbox, TransactionReadsItsOwnWritesAndDestructionRollsBack) {
   }  // never committed
   EXPECT_EQ(count_rows(t), 0);
   EXPECT_EQ(waiting(*c, topic), 0u);
+}
+
+// A transaction holds one of the pool's connections; its sends must not need a second (a
+// client with pool_size 1 used to wait forever for the topic's settings).
+TEST(Outbox, APoolOfOneConnectionSendsInATransaction) {
+  const std::string topic = topic_for_test();
+  client()->create_topic(topic);
+  ClientOptions o;
+  o.dsn = dsn();
+  o.pool_size = 1;
+  auto c = std::make_unique<Client>(o);  // a new client: nothing cached
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([&c, topic, done] {
+    try {
+      c->transact([&](Transaction& tx) {
+        tx.send(topic, "one");
+        tx.send_batch(topic, numbered(3, "b"));
+      });
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (finished.wait_for(30s) != std::future_status::ready) {
+    ADD_FAILURE() << "a transaction's send on a pool of one connection did not return in 30 s";
+    std::_Exit(1);  // the thread is stuck on the pool; nothing can end it
+  }
+  finished.get();
+  EXPECT_EQ(waiting(*c, topic), 4u);
 }
 
 TEST(Outbox, TransactRetriesAfterADeadlockAndCommitsOnce) {
