@@ -45,10 +45,12 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
   }
 }
 
+// `handler_failed` tells the caller whether an error thrown is the handler's own.
 Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
-                     int max_messages, const TransactionalHandler& handler) {
+                     int max_messages, const TransactionalHandler& handler,
+                     bool& handler_failed) {
   std::vector<Param> handed;  // ids the handler was given last
-  bool handler_failed = false;
+  handler_failed = false;
   try {
     return q.pool.run(
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
@@ -148,9 +150,16 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
     bool dead_lettered = false;
     for (std::size_t i = 0; i < units.size(); ++i) {
       const Unit& unit = units[(first + i) % units.size()];
-      Outcome outcome = on_topic(q, topic, [&] {
-        return process_once(q, info, unit.tables, options.max_messages, handler);
-      });
+      // A missing table is the topic's (dropped meanwhile) unless the handler's own statement
+      // met it: then the handler's error goes to the caller as it was.
+      bool handler_failed = false;
+      Outcome outcome;
+      try {
+        outcome = process_once(q, info, unit.tables, options.max_messages, handler, handler_failed);
+      } catch (const Error& e) {
+        if (handler_failed) throw;
+        rethrow_for_topic(q.catalog, e, topic);
+      }
       made_claimable(q, unit, outcome.promoted);
       const std::string& group = layout.group(options.group).name;
       q.metrics.count(topic, group, Counter::kDeadLettered, outcome.dead_letters);

@@ -290,6 +290,29 @@ TEST(ExactlyOnce, AThrowingHandlerRollsBackAndTheMessagesAreClaimableAtOnce) {
   EXPECT_EQ(c->stats(topic).dead, 3u);
 }
 
+// The handler's own statement on a table that does not exist fails with the server's error
+// (1146), not "topic does not exist": the topic is fine and its messages are claimable again.
+TEST(ExactlyOnce, AHandlersMissingTableIsNotReportedAsAMissingTopic) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.retry.initial = Micros{0};
+  c->create_topic(topic, options);
+  c->send(topic, "m");
+  try {
+    c->process(topic, {.max_messages = 10}, [&](Transaction& tx, std::span<const Message>) {
+      tx.execute("INSERT INTO txmq_no_such_business_table VALUES (1)", {});
+    });
+    FAIL() << "the handler's failing statement was not reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.server_errno(), 1146u) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("topic '"), std::string::npos) << e.what();
+  }
+  std::vector<Message> again = c->receive(topic, {.max_messages = 10});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);
+}
+
 TEST(ExactlyOnce, CommitAndRollbackBelongToProcess) {
   auto c = client();
   const std::string topic = topic_for_test();
