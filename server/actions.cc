@@ -369,7 +369,8 @@ json SqsService::get_queue_attributes(Call& c) {
         "RedrivePolicy", "FifoQueue", "ContentBasedDeduplication", "KmsMasterKeyId",
         "KmsDataKeyReusePeriodSeconds", "DeduplicationScope", "FifoThroughputLimit",
         "RedriveAllowPolicy", "SqsManagedSseEnabled", std::string(kSourceQueueAttribute),
-        std::string(kConsumerGroupAttribute), std::string(kGroupStartAttribute)};
+        std::string(kConsumerGroupAttribute), std::string(kGroupStartAttribute),
+        std::string(kServersAttribute), std::string(kPartitionsAttribute)};
     for (const auto& n : names) {
       if (!kKnown.contains(n)) fail("InvalidAttributeName", fmt::format("Unknown Attribute {}.", n));
       if (auto it = values.find(n); it != values.end()) attributes[n] = it->second;

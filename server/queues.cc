@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -39,6 +40,43 @@ std::int64_t int_attribute(const std::map<std::string, std::string>& a, const st
 [[noreturn]] void bad_value(std::string_view name, std::string_view reason) {
   fail("InvalidAttributeValue",
        fmt::format("Invalid value for the parameter {}. Reason: {}", name, reason));
+}
+
+constexpr int kMaxSpreadPartitions = 64;  // txmq's partitions per topic
+
+std::vector<std::string> split_servers(std::string_view list) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  while (from <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    out.emplace_back(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return out;
+}
+
+// TxmqServers: 1 to 64 distinct server names as `txmq server add` takes them.
+void check_server_names(std::string_view list) {
+  const std::vector<std::string> names = split_servers(list);
+  if (names.size() > static_cast<std::size_t>(kMaxSpreadPartitions)) {
+    bad_value(kServersAttribute, "at most 64 servers");
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    const bool ok = !n.empty() && n.size() <= 48 && n[0] >= 'a' && n[0] <= 'z' &&
+                    std::all_of(n.begin(), n.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                    });
+    if (!ok) {
+      bad_value(kServersAttribute,
+                "comma-separated server names (txmq server list): 1 to 48 of a-z, 0-9 and _, "
+                "starting with a letter");
+    }
+    if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), n) !=
+        names.begin() + static_cast<std::ptrdiff_t>(i)) {
+      bad_value(kServersAttribute, "a server is named twice");
+    }
+  }
 }
 
 void check_range(std::string_view name, std::string_view value, std::int64_t lo, std::int64_t hi) {
@@ -162,6 +200,11 @@ std::map<std::string, std::string> effective_attributes(const QueueInfo& q,
 
 TopicOptions topic_options(const QueueInfo& q, const std::string& dead_letter_topic) {
   TopicOptions o;
+  if (auto it = q.attributes.find(std::string(kServersAttribute)); it != q.attributes.end()) {
+    o.servers = split_servers(it->second);
+    o.partitions = static_cast<int>(int_attribute(
+        q.attributes, std::string(kPartitionsAttribute), static_cast<int>(o.servers.size())));
+  }
   // SQS lets a visibility timeout be 0 (visible again at once); a txmq lease is at least 1 ms.
   o.lease = std::max<Micros>(std::chrono::milliseconds(1),
                              std::chrono::seconds(q.visibility_timeout));
@@ -346,6 +389,17 @@ std::map<std::string, std::string> QueueCatalog::checked(
         bad_value(key, "must be now (messages sent from now on) or earliest (also the messages "
                        "the topic retains)");
       }
+    } else if (key == kServersAttribute || key == kPartitionsAttribute) {
+      if (!creating) {
+        fail("InvalidAttributeName",
+             fmt::format("Attribute {} is given when the queue is created and cannot change.",
+                         key));
+      }
+      if (key == kPartitionsAttribute) {
+        check_range(key, value, 1, kMaxSpreadPartitions);
+      } else {
+        check_server_names(value);
+      }
     } else if (key == "DelaySeconds") {
       check_range(key, value, 0, kMaxDelaySeconds);
     } else if (key == "MaximumMessageSize") {
@@ -481,6 +535,7 @@ std::shared_ptr<const QueueInfo> QueueCatalog::create(
   }
   const std::map<std::string, std::string> wanted = checked(attributes, fifo, true, name, false);
   check_tags(tags);
+  check_spread(wanted);
   QueueInfo fresh;
   fresh.name = std::string(name);
   fresh.topic = topic_of(name);
@@ -501,6 +556,32 @@ std::shared_ptr<const QueueInfo> QueueCatalog::create(
   check_same(*existing, wanted);
   make_topic(*existing);
   return existing;
+}
+
+void QueueCatalog::check_spread(const std::map<std::string, std::string>& wanted) {
+  auto servers = wanted.find(std::string(kServersAttribute));
+  auto partitions = wanted.find(std::string(kPartitionsAttribute));
+  if (servers == wanted.end()) {
+    if (partitions != wanted.end()) {
+      bad_value(kPartitionsAttribute, fmt::format("goes with {}", kServersAttribute));
+    }
+    return;
+  }
+  const std::vector<std::string> names = split_servers(servers->second);
+  if (partitions != wanted.end() &&
+      integer(partitions->second).value_or(0) < static_cast<std::int64_t>(names.size())) {
+    bad_value(kPartitionsAttribute, "every server must hold a partition: give at least as "
+                                    "many partitions as servers");
+  }
+  // Before the queue's row is written: a queue is never left without its topic.
+  std::set<std::string, std::less<>> recorded;
+  for (const ServerInfo& s : client_.list_servers()) recorded.insert(s.name);
+  for (const std::string& n : names) {
+    if (!recorded.contains(n)) {
+      bad_value(kServersAttribute,
+                fmt::format("no server '{}' is recorded (txmq server add NAME DSN)", n));
+    }
+  }
 }
 
 void QueueCatalog::check_same(const QueueInfo& existing,

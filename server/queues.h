@@ -30,6 +30,11 @@ namespace txmq::server {
 inline constexpr std::string_view kSourceQueueAttribute = "TxmqSourceQueue";
 inline constexpr std::string_view kConsumerGroupAttribute = "TxmqConsumerGroup";
 inline constexpr std::string_view kGroupStartAttribute = "TxmqGroupStart";
+// A queue whose topic is spread over servers recorded with `txmq server add` (README "Several
+// servers"): their names, comma-separated, and the topic's partition count (default: one per
+// server). Given at creation; they cannot change.
+inline constexpr std::string_view kServersAttribute = "TxmqServers";
+inline constexpr std::string_view kPartitionsAttribute = "TxmqPartitions";
 
 struct QueueInfo {
   std::string name;   // the SQS name
@@ -117,6 +122,8 @@ class QueueCatalog {
       std::string_view name, std::map<std::string, std::string> attributes,
       const std::map<std::string, std::string>& tags);
   // QueueAlreadyExists unless `existing` has the values `wanted` gives.
+  // TxmqServers and TxmqPartitions: consistent, and every server recorded.
+  void check_spread(const std::map<std::string, std::string>& wanted);
   void check_same(const QueueInfo& existing, const std::map<std::string, std::string>& wanted);
   void make_topic(const QueueInfo& queue);
   void forget(std::string_view name);

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -1011,6 +1012,82 @@ class ErrorsTest(SqsTestCase):
     def test_health(self):
         with urllib.request.urlopen(ENDPOINT + "/healthz", timeout=10) as r:
             self.assertEqual(r.status, 200)
+
+
+
+@unittest.skipUnless(os.environ.get("TXMQ_SHARD_HOMES") and os.environ.get("TXMQ_SQS_TXMQ"),
+                     "needs CTest's shard servers (TXMQ_SHARD_HOMES) and the txmq binary")
+class SpreadTopicTest(SqsTestCase):
+    """A queue whose topic is spread over three servers (README "Several servers")."""
+
+    @staticmethod
+    def txmq(*args, home=None):
+        env = dict(os.environ)
+        if home:
+            env["TXMQ_HOME"] = home
+        done = subprocess.run([os.environ["TXMQ_SQS_TXMQ"], *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise AssertionError(f"txmq {' '.join(args)}: exit {done.returncode}: {done.stderr}")
+        return done.stdout
+
+    @classmethod
+    def dsn_of(cls, home=None):
+        for line in cls.txmq("local", "status", home=home).splitlines():
+            if line.startswith("DSN: "):
+                return line[5:]
+        raise AssertionError(f"no DSN from txmq local status in {home}")
+
+    def record_servers(self):
+        homes = os.environ["TXMQ_SHARD_HOMES"].split(",")
+        # The same names and DSNs as tests/integration/shards_test.cc: recording is idempotent.
+        self.txmq("server", "add", "s1", self.dsn_of())
+        self.txmq("server", "add", "s2", self.dsn_of(homes[0]))
+        self.txmq("server", "add", "s3", self.dsn_of(homes[1]))
+        return homes
+
+    def test_send_receive_delete_and_delete_queue_across_servers(self):
+        homes = self.record_servers()
+        url = self.create("spread", attributes={"TxmqServers": "s1,s2,s3", "TxmqPartitions": "6"})
+        a = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        self.assertEqual(a["TxmqServers"], "s1,s2,s3")
+        self.assertEqual(a["TxmqPartitions"], "6")
+        # The topic is spread: txmq topic list shows its servers, and each server has it.
+        spread = [line for line in self.txmq("topic", "list").splitlines() if "s1,s2,s3" in line]
+        self.assertEqual(len(spread), 1, spread)
+        topic = spread[0].split()[0]
+        for home in homes:
+            self.assertIn(topic, self.txmq("topic", "list", "--dsn", self.dsn_of(home)))
+        ordered = sorted(f"m{i:02d}" for i in range(30))
+        for i in range(0, 30, 10):
+            r = self.sqs.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(k), "MessageBody": b} for k, b in enumerate(ordered[i:i + 10])])
+            self.assertEqual(len(r.get("Successful", [])), 10, r)
+        self.assertEqual(self.counts(url)[0], 30)  # the servers' counts added up
+        got = self.drain(url, 30)
+        self.assertEqual(sorted(m["Body"] for m in got), ordered)
+        self.assertEqual(self.counts(url), (0, 0, 0))
+        # The attributes cannot change; the queue goes with its topic on every server.
+        self.assert_error("InvalidAttributeName", self.sqs.set_queue_attributes, QueueUrl=url,
+                          Attributes={"TxmqServers": "s1,s2"})
+        self.sqs.delete_queue(QueueUrl=url)
+        self.assertNotIn(topic, self.txmq("topic", "list"))
+        for home in homes:
+            self.assertNotIn(topic, self.txmq("topic", "list", "--dsn", self.dsn_of(home)))
+
+    def test_refused_spread_settings(self):
+        self.record_servers()
+        for attributes, reason in (
+                ({"TxmqServers": "s1,nosuch"}, "no server 'nosuch'"),
+                ({"TxmqServers": "s1,s1"}, "twice"),
+                ({"TxmqServers": "S1"}, "server names"),
+                ({"TxmqServers": "s1,s2", "TxmqPartitions": "1"}, "at least as many"),
+                ({"TxmqPartitions": "4"}, "goes with TxmqServers")):
+            e = self.assert_error("InvalidAttributeValue", self.create, "refused",
+                                  attributes=attributes)
+            self.assertIn(reason, e.response["Error"]["Message"])
+            self.assert_error("AWS.SimpleQueueService.NonExistentQueue", self.sqs.get_queue_url,
+                              QueueName=self.name("refused"))
 
 
 if __name__ == "__main__":
