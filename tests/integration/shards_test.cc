@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -51,6 +52,24 @@ std::string create_spread(Client& c, const std::string& suffix, int partitions =
 }
 
 unsigned partition_of(std::uint64_t id) { return internal::partition_of(id); }
+
+// Receives and acks until `total` messages came (counting from `got`) or `tries` receives
+// were made, pausing between them; `check` sees each message. Returns the new count.
+std::size_t ack_until(Client& c, const std::string& topic, std::size_t got, std::size_t total,
+                      int tries, std::chrono::milliseconds pause,
+                      const std::function<void(const Message&)>& check = {}) {
+  ReceiveOptions ro;
+  ro.max_messages = 100;
+  for (int t = 0; t < tries && got < total; ++t) {
+    for (const Message& m : c.receive(topic, ro)) {
+      if (check) check(m);
+      ++got;
+      c.ack(topic, m.receipt);
+    }
+    std::this_thread::sleep_for(pause);
+  }
+  return got;
+}
 
 TEST(Shards, EveryMessageDeliveredOnceWithKeyOrderAcrossThreeServers) {
   auto c = spread_client();
@@ -291,25 +310,11 @@ TEST(Shards, ADownServerStopsOnlyItsPartitions) {
   } catch (const Error& e) {
     EXPECT_TRUE(e.retryable()) << e.what();
   }
-  ReceiveOptions ro;
-  ro.max_messages = 100;
-  std::size_t got = 0;
-  for (int tries = 0; tries < 20 && got < 30; ++tries) {
-    for (const Message& m : c->receive(topic, ro)) {
-      ++got;
-      c->ack(topic, m.receipt);
-    }
-  }
+  std::size_t got = ack_until(*c, topic, 0, 30, 20, std::chrono::milliseconds(0));
   EXPECT_GE(got, 30u) << "s1's messages are claimed while s4 is down";
   LocalServer::ensure_running({home});
   std::this_thread::sleep_for(std::chrono::seconds(3));  // past the "down" memory
-  for (int tries = 0; tries < 50 && got < 40; ++tries) {
-    for (const Message& m : c->receive(topic, ro)) {
-      ++got;
-      c->ack(topic, m.receipt);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  got = ack_until(*c, topic, got, 40, 50, std::chrono::milliseconds(100));
   EXPECT_EQ(got, 40u) << "s4's messages come back with it";
   c->drop_topic(topic);
   c->remove_server("s4");
@@ -344,27 +349,15 @@ TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
     EXPECT_EQ(o.servers[partition_of(id) % 2], "s2");
     ++sent;
   }
-  ReceiveOptions ro;
-  ro.max_messages = 100;
-  std::size_t got = 0;
-  for (int tries = 0; tries < 20 && got < 30; ++tries) {
-    for (const Message& m : c->receive(topic, ro)) {
-      EXPECT_EQ(o.servers[partition_of(m.id) % 2], "s2");
-      ++got;
-      c->ack(topic, m.receipt);
-    }
-  }
+  std::size_t got =
+      ack_until(*c, topic, 0, 30, 20, std::chrono::milliseconds(0), [&](const Message& m) {
+        EXPECT_EQ(o.servers[partition_of(m.id) % 2], "s2");
+      });
   EXPECT_EQ(sent, 20u);
   EXPECT_EQ(got, 30u) << "s2's 10 earlier messages and the 20 sent while the catalog was down";
   LocalServer::ensure_running({home});
   std::this_thread::sleep_for(std::chrono::seconds(3));  // past the "down" memory
-  for (int tries = 0; tries < 50 && got < 40; ++tries) {
-    for (const Message& m : c->receive(topic, ro)) {
-      ++got;
-      c->ack(topic, m.receipt);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  got = ack_until(*c, topic, got, 40, 50, std::chrono::milliseconds(100));
   EXPECT_EQ(got, 40u) << "the catalog's own messages come back with it";
   c->drop_topic(topic);
 }
