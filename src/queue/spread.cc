@@ -669,8 +669,9 @@ std::uint64_t Spread::purge_archive(const Placement& p) {
 //    fences them): sends to it wait, in routed(), from here to step 6.
 // 4. In one transaction on the source, every row of the partition is locked (claims skip them,
 //    acks wait); the target deletes what an earlier try left and inserts the copies, with their
-//    ids, leases and attempts, and commits; then the source deletes the rows and commits. Dedup
-//    keys and archived messages of the partition's ids go with them.
+//    ids, leases and attempts (the lease holders renumbered as the target numbers consumers),
+//    by column name, and commits; then the source deletes the rows and commits. Dedup keys and
+//    archived messages of the partition's ids go with them.
 // 5. The catalog places the partition on the target (epoch raised), 6. the target holds it.
 // A crash between the target's commit and the source's leaves both with the rows: the source
 // still has them, so the next run copies again over the target's. After the source's commit
@@ -692,13 +693,71 @@ std::vector<Param> params_of(const Row& row) {
   return params;
 }
 
-// Inserts rows read with SELECT * into a table of the same definition.
-void insert_rows_as_read(Connection& c, const std::string& table, const std::vector<Row>& rows,
-                         bool ignore) {
-  for (const Row& row : rows) {
-    c.execute(fmt::format("INSERT {}INTO {} VALUES {}", ignore ? "IGNORE " : "", table,
-                          placeholders(row.size())),
-              params_of(row));
+// Rows of one table as the source has them, with their columns' names (in SELECT * order).
+struct CopiedRows {
+  std::string table;  // quoted
+  std::vector<std::string> columns;
+  std::vector<Row> rows;
+};
+
+CopiedRows read_for_copy(Connection& src, const std::string& table, std::string_view where,
+                         std::initializer_list<Param> params) {
+  CopiedRows out{table, {}, {}};
+  Result names = src.execute(
+      "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+      {std::string_view(table).substr(1, table.size() - 2)});
+  for (const Row& row : names.rows) out.columns.push_back(row.bytes(0));
+  out.rows = src.execute(fmt::format("SELECT * FROM {} {} FOR UPDATE", table, where), params).rows;
+  return out;
+}
+
+// The consumer ids of the source's leases, by consumer name, as the target numbers them
+// (txmq_consumers is each server's own): in-flight listings and dead letters then name the
+// right consumer. 0 (no lease) stays 0; an id whose name is gone becomes 0.
+std::map<std::uint64_t, std::uint64_t> owners_on_target(Connection& src, Connection& dst,
+                                                        const std::vector<CopiedRows>& tables) {
+  std::map<std::uint64_t, std::uint64_t> ids;
+  for (const CopiedRows& t : tables) {
+    const auto column = std::find(t.columns.begin(), t.columns.end(), "owner_id");
+    if (column == t.columns.end()) continue;
+    const auto at = static_cast<std::size_t>(column - t.columns.begin());
+    for (const Row& row : t.rows) {
+      if (!row.null(at) && row.u64(at) != 0) ids.emplace(row.u64(at), 0);
+    }
+  }
+  for (auto& [source_id, target_id] : ids) {
+    Result name = src.execute("SELECT name FROM txmq_consumers WHERE id = ?", {source_id});
+    if (name.rows.empty()) continue;
+    target_id = dst.execute(
+                       "INSERT INTO txmq_consumers (name, seen_at) VALUES (?, NOW(6)) "
+                       "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+                       {std::string_view(name.rows[0].bytes(0))})
+                    .insert_id;
+  }
+  return ids;
+}
+
+// Inserts the rows by column name (the target's columns may stand in another order).
+void insert_copies(Connection& c, const CopiedRows& t, bool ignore,
+                   const std::map<std::uint64_t, std::uint64_t>& owners) {
+  std::string columns;
+  for (const std::string& name : t.columns) {
+    columns += fmt::format("{}{}", columns.empty() ? "" : ", ", quote_identifier(name));
+  }
+  const auto owner = std::find(t.columns.begin(), t.columns.end(), "owner_id");
+  for (const Row& row : t.rows) {
+    std::vector<Param> params = params_of(row);
+    if (owner != t.columns.end()) {
+      const auto at = static_cast<std::size_t>(owner - t.columns.begin());
+      if (!row.null(at) && row.u64(at) != 0) {
+        auto found = owners.find(row.u64(at));
+        params[at] = Param(found == owners.end() ? std::uint64_t{0} : found->second);
+      }
+    }
+    c.execute(fmt::format("INSERT {}INTO {} ({}) VALUES {}", ignore ? "IGNORE " : "", t.table,
+                          columns, placeholders(row.size())),
+              params);
   }
 }
 
@@ -764,27 +823,20 @@ void Spread::move_partition(std::string_view topic, int partition, std::string_v
   const std::uint64_t low = first_id_of(part);
   const std::uint64_t high = first_id_of(part + 1) - 1;
   from.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& src, const Attempt&) {
-    struct Table {
-      std::string name;
-      std::vector<Row> rows;
-    };
-    std::vector<Table> tables;
+    std::vector<CopiedRows> tables;
     src.begin();
     bool any = false;
     for (const GroupEntry& g : source_layout.groups) {
       const TopicTables t = topic_tables(topic, g.number, part);
       for (const std::string* name : {&t.queue, &t.dead, &t.keys, &t.parked}) {
-        Result r = src.execute(fmt::format("SELECT * FROM {} FOR UPDATE", *name), {});
-        any = any || !r.rows.empty();
-        tables.push_back({*name, std::move(r.rows)});
+        tables.push_back(read_for_copy(src, *name, "", {}));
+        any = any || !tables.back().rows.empty();
       }
     }
-    Result dedup = src.execute(
-        fmt::format("SELECT * FROM {} WHERE message_id BETWEEN ? AND ? FOR UPDATE", shared.dedup),
-        {low, high});
-    Result archive = src.execute(
-        fmt::format("SELECT * FROM {} WHERE id BETWEEN ? AND ? FOR UPDATE", shared.archive),
-        {low, high});
+    const CopiedRows dedup =
+        read_for_copy(src, shared.dedup, "WHERE message_id BETWEEN ? AND ?", {low, high});
+    const CopiedRows archive =
+        read_for_copy(src, shared.archive, "WHERE id BETWEEN ? AND ?", {low, high});
     any = any || !dedup.rows.empty() || !archive.rows.empty();
     if (!any) {  // nothing here: empty, or copied before (the target has it)
       src.commit();
@@ -802,15 +854,16 @@ void Spread::move_partition(std::string_view topic, int partition, std::string_v
         dst.query(fmt::format("ALTER TABLE {} AUTO_INCREMENT = {}", allocator, next.rows[0].u64(0)));
       }
       dst.begin();
-      for (const Table& t : tables) {
-        dst.query(fmt::format("DELETE FROM {}", t.name));
-        insert_rows_as_read(dst, t.name, t.rows, false);
+      const std::map<std::uint64_t, std::uint64_t> owners = owners_on_target(src, dst, tables);
+      for (const CopiedRows& t : tables) {
+        dst.query(fmt::format("DELETE FROM {}", t.table));
+        insert_copies(dst, t, false, owners);
       }
-      insert_rows_as_read(dst, shared.dedup, dedup.rows, true);
-      insert_rows_as_read(dst, shared.archive, archive.rows, true);
+      insert_copies(dst, dedup, true, owners);
+      insert_copies(dst, archive, true, owners);
       dst.commit();
     });
-    for (const Table& t : tables) src.query(fmt::format("DELETE FROM {}", t.name));
+    for (const CopiedRows& t : tables) src.query(fmt::format("DELETE FROM {}", t.table));
     src.execute(fmt::format("DELETE FROM {} WHERE message_id BETWEEN ? AND ?", shared.dedup),
                 {low, high});
     src.execute(fmt::format("DELETE FROM {} WHERE id BETWEEN ? AND ?", shared.archive),

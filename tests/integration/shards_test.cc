@@ -2,6 +2,7 @@
 // catalog and server s1; CTest's txmq_server fixture starts s2 and s3 too, in TXMQ_SHARD_HOMES (set
 // by tests/CMakeLists.txt; the environment variable overrides it).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -241,7 +242,7 @@ TEST(Shards, GroupsAndExactlyOnceOnEveryServer) {
 }
 
 TEST(Shards, AMovedPartitionLosesNothingAndFencesStaleClients) {
-  auto c = spread_client();
+  auto c = spread_client("mover");
   const std::string topic = create_spread(*c, "move");
   auto stale = client("stale");
   // A key of partition 1 (on s2).
@@ -257,8 +258,24 @@ TEST(Shards, AMovedPartitionLosesNothingAndFencesStaleClients) {
   ro.partitions = {1};
   const std::vector<Message> held = c->receive(topic, ro);  // in flight across the move
   ASSERT_EQ(held.size(), 1u);
+  // The target numbers its consumers on its own: one more there first, so that a copied id
+  // would name the wrong one.
+  {
+    ClientOptions other;
+    other.dsn = LocalServer::status({shard_homes()[1]}).dsn;
+    other.consumer_name = fmt::format("someone-else-{}", ::getpid());
+    auto s3 = std::make_unique<Client>(other);
+    const std::string scratch = topic_for_test("scratch");
+    s3->create_topic(scratch);
+    s3->receive(scratch);  // registers the consumer on s3
+    s3->drop_topic(scratch);
+  }
   c->move_partition(topic, 1, "s3");
   EXPECT_EQ(c->topic(topic).placement.at(1), "s3");
+  const std::vector<InFlightMessage> flying = c->in_flight(topic);
+  ASSERT_EQ(flying.size(), 1u);
+  EXPECT_EQ(flying[0].id, held[0].id);
+  EXPECT_EQ(flying[0].owner, "mover") << "the lease's owner, named on the target";
   // The stale client still routes partition 1 to s2: s2 refuses, it reads the placement again.
   for (int i = 5; i < 10; ++i) ids.push_back(stale->send(topic, fmt::format("{}", i), so));
   EXPECT_EQ(stale->ack(topic, held[0].receipt), Settle::kOk) << "the lease moved with the row";
