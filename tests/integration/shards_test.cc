@@ -241,6 +241,31 @@ TEST(Shards, GroupsAndExactlyOnceOnEveryServer) {
   c->drop_topic(topic);
 }
 
+// More partitions for a spread topic are placed as at creation (p mod the server list), on
+// every member, and take messages at once; fewer are refused.
+TEST(Shards, NewPartitionsArePlacedLikeTheFirstOnes) {
+  auto c = spread_client();
+  const std::string topic = create_spread(*c, "grow", 3);
+  TopicOptions more = c->topic(topic).options;
+  more.partitions = 6;
+  c->update_topic(topic, more);
+  const TopicInfo info = c->topic(topic);
+  EXPECT_EQ(info.options.partitions, 6);
+  EXPECT_EQ(info.placement, (std::vector<std::string>{"s1", "s2", "s3", "s1", "s2", "s3"}));
+  std::set<unsigned> used;
+  for (int i = 0; used.size() < 6 && i < 200; ++i) {
+    SendOptions so;
+    so.key = fmt::format("k{}", i);
+    used.insert(partition_of(c->send(topic, "m", so)));
+  }
+  EXPECT_EQ(used.size(), 6u) << "keys reach the new partitions";
+  const std::size_t sent = static_cast<std::size_t>(c->stats(topic).ready);
+  EXPECT_EQ(ack_until(*c, topic, 0, sent, 50, std::chrono::milliseconds(0)), sent);
+  more.partitions = 4;
+  EXPECT_THROW(c->update_topic(topic, more), Error);
+  c->drop_topic(topic);
+}
+
 TEST(Shards, AMovedPartitionLosesNothingAndFencesStaleClients) {
   auto c = spread_client("mover");
   const std::string topic = create_spread(*c, "move");
