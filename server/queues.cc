@@ -44,6 +44,14 @@ std::int64_t int_attribute(const std::map<std::string, std::string>& a, const st
 
 constexpr int kMaxSpreadPartitions = 64;  // txmq's partitions per topic
 
+// A txmq name (groups, servers): [a-z][a-z0-9_]{0,47}, as the library checks it.
+bool is_txmq_name(std::string_view n) {
+  return !n.empty() && n.size() <= 48 && n[0] >= 'a' && n[0] <= 'z' &&
+         std::all_of(n.begin(), n.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+         });
+}
+
 std::vector<std::string> split_servers(std::string_view list) {
   std::vector<std::string> out;
   std::size_t from = 0;
@@ -63,11 +71,7 @@ void check_server_names(std::string_view list) {
   }
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
-    const bool ok = !n.empty() && n.size() <= 48 && n[0] >= 'a' && n[0] <= 'z' &&
-                    std::all_of(n.begin(), n.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-                    });
-    if (!ok) {
+    if (!is_txmq_name(n)) {
       bad_value(kServersAttribute,
                 "comma-separated server names (txmq server list): 1 to 48 of a-z, 0-9 and _, "
                 "starting with a letter");
@@ -376,11 +380,9 @@ std::map<std::string, std::string> QueueCatalog::checked(
         continue;
       }
       if (key == kConsumerGroupAttribute) {
-        const bool ok = !value.empty() && value.size() <= 48 && value[0] >= 'a' &&
-                        value[0] <= 'z' && std::all_of(value.begin(), value.end(), [](char c) {
-                          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-                        });
-        if (!ok) bad_value(key, "a txmq group name: 1 to 48 of a-z, 0-9 and _, starting with a letter");
+        if (!is_txmq_name(value)) {
+          bad_value(key, "a txmq group name: 1 to 48 of a-z, 0-9 and _, starting with a letter");
+        }
         if (value == "default") {
           bad_value(key, "group default is the source queue's own: name another group");
         }

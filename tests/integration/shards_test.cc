@@ -54,6 +54,16 @@ std::string create_spread(Client& c, const std::string& suffix, int partitions =
 
 unsigned partition_of(std::uint64_t id) { return internal::partition_of(id); }
 
+// A MariaDB server of the test's own (to stop and start), stopped when the test ends.
+struct PrivateServer {
+  std::string home = scratch_dir();
+  std::string dsn = LocalServer::ensure_running({home});
+  PrivateServer() = default;
+  PrivateServer(const PrivateServer&) = delete;
+  PrivateServer& operator=(const PrivateServer&) = delete;
+  ~PrivateServer() { LocalServer::stop({home}); }
+};
+
 // Receives and acks until `total` messages came (counting from `got`) or `tries` receives
 // were made, pausing between them; `check` sees each message. Returns the new count.
 std::size_t ack_until(Client& c, const std::string& topic, std::size_t got, std::size_t total,
@@ -321,13 +331,9 @@ TEST(Shards, AMovedPartitionLosesNothingAndFencesStaleClients) {
 
 TEST(Shards, ADownServerStopsOnlyItsPartitions) {
   auto c = spread_client();
-  const std::string home = scratch_dir();
-  const std::string s4 = LocalServer::ensure_running({home});
-  struct Stop {
-    std::string home;
-    ~Stop() { LocalServer::stop({home}); }
-  } stop{home};
-  c->add_server("s4", s4);
+  const PrivateServer s4;
+  const std::string& home = s4.home;
+  c->add_server("s4", s4.dsn);
   const std::string topic = topic_for_test("down");
   TopicOptions o;
   o.partitions = 4;
@@ -365,12 +371,9 @@ TEST(Shards, ADownServerStopsOnlyItsPartitions) {
 // The catalog's server holds partitions too; while it is down the client goes on with the
 // placement and DSNs it read before: the other server's partitions are sent to and claimed.
 TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
-  const std::string home = scratch_dir();
-  const std::string catalog_dsn = LocalServer::ensure_running({home});
-  struct Stop {
-    std::string home;
-    ~Stop() { LocalServer::stop({home}); }
-  } stop{home};
+  const PrivateServer catalog;
+  const std::string& home = catalog.home;
+  const std::string& catalog_dsn = catalog.dsn;
   ClientOptions co;
   co.dsn = catalog_dsn;
   auto c = std::make_unique<Client>(co);
