@@ -100,6 +100,34 @@ class Client {
   std::size_t process(std::string_view topic, const ProcessOptions& options,
                       const TransactionalHandler& handler);
 
+  // Exactly-once across two databases: the queue's (this client's) and the application's
+  // `resource`, a second MariaDB/MySQL server. Claims up to max_messages messages as process()
+  // does and runs handler(transaction, messages) with an XA branch open on the resource:
+  // transaction.execute runs there, transaction.send goes to the queue's database. Then, in
+  // order: the branch is prepared (XA END, XA PREPARE); the queue's transaction deletes (or
+  // archives) the messages, records the decision and commits — this commit decides the batch;
+  // the branch is committed (XA COMMIT). Returns how many messages were processed.
+  //  - The handler throws: both sides roll back, the attempt is counted as in process(), the
+  //    exception is rethrown. A lock-wait timeout or deadlock on the resource first runs a
+  //    recovery pass (a crashed consumer's branch may hold the rows), then claims again.
+  //  - Any crash (this process, either server) leaves at most a prepared branch whose outcome
+  //    the decision record, or its absence, fixes. Every process_xa runs recovery for its
+  //    resource at its first call and every 10 s (recover_xa): each message's work commits once.
+  //  - kUnavailable: a server cannot be reached; a batch the queue's commit may have decided is
+  //    resolved first if the queue's server comes back within 30 s, else left to recovery.
+  // The resource's connections run READ COMMITTED with innodb_lock_wait_timeout 10 s.
+  // kFailedPrecondition when the resource refuses XA (a Galera node).
+  std::size_t process_xa(std::string_view topic, const XaResource& resource,
+                         const ProcessOptions& options, const TransactionalHandler& handler);
+  // One recovery pass over the resource's branches of this queue database: commits those whose
+  // batch committed, rolls back those whose batch cannot commit any more (their consumer died
+  // before the queue's commit), leaves those of consumers still at work, deletes decision
+  // records no longer needed. Safe to run from any number of processes at once.
+  XaRecovery recover_xa(const XaResource& resource);
+  // The resource's branches of this queue database that are in doubt, and the decision records
+  // left, with what recovery would do to each.
+  std::vector<XaBranchStatus> xa_status(const XaResource& resource);
+
   // Leases up to max_messages claimable messages of options.group in id order (per partition), from past the ids this client
   // claimed before (lower ones that became claimable again are swept up within a second, or at
   // once when nothing else is claimable; doc/schema.md). Empty when none arrived

@@ -286,4 +286,41 @@ struct DeadLetter {
   Clock::time_point died_at;
 };
 
+// --- Exactly-once across databases (Client::process_xa; README "Exactly-once across databases")
+
+// The application's other database, which Client::process_xa enlists with XA: a MariaDB
+// (10.5 or later) or MySQL (8.0 or later) server that is not a Galera node (Galera refuses XA).
+struct XaResource {
+  // [a-z][a-z0-9_]{0,47}. Recorded with each batch's decision in the queue's database, so that
+  // recovery finds the batches of this resource: keep it stable, one name per database.
+  std::string name;
+  // mysql://user:password@host:port/database[?socket=PATH&...] as ClientOptions::dsn (a
+  // password-file=PATH or password-env=NAME keeps the password out of the DSN).
+  std::string dsn;
+};
+
+// What one recovery pass did (Client::recover_xa, txmq xa recover).
+struct XaRecovery {
+  std::size_t committed = 0;    // branches committed: their batch's decision was "commit"
+  std::size_t rolled_back = 0;  // branches rolled back: their batch never committed
+  std::size_t purged = 0;       // decision records deleted: both sides were done
+  std::size_t live = 0;         // branches left to their consumer, which is still at work
+};
+
+// One batch in doubt, or one decision record left (Client::xa_status, txmq xa status).
+struct XaBranchStatus {
+  std::uint64_t token = 0;     // the batch, as its xid and its decision record name it
+  bool prepared = false;       // the branch is prepared in the resource (listed by XA RECOVER)
+  std::string decision;        // "commit", "abort", or "" when the queue's database has none
+  std::uint64_t owner_id = 0;  // the consumer (txmq_consumers.id) that ran the batch
+  std::string topic;           // from the decision record (empty without one)
+  std::string group;
+  std::uint64_t first_id = 0;  // the batch's lowest message id, and its size
+  std::uint64_t messages = 0;
+  std::optional<Clock::time_point> decided_at;  // when the decision record was written
+  // What recovery will do: "commit", "rollback", "fence" (no decision: recovery decides
+  // "abort" unless the consumer is still at work), "purge" (both sides done).
+  std::string action;
+};
+
 }  // namespace txmq

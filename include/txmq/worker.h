@@ -56,6 +56,12 @@ struct WorkerCounts {
 class Worker {
  public:
   Worker(Client& client, std::string topic, MessageHandler handler, WorkerOptions options = {});
+  // Exactly-once across databases: each thread loops Client::process_xa over batches of up to
+  // options.batch messages with the handler's work in `resource` (no leases: the batch's
+  // transaction holds it). counts(): acked = messages processed, retried = messages of batches
+  // whose handler threw. stop() lets running batches finish. options.lease is not used.
+  Worker(Client& client, std::string topic, XaResource resource, TransactionalHandler handler,
+         WorkerOptions options = {});
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
