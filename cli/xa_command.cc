@@ -39,11 +39,15 @@ XaResource parse_resource(const std::string& spec) {
   }
   const std::size_t eq = spec.find('=');
   // "mysql://...?socket=..." alone: its first '=' is the DSN's own.
-  if (eq == std::string::npos || spec.substr(0, eq).find("://") != std::string::npos) {
+  const bool dsn_only = spec.substr(0, eq).find("://") != std::string::npos;
+  if (eq == std::string::npos || dsn_only) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("--resource takes NAME=DSN (such as ledger=mysql://app@db2/ledger), "
-                            "not '{}': the resource's name and the '=' before its DSN are missing",
-                            printable(shown, 120)));
+                            "not '{}': {}",
+                            printable(shown, 120),
+                            dsn_only || spec.find("://") != std::string::npos
+                                ? "the resource's name and the '=' before its DSN are missing"
+                                : "the '=' and the resource's DSN after it are missing"));
   }
   XaResource r{spec.substr(0, eq), spec.substr(eq + 1)};
   if (!is_resource_name(r.name)) {
@@ -178,7 +182,11 @@ void add_xa_commands(CLI::App& app, Globals& g) {
   CLI::App* status = xa->add_subcommand(
       "status", "list the resource's branches in doubt and the decision records left, with what "
                 "recovery will do to each; changes nothing");
-  status->add_option("--resource", *status_spec, resource_help)->required();
+  status->add_option("--resource", *status_spec, resource_help)
+      ->required()
+      ->type_name("NAME=DSN");
+  status->footer(
+      "Example: txmq xa status --resource ledger=mysql://app@db2/ledger?password-file=/etc/pw");
   status->callback([&g, status_spec] {
     const XaResource r = parse_resource(*status_spec);
     auto client = connect(g);
@@ -198,7 +206,11 @@ void add_xa_commands(CLI::App& app, Globals& g) {
       "whose consumer died before its batch committed, delete decision records no longer "
       "needed. Branches of consumers still at work are left alone. Exit 0 when nothing is left "
       "in doubt, 1 when such branches remain. Safe to run at any time, from anywhere");
-  recover->add_option("--resource", *recover_spec, resource_help)->required();
+  recover->add_option("--resource", *recover_spec, resource_help)
+      ->required()
+      ->type_name("NAME=DSN");
+  recover->footer(
+      "Example: txmq xa recover --resource ledger=mysql://app@db2/ledger?password-file=/etc/pw");
   recover->callback([&g, recover_spec] {
     const XaResource r = parse_resource(*recover_spec);
     auto client = connect(g);
