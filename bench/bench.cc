@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -19,6 +21,7 @@
 #include "server/service.h"
 #include "waiting.h"
 #include "txmq/client.h"
+#include "txmq/local.h"
 #include "workloads.h"
 
 namespace txmq::bench {
@@ -475,7 +478,7 @@ class Bench {
     report_.section(fmt::format("Drain of a {}k backlog: leased receive + ack, and exactly-once",
                                 sizes_.drain_backlog / 1000));
     const std::string topic = "txmq_bench_drain";
-    enum class Mode { kLeased, kExactlyOnce, kExactlyOnceWithWork };
+    enum class Mode { kLeased, kExactlyOnce, kExactlyOnceWithWork, kExactlyOnceXa };
     struct Case {
       int consumers;
       int batch;
@@ -492,17 +495,40 @@ class Bench {
     cases.push_back({1, 100, kSmall, Mode::kExactlyOnce});
     cases.push_back({8, 100, kSmall, Mode::kExactlyOnce});
     cases.push_back({4, 100, kSmall, Mode::kExactlyOnceWithWork});
+    // The same work in a second database B (Client::process_xa): B prepares, the queue commits
+    // (the decision), B commits; compared with the row above.
+    cases.push_back({4, 100, kSmall, Mode::kExactlyOnceXa});
     const std::string work_table = "txmq_bench_work";
     Measured raw;
     std::vector<Row> rows;
-    std::vector<Measured> measured;
+    std::vector<std::optional<Measured>> measured;
     for (const Case& k : cases) {
-      accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
-      fresh(client, topic);
-      fill_topic(client, topic, sizes_.drain_backlog, k.payload);
       const auto limit = static_cast<std::uint64_t>(sizes_.drain_backlog);
       const std::string consumers_text =
           fmt::format("{} consumer{}", k.consumers, k.consumers == 1 ? "" : "s");
+      if (k.mode == Mode::kExactlyOnceXa) {
+        Row r = row(fmt::format("drain.exactly_once_xa.{}x{}", k.consumers, k.batch),
+                    fmt::format("exactly-once XA {}, {}, INSERTs in B", k.batch, consumers_text),
+                    fmt::format("drain.exactly_once.{}x{}.work", k.consumers, k.batch));
+        const XaServer& b = xa_server();
+        if (b.dsn.empty()) {
+          r.note = "skipped: " + b.reason;
+          r.basis.clear();
+          rows.push_back(std::move(r));
+          measured.emplace_back();
+          continue;
+        }
+        accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
+        fresh(client, topic);
+        fill_topic(client, topic, sizes_.drain_backlog, k.payload);
+        measured.push_back(drain_xa(client, topic, b, k.consumers, k.batch, limit, work_table,
+                                    r.note));
+        rows.push_back(std::move(r));
+        continue;
+      }
+      accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
+      fresh(client, topic);
+      fill_topic(client, topic, sizes_.drain_backlog, k.payload);
       if (k.mode == Mode::kLeased) {
         rows.push_back(row(fmt::format("drain.leased.{}x{}{}", k.consumers, k.batch,
                                        k.payload == kLarge ? ".4k" : ""),
@@ -526,10 +552,94 @@ class Bench {
     report_.add(row("raw.insert.4.drains", "raw INSERT, 4 threads, between the drains"),
                 std::move(raw));
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      report_.add(std::move(rows[i]), std::move(measured[i]));
+      if (measured[i]) {
+        report_.add(std::move(rows[i]), std::move(*measured[i]));
+      } else {
+        report_.add_row(std::move(rows[i]));
+      }
     }
     drop_if_exists(client, topic);
     reset_work_table(client, work_table, false);
+  }
+
+  // The second database of drain.exactly_once_xa: --xa-dsn, else a private server in xa_home
+  // (started on first use, stopped when the bench ends), else none, with the reason.
+  struct XaServer {
+    std::string dsn;
+    std::string home;    // the bench's own server: stopped at the end
+    std::string reason;  // why there is none
+    XaServer() = default;
+    XaServer(const XaServer&) = delete;
+    XaServer& operator=(const XaServer&) = delete;
+    ~XaServer() {
+      if (home.empty()) return;
+      try {
+        LocalServer::stop({home});
+      } catch (const std::exception&) {
+      }
+    }
+  };
+
+  const XaServer& xa_server() {
+    if (xa_) return *xa_;
+    xa_ = std::make_unique<XaServer>();
+    if (!options_.xa_dsn.empty()) {
+      xa_->dsn = options_.xa_dsn;
+    } else if (!options_.xa_home.empty()) {
+      std::fprintf(stderr, "bench: starting a second private server in %s for the XA row\n",
+                   options_.xa_home.c_str());
+      try {
+        xa_->home = options_.xa_home;  // stopped at the end even if the start fails half-way
+        xa_->dsn = LocalServer::ensure_running({options_.xa_home});
+      } catch (const Error& e) {
+        xa_->reason = fmt::format("no second server: starting one in {} failed: {}",
+                                  options_.xa_home, e.what());
+      }
+    } else {
+      xa_->reason =
+          "no second server: the bench runs on a given --dsn or TXMQ_DSN; name one with --xa-dsn";
+    }
+    return *xa_;
+  }
+
+  // The XA drain: the work table in B, made fresh; B's recovery pass before the clock starts (a
+  // consumer's first process_xa runs one; here it is not timed); afterwards the rows in B are
+  // counted against the messages processed, and a last pass leaves no decision record behind.
+  // `note` gets what B is and what the checks found.
+  Measured drain_xa(Client& client, const std::string& topic, const XaServer& b, int consumers,
+                    int batch, std::uint64_t limit, const std::string& work_table,
+                    std::string& note) {
+    const XaResource resource{"txmq_bench", b.dsn};
+    const internal::Dsn dsn = internal::parse_dsn(b.dsn);
+    {
+      internal::Connection c(dsn);
+      c.query(fmt::format("DROP TABLE IF EXISTS {}", work_table));
+      c.query(fmt::format("CREATE TABLE {} (msg_id BIGINT UNSIGNED PRIMARY KEY) ENGINE=InnoDB",
+                          work_table));
+      const internal::Result r = c.execute(
+          "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog", {});
+      const internal::Row& v = r.rows.at(0);
+      const bool durable = v.i64(1) == 1 && (v.i64(2) == 0 || v.i64(3) == 1);
+      note = fmt::format("B: {} {}, {}{}", b.home.empty() ? "--xa-dsn" : "2nd private server",
+                         v.bytes(0), durable ? "durable" : "NOT DURABLE",
+                         v.i64(2) != 0 ? ", binlog ON" : "");
+    }
+    client.recover_xa(resource);
+    Measured m = drain_exactly_once_xa(client, topic, resource, consumers, batch, limit,
+                                       sizes_.drain_cap_seconds, work_table);
+    const XaRecovery after = client.recover_xa(resource);
+    internal::Connection c(dsn);
+    const std::uint64_t in_b =
+        c.execute(fmt::format("SELECT COUNT(*) FROM {}", work_table), {}).rows.at(0).u64(0);
+    c.query(fmt::format("DROP TABLE IF EXISTS {}", work_table));
+    if (in_b != m.messages) {
+      note += fmt::format("; MISMATCH: {} rows in B for {} messages", in_b, m.messages);
+    }
+    if (after.committed + after.rolled_back + after.live > 0) {
+      note += fmt::format("; left in doubt: {} committed, {} rolled back, {} live by recovery",
+                          after.committed, after.rolled_back, after.live);
+    }
+    return m;
   }
 
   void e2e(Client& producers, Client& consumers) {
@@ -750,6 +860,7 @@ class Bench {
   internal::Dsn dsn_;
   Sizes sizes_;
   Report report_;
+  std::unique_ptr<XaServer> xa_;  // the XA row's second server, once asked for
 };
 
 }  // namespace

@@ -22,6 +22,12 @@ struct BenchOptions {
   // own database, one partition, as always.
   std::vector<std::string> servers;
   int partitions = 0;
+  // The second database of the drain section's exactly-once-across-databases row
+  // (drain.exactly_once_xa.4x100, Client::process_xa): this DSN; else, when xa_home is set, a
+  // private server the bench starts in that folder (and stops at the end); else the row is
+  // skipped, saying why.
+  std::string xa_dsn;
+  std::string xa_home;
 };
 
 // Runs the workloads, printing each row as it completes, then the table of targets.

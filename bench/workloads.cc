@@ -89,9 +89,13 @@ Measured drain(Client& client, const std::string& topic, int consumers, int batc
   });
 }
 
-Measured drain_exactly_once(Client& client, const std::string& topic, int consumers, int batch,
-                            std::uint64_t limit, double cap_seconds,
-                            const std::string& work_table) {
+namespace {
+
+// drain_exactly_once and drain_exactly_once_xa: `process` is one call of Client::process or
+// process_xa with the handler.
+template <typename Process>
+Measured drain_transactional(int consumers, int batch, std::uint64_t limit, double cap_seconds,
+                             const std::string& work_table, Process process) {
   std::atomic<std::uint64_t> consumed{0};
   const auto deadline = SteadyClock::now() + std::chrono::duration<double>(cap_seconds);
   ProcessOptions options;
@@ -100,7 +104,7 @@ Measured drain_exactly_once(Client& client, const std::string& topic, int consum
     std::uint64_t n = 0;
     std::string sql;
     std::vector<SqlValue> params;
-    auto handler = [&](Transaction& tx, std::span<const Message> messages) {
+    const TransactionalHandler handler = [&](Transaction& tx, std::span<const Message> messages) {
       if (work_table.empty()) return;
       sql = fmt::format("INSERT INTO {} (msg_id) VALUES ", work_table);
       params.clear();
@@ -112,7 +116,7 @@ Measured drain_exactly_once(Client& client, const std::string& topic, int consum
     };
     while (consumed.load() < limit && SteadyClock::now() < deadline) {
       const auto start = SteadyClock::now();
-      std::size_t got = client.process(topic, options, handler);
+      std::size_t got = process(options, handler);
       if (got == 0) break;
       lat.add_since(start);
       n += got;
@@ -120,6 +124,29 @@ Measured drain_exactly_once(Client& client, const std::string& topic, int consum
     }
     return n;
   });
+}
+
+}  // namespace
+
+Measured drain_exactly_once(Client& client, const std::string& topic, int consumers, int batch,
+                            std::uint64_t limit, double cap_seconds,
+                            const std::string& work_table) {
+  return drain_transactional(
+      consumers, batch, limit, cap_seconds, work_table,
+      [&](const ProcessOptions& options, const TransactionalHandler& handler) {
+        return client.process(topic, options, handler);
+      });
+}
+
+Measured drain_exactly_once_xa(Client& client, const std::string& topic,
+                               const XaResource& resource, int consumers, int batch,
+                               std::uint64_t limit, double cap_seconds,
+                               const std::string& work_table) {
+  return drain_transactional(
+      consumers, batch, limit, cap_seconds, work_table,
+      [&](const ProcessOptions& options, const TransactionalHandler& handler) {
+        return client.process_xa(topic, resource, options, handler);
+      });
 }
 
 Measured end_to_end(Client& producer_client, Client& consumer_client, const std::string& topic,

@@ -41,6 +41,14 @@ Measured drain_exactly_once(Client& client, const std::string& topic, int consum
                             std::uint64_t limit, double cap_seconds,
                             const std::string& work_table = {});
 
+// The same drain with Client::process_xa (exactly-once across two databases): the handler's
+// multi-row INSERT into `work_table` runs in an XA branch on `resource`, a second server, which
+// is prepared before the queue's commit and committed after it.
+Measured drain_exactly_once_xa(Client& client, const std::string& topic,
+                               const XaResource& resource, int consumers, int batch,
+                               std::uint64_t limit, double cap_seconds,
+                               const std::string& work_table);
+
 // `producers` send at a steady `rate_per_s` in all for `seconds` while `consumers` receive (with
 // waiting) and ack. Latency is from the start of a send to the message's receipt.
 Measured end_to_end(Client& producer_client, Client& consumer_client, const std::string& topic,

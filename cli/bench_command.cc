@@ -2,6 +2,7 @@
 #include <time.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -9,6 +10,7 @@
 
 #include "bench/bench.h"
 #include "cli.h"
+#include "txmq/local.h"
 
 namespace txmq::cli {
 
@@ -21,6 +23,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
     std::string cpu_pids;
     std::string servers;
     int partitions = 0;
+    std::string xa_dsn;
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
@@ -42,9 +45,23 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_option("--partitions", a->partitions,
                     "partitions of the bench's topics (default 1; with --servers, 2 per server)")
       ->check(CLI::Range(1, 64));
+  bench->add_option("--xa-dsn", a->xa_dsn,
+                    "the second database of the exactly-once-across-databases row (process_xa): "
+                    "a MariaDB/MySQL server other than the queue's. Default: a private server "
+                    "beside the local one (in TXMQ_HOME-xa) when the bench runs on the local "
+                    "server; with --dsn or TXMQ_DSN and no --xa-dsn the row is skipped");
   bench->callback([&g, a] {
     bench::BenchOptions o;
+    // Whether the queue's server is the embedded default, asked before resolve_dsn starts it.
+    const char* env_dsn = std::getenv("TXMQ_DSN");
+    const bool local = g.dsn.empty() && (env_dsn == nullptr || *env_dsn == '\0');
     o.dsn = resolve_dsn(g);
+    o.xa_dsn = a->xa_dsn;
+    if (o.xa_dsn.empty() && local) {
+      std::string home = LocalServer::resolve_home({});
+      while (home.size() > 1 && home.back() == '/') home.pop_back();
+      o.xa_home = home + "-xa";
+    }
     o.quick = a->quick;
     o.huge = a->huge;
     o.json = g.json;

@@ -44,6 +44,7 @@ void add_bench_consumer_command(CLI::App& app, Globals& globals);
 void add_serve_command(CLI::App& app, Globals& globals);
 void add_metrics_command(CLI::App& app, Globals& globals);
 void add_cluster_command(CLI::App& app, Globals& globals);
+void add_xa_commands(CLI::App& app, Globals& globals);
 
 // Output helpers (output.cc).
 std::string read_all(std::FILE* in);

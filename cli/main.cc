@@ -78,19 +78,22 @@ int main(int argc, char** argv) {
   add_serve_command(app, globals);
   add_metrics_command(app, globals);
   add_cluster_command(app, globals);
+  add_xa_commands(app, globals);
   allow_global_options_anywhere(app);
 
-  // The parser gets copies; the password of a --dsn is then blanked in the process's own
-  // argv, which `ps` and /proc/PID/cmdline show to every user. (TXMQ_DSN and password-file=
-  // keep it off the command line altogether: README "Security".)
+  // The parser gets copies; the password of a --dsn (or of xa's --resource NAME=DSN) is then
+  // blanked in the process's own argv, which `ps` and /proc/PID/cmdline show to every user.
+  // (TXMQ_DSN and password-file= keep it off the command line altogether: README "Security".)
   std::vector<std::string> copies(argv, argv + argc);
   std::vector<char*> args;
   for (std::string& a : copies) args.push_back(a.data());
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    char* dsn = arg == "--dsn" && i + 1 < argc ? argv[i + 1]
-                : arg.starts_with("--dsn=")    ? argv[i] + 6
-                                               : nullptr;
+    char* dsn = arg == "--dsn" && i + 1 < argc        ? argv[i + 1]
+                : arg.starts_with("--dsn=")           ? argv[i] + 6
+                : arg == "--resource" && i + 1 < argc ? argv[i + 1]
+                : arg.starts_with("--resource=")      ? argv[i] + 11
+                                                      : nullptr;
     if (dsn == nullptr) continue;
     const auto [offset, length] = password_span(dsn);
     std::memset(dsn + offset, 'x', length);

@@ -2,10 +2,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
 
+#include "db/dsn.h"
+#include "queue/xa.h"
 #include "support.h"
+#include "txmq/local.h"
 
 namespace txmq {
 namespace {
@@ -396,6 +402,216 @@ TEST(Cli, BenchReportsRowsAndTargetsAsJson) {
   // The bench leaves no topic behind.
   EXPECT_EQ(run_txmq({"topic", "list"}).out.find("txmq_bench"), std::string::npos);
   EXPECT_EQ(run_txmq({"bench", "--only", "nope"}).exit_code, 5);
+}
+
+// --- txmq xa status | recover (exactly-once across databases) -----------------------------------
+
+// The XA resource of these tests: shard-server-3 of the CTest fixture (TXMQ_SHARD_HOMES). Not
+// shard-server-2, which xa_test.cc uses: recovery looks at every txmq branch of the queue's
+// database on a server, whatever resource name a batch was run under, so tests on one server
+// would finish each other's hand-made branches.
+std::string xa_resource_dsn() {
+  const char* env = std::getenv("TXMQ_SHARD_HOMES");
+  std::stringstream in(env ? env : TXMQ_SHARD_HOMES);
+  std::vector<std::string> homes;
+  for (std::string h; std::getline(in, h, ',');) homes.push_back(h);
+  if (homes.size() != 2) throw std::runtime_error("TXMQ_SHARD_HOMES must name two homes");
+  return LocalServer::status({homes[1]}).dsn;
+}
+
+std::unique_ptr<internal::Connection> xa_resource_admin() {
+  return std::make_unique<internal::Connection>(internal::parse_dsn(xa_resource_dsn()));
+}
+
+TEST(Cli, XaResourceIsCheckedBeforeAnythingConnects) {
+  // Usage: the option is required.
+  auto r = run_txmq({"xa", "status"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--resource"), std::string::npos) << r.err;
+  // Input refused (exit 5, as a bad name or DSN anywhere else), with what is wrong.
+  r = run_txmq({"xa", "status", "--resource", "ledger"});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("NAME=DSN"), std::string::npos) << r.err;
+  // A DSN without its name; the password is not echoed.
+  r = run_txmq({"xa", "recover", "--resource", "mysql://app:s3cret@db2/ledger?socket=/x"});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("NAME=DSN"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("s3cret"), std::string::npos) << r.err;
+  r = run_txmq({"xa", "status", "--resource", "Ledger-1=" + xa_resource_dsn()});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("'Ledger-1' is not a resource name"), std::string::npos) << r.err;
+  r = run_txmq({"xa", "recover", "--resource", "ledger="});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("DSN"), std::string::npos) << r.err;
+  // A typo in the resource's DSN: refused with the DSN's problem and the resource's name.
+  r = run_txmq({"xa", "status", "--resource", "ledger=mysql://root@localhost/txmq?sockte=/x"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("resource 'ledger'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sockte"), std::string::npos) << r.err;
+  r = run_txmq({"xa", "status", "--resource", "ledger=mysq://root@localhost/txmq"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_NE(r.err.find("resource 'ledger'"), std::string::npos) << r.err;
+  // A resource that cannot be reached: the database exit code, naming the resource.
+  r = run_txmq({"xa", "recover", "--resource",
+                "ledger=mysql://root@127.0.0.1:1/txmq?connect_timeout=2"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("resource 'ledger'"), std::string::npos) << r.err;
+  // One line on stderr each time, no crash.
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+}
+
+// status and recover on a fresh resource, after process_xa batches, and on branches made by hand
+// as a consumer that died (or is still at work) leaves them. One test: they share the server.
+TEST(Cli, XaStatusListsWhatIsInDoubtAndRecoverFinishesIt) {
+  const std::string resource = "cli_xa_ledger";
+  const std::string spec = resource + "=" + xa_resource_dsn();
+  const std::string table = "cli_xa_ledger";
+  {
+    auto b = xa_resource_admin();
+    b->query(fmt::format("DROP TABLE IF EXISTS {}", table));
+    b->query(fmt::format("CREATE TABLE {} (message_id BIGINT UNSIGNED NOT NULL PRIMARY KEY) "
+                         "ENGINE=InnoDB",
+                         table));
+  }
+  struct DropAtEnd {
+    std::string table;
+    ~DropAtEnd() {
+      try {
+        xa_resource_admin()->query(fmt::format("DROP TABLE IF EXISTS {}", table));
+      } catch (const std::exception&) {
+      }
+    }
+  } drop_at_end{table};
+  const auto rows_in_b = [&] {
+    return xa_resource_admin()
+        ->execute(fmt::format("SELECT COUNT(*) FROM {}", table), {})
+        .rows.at(0)
+        .i64(0);
+  };
+
+  // Nothing in doubt yet: a line saying so, an empty array, exit 0. (A pass first, in case an
+  // aborted run of this test left a branch behind.)
+  run_txmq({"xa", "recover", "--resource", spec});
+  auto r = run_txmq({"xa", "status", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "nothing in doubt on resource cli_xa_ledger\n");
+  r = run_txmq({"--json", "xa", "status", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out), json::array());
+
+  // process_xa batches leave nothing in doubt.
+  const std::string topic = topic_for_test();
+  {
+    auto c = test::client();
+    ASSERT_TRUE(c->create_topic(topic));
+    for (int i = 0; i < 25; ++i) c->send(topic, std::to_string(i));
+    std::size_t done = 0;
+    for (int round = 0; round < 10 && done < 25; ++round) {
+      done += c->process_xa(topic, {resource, xa_resource_dsn()}, {.max_messages = 10},
+                            [&](Transaction& tx, std::span<const Message> messages) {
+                              for (const Message& m : messages) {
+                                tx.execute(fmt::format("INSERT INTO {} VALUES (?)", table),
+                                           {m.id});
+                              }
+                            });
+    }
+    ASSERT_EQ(done, 25u);
+  }
+  EXPECT_EQ(rows_in_b(), 25);
+  r = run_txmq({"--json", "xa", "status", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const json& s : json::parse(r.out)) {
+    // At most the decision records of finished batches, which recovery deletes.
+    EXPECT_EQ(s["action"], "purge") << s;
+    EXPECT_EQ(s["decision"], "commit") << s;
+    EXPECT_FALSE(s["prepared"].get<bool>()) << s;
+    EXPECT_EQ(s["topic"], topic) << s;
+  }
+  r = run_txmq({"xa", "recover", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("committed    0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rolled back  0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("live         0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nothing left in doubt"), std::string::npos) << r.out;
+  r = run_txmq({"xa", "status", "--resource", spec});
+  EXPECT_EQ(r.out, "nothing in doubt on resource cli_xa_ledger\n") << r.out;
+
+  // A consumer that died between XA PREPARE and the queue's commit: a prepared branch in B with
+  // no decision in the queue's database. status shows it to be fenced; recover rolls it back.
+  const std::uint64_t instance =
+      test::admin()->execute("SELECT instance_id FROM txmq_schema", {}).rows.at(0).u64(0);
+  ASSERT_NE(instance, 0u);
+  std::mt19937_64 random(std::random_device{}());
+  const auto prepared_branch = [&](std::uint64_t token, std::uint64_t message_id) {
+    auto b = xa_resource_admin();
+    const internal::XaBranchName name{
+        instance, token, 7, b->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0)};
+    b->query(fmt::format("XA START {}", name.sql()));
+    b->execute(fmt::format("INSERT INTO {} VALUES (?)", table), {message_id});
+    b->query(fmt::format("XA END {}", name.sql()));
+    b->query(fmt::format("XA PREPARE {}", name.sql()));
+  };  // the connection closes; the prepared branch stays
+  const std::uint64_t dead = random() | 1;
+  prepared_branch(dead, 1'000'001);
+  const std::string dead_hex = fmt::format("{:016x}", dead);
+  r = run_txmq({"xa", "status", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(dead_hex), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fence"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rolls the branch back if its consumer died"), std::string::npos) << r.out;
+  r = run_txmq({"--json", "xa", "status", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json list = json::parse(r.out);
+  ASSERT_EQ(list.size(), 1u) << list;
+  EXPECT_EQ(list[0]["token"], dead_hex);
+  EXPECT_TRUE(list[0]["prepared"].get<bool>());
+  EXPECT_TRUE(list[0]["decision"].is_null());
+  EXPECT_EQ(list[0]["owner_id"], 7);
+  EXPECT_TRUE(list[0]["decided_at"].is_null());
+  EXPECT_EQ(list[0]["action"], "fence");
+  r = run_txmq({"--json", "xa", "recover", "--resource", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out), (json{{"resource", resource},
+                                      {"committed", 0},
+                                      {"rolled_back", 1},
+                                      {"purged", 0},
+                                      {"live", 0}}));
+  EXPECT_EQ(rows_in_b(), 25);  // the dead consumer's row never committed
+  EXPECT_EQ(run_txmq({"xa", "status", "--resource", spec}).out,
+            "nothing in doubt on resource cli_xa_ledger\n");
+
+  // A consumer still at work: its open transaction in the queue's database holds its decision
+  // row. recover leaves its branch alone and exits 1, saying so; once the consumer commits, the
+  // branch is committed.
+  const std::uint64_t live = random() | 1;
+  prepared_branch(live, 1'000'002);
+  auto owner = test::admin();
+  owner->begin();
+  owner->execute(
+      "INSERT INTO txmq_xa (token, outcome, resource, owner_id, topic, grp, first_id, messages, "
+      "created_at) VALUES (?, 'commit', ?, 7, ?, 'default', 1, 1, NOW(6))",
+      {live, resource, topic});
+  r = run_txmq({"xa", "recover", "--resource", spec});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("live         1"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("belongs to a consumer still running"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("again later"), std::string::npos) << r.err;
+  owner->commit();
+  r = run_txmq({"--json", "xa", "status", "--resource", spec});
+  list = json::parse(r.out);
+  ASSERT_EQ(list.size(), 1u) << list;
+  EXPECT_EQ(list[0]["token"], fmt::format("{:016x}", live));
+  EXPECT_EQ(list[0]["decision"], "commit");
+  EXPECT_EQ(list[0]["topic"], topic);
+  EXPECT_EQ(list[0]["group"], "default");
+  EXPECT_TRUE(list[0]["decision_age_seconds"].is_number());
+  EXPECT_EQ(list[0]["action"], "commit");
+  r = run_txmq({"xa", "recover", "--resource", spec});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("committed    1"), std::string::npos) << r.out;
+  EXPECT_EQ(rows_in_b(), 26);
+  EXPECT_EQ(run_txmq({"xa", "status", "--resource", spec}).out,
+            "nothing in doubt on resource cli_xa_ledger\n");
 }
 
 }  // namespace
