@@ -85,9 +85,9 @@ constexpr std::int64_t kTxmqFormatId = 1954049393;  // 0x74786D71, "txmq" (desig
 constexpr int kMaxAttempts = 100;  // crashes are not the messages' fault: none may die of them
 // The rounds that kill at a moment (not at a step): their children's batch size and handler
 // pause, so that a round of a few seconds does not drain the topic, and the messages they find.
-constexpr int kTimedBatch = 100;
-constexpr int kTimedPauseMs = 0;
-constexpr std::size_t kTimedReady = 6000;
+constexpr int kTimedBatch = 10;
+constexpr int kTimedPauseMs = 100;
+constexpr std::size_t kTimedReady = 3000;
 
 volatile std::sig_atomic_t g_interrupted = 0;
 extern "C" void on_signal(int) { g_interrupted = 1; }
