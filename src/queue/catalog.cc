@@ -250,6 +250,22 @@ void seed_keys(Connection& c, const TopicTables& t) {
 // Version 2 -> 3: topics gain a dedup window (default 5 minutes) and a dedup table. Serialised
 // between clients by a claim on txmq_schema (bootstrap); each step can run again after an
 // interruption.
+// A decision per XA batch (xa_process.cc): written 'commit' by the consumer in the transaction
+// that deletes the batch's messages, or 'abort' by recovery, which fences a batch whose consumer
+// died before that commit. Deleted once the resource's branch is finished.
+constexpr const char* kCreateXaTable =
+    "CREATE TABLE IF NOT EXISTS txmq_xa ("
+    " token BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+    " outcome ENUM('commit','abort') CHARACTER SET ascii NOT NULL,"
+    " resource VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " owner_id BIGINT UNSIGNED NOT NULL,"
+    " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " grp VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " first_id BIGINT UNSIGNED NOT NULL,"
+    " messages INT UNSIGNED NOT NULL,"
+    " created_at DATETIME(6) NOT NULL,"
+    " KEY (resource, created_at)) ENGINE=InnoDB";
+
 void migrate_from_2(Connection& c) {
   c.query(
       "ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS"
@@ -351,6 +367,15 @@ void migrate_from_6(Connection& c) {
 void migrate_from_7(Connection& c) {
   c.query("ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS placed BIGINT UNSIGNED NULL");
   c.execute("UPDATE txmq_schema SET version = 8, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Version 8 -> 9: exactly-once across databases (xa_process.cc). txmq_xa holds each XA
+// batch's decision; txmq_schema.instance_id names this database in the branches' xids
+// (written once, by the first client that needs it).
+void migrate_from_8(Connection& c) {
+  c.query("ALTER TABLE txmq_schema ADD COLUMN IF NOT EXISTS instance_id BIGINT UNSIGNED NULL");
+  c.query(kCreateXaTable);
+  c.execute("UPDATE txmq_schema SET version = 9, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
 // --- Claims ------------------------------------------------------------------------------------
@@ -484,10 +509,10 @@ bool catalog_is_current(Connection& c) {
     Result r = c.execute(
         "SELECT version, (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
         "DATABASE() AND table_name IN ('txmq_topics', 'txmq_groups', 'txmq_consumers', "
-        "'txmq_waiters', 'txmq_metrics', 'txmq_servers', 'txmq_placements')) FROM txmq_schema "
-        "WHERE singleton = 1",
+        "'txmq_waiters', 'txmq_metrics', 'txmq_servers', 'txmq_placements', 'txmq_xa')) "
+        "FROM txmq_schema WHERE singleton = 1",
         {});
-    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 7;
+    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 8;
   } catch (const Error& e) {
     if (e.code() == Errc::kNotFound) return false;  // a new database
     throw;
@@ -505,7 +530,8 @@ void TopicCatalog::bootstrap() {
         " version INT UNSIGNED NOT NULL,"
         " updated_at DATETIME(6) NOT NULL,"
         " claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
-        " claimed_until DATETIME(6) NULL) ENGINE=InnoDB");
+        " claimed_until DATETIME(6) NULL,"
+        " instance_id BIGINT UNSIGNED NULL) ENGINE=InnoDB");
     c.execute("INSERT IGNORE INTO txmq_schema (singleton, version, updated_at) VALUES (1, ?, NOW(6))",
               {static_cast<std::int64_t>(kSchemaVersion)});
     std::int64_t version = schema_version(c);
@@ -588,6 +614,7 @@ void TopicCatalog::bootstrap() {
         " bucket SMALLINT NOT NULL,"
         " value DOUBLE NOT NULL,"
         " PRIMARY KEY (topic, grp, metric, bucket)) ENGINE=InnoDB");
+    c.query(kCreateXaTable);
     if (version == kSchemaVersion) return;
     // One client migrates; the others wait for its claim on txmq_schema's row and find the
     // version current. The claim's columns first (a database of version 6 or older lacks
@@ -622,6 +649,7 @@ void TopicCatalog::bootstrap() {
       step(5, migrate_from_5);
       step(6, migrate_from_6);
       step(7, migrate_from_7);
+      step(8, migrate_from_8);
     } catch (...) {
       release_claim(c, kSchemaClaim, key, token);
       throw;

@@ -435,6 +435,27 @@ std::size_t Client::process(std::string_view topic, const ProcessOptions& option
                  [&](const internal::Placement&) { return i.spread.process(topic, options, handler); });
 }
 
+std::size_t Client::process_xa(std::string_view topic, const XaResource& resource,
+                               const ProcessOptions& options, const TransactionalHandler& handler) {
+  Impl& i = *impl_;
+  return i.route(
+      topic, [&] { return internal::process_xa(i.queue, topic, resource, options, handler); },
+      [&](const internal::Placement&) -> std::size_t {
+        throw Error(Errc::kFailedPrecondition,
+                    fmt::format("topic {} is spread over several servers: process_xa works on "
+                                "topics of the client's own database",
+                                topic));
+      });
+}
+
+XaRecovery Client::recover_xa(const XaResource& resource) {
+  return internal::recover_xa(impl_->queue, resource);
+}
+
+std::vector<XaBranchStatus> Client::xa_status(const XaResource& resource) {
+  return internal::xa_status(impl_->queue, resource);
+}
+
 std::vector<Message> Client::receive(std::string_view topic, const ReceiveOptions& options) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::receive(i.queue, topic, options); },

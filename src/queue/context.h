@@ -15,6 +15,7 @@
 #include "queue/metrics.h"
 #include "queue/names.h"
 #include "queue/waiting.h"
+#include "queue/xa.h"
 #include "txmq/client.h"
 
 namespace txmq::internal {
@@ -216,6 +217,7 @@ struct QueueContext {
   std::atomic<std::uint64_t> turn{std::random_device{}()};
   std::size_t max_statement_bytes = 8 << 20;  // from the server's max_allowed_packet
   Waiters waiters{pool};  // after pool: stopped before the pool goes
+  XaSites xa;             // process_xa's resources (xa_process.cc)
 };
 
 // Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
@@ -239,7 +241,7 @@ inline bool past_max_attempts(const TopicOptions& options, std::int64_t attempts
   return options.max_attempts > 0 && attempts >= options.max_attempts;
 }
 
-constexpr int kSchemaVersion = 8;
+constexpr int kSchemaVersion = 9;
 constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;

@@ -10,15 +10,6 @@
 #include "queue/transaction_impl.h"
 
 namespace txmq::internal {
-namespace {
-
-struct Outcome {
-  std::size_t processed = 0;
-  bool dead_lettered = false;  // only dead letters were at the front: look again at once
-  std::vector<std::uint64_t> promoted;  // keyed messages moved in behind finished ones
-  std::size_t dead_letters = 0;
-  std::vector<double> end_to_end;  // seconds from each processed message's send to the commit
-};
 
 // A handler that failed had its messages rolled back; count the delivery as an attempt (in its
 // own statement, as the transaction that claimed them is gone), so that a message that always
@@ -44,6 +35,10 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
   } catch (const Error&) {
   }
 }
+
+namespace {
+
+using Outcome = ProcessOutcome;
 
 // `handler_failed` tells the caller whether an error thrown is the handler's own.
 Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
@@ -133,12 +128,10 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
 
 }  // namespace
 
-std::size_t process(QueueContext& q, std::string_view topic, const ProcessOptions& options,
-                    const TransactionalHandler& handler) {
+std::size_t process_units(QueueContext& q, std::string_view topic, const ProcessOptions& options,
+                          const ProcessOnce& once) {
   check_claim_options(options.max_messages, options.wait);
-  if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
   const TopicLayout layout = q.catalog.layout(topic);
-  const TopicInfo& info = layout.info;
   const std::vector<Unit> units =
       claim_units(layout, layout.group(options.group), options.partitions);
   if (units.empty()) return 0;  // none of them on this server
@@ -155,7 +148,7 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
       bool handler_failed = false;
       Outcome outcome;
       try {
-        outcome = process_once(q, info, unit.tables, options.max_messages, handler, handler_failed);
+        outcome = once(layout, unit, handler_failed);
       } catch (const Error& e) {
         if (handler_failed) throw;
         rethrow_for_topic(q.catalog, e, topic);
@@ -176,6 +169,16 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
     return dead_lettered ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
   });
   return processed;
+}
+
+std::size_t process(QueueContext& q, std::string_view topic, const ProcessOptions& options,
+                    const TransactionalHandler& handler) {
+  if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
+  return process_units(q, topic, options,
+                       [&](const TopicLayout& layout, const Unit& unit, bool& handler_failed) {
+                         return process_once(q, layout.info, unit.tables, options.max_messages,
+                                             handler, handler_failed);
+                       });
 }
 
 }  // namespace txmq::internal

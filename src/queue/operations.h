@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -194,5 +195,32 @@ std::uint64_t purge_archive(QueueContext& q, std::string_view topic);
 // `keep` ago, walking the acked_at index in autocommit; returns how many went.
 constexpr std::uint64_t kArchivePurgeRows = 1000;
 std::uint64_t purge_archive_rows(Connection& c, const TopicTables& t, Micros keep);
+
+// --- Exactly-once (exactly_once.cc; across databases: xa_process.cc) -------------------------
+
+// What one exactly-once transaction did.
+struct ProcessOutcome {
+  std::size_t processed = 0;
+  bool dead_lettered = false;  // only dead letters were at the front: look again at once
+  std::vector<std::uint64_t> promoted;  // keyed messages moved in behind finished ones
+  std::size_t dead_letters = 0;
+  std::vector<double> end_to_end;  // seconds from each processed message's send to the commit
+};
+// Counts a failed handler's delivery as an attempt, in its own statement (the transaction that
+// claimed the messages is gone): past max_attempts they are dead-lettered. Best effort.
+void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
+                          std::vector<Param> ids);
+// One exactly-once transaction over one queue table; sets handler_failed when an error thrown
+// is the handler's own.
+using ProcessOnce =
+    std::function<ProcessOutcome(const TopicLayout&, const Unit&, bool& handler_failed)>;
+// The claim loop of process and process_xa: waits up to options.wait for claimable messages in
+// the group's partitions, runs `once` on them in turn, counts metrics.
+std::size_t process_units(QueueContext& q, std::string_view topic, const ProcessOptions& options,
+                          const ProcessOnce& once);
+std::size_t process_xa(QueueContext& q, std::string_view topic, const XaResource& resource,
+                       const ProcessOptions& options, const TransactionalHandler& handler);
+XaRecovery recover_xa(QueueContext& q, const XaResource& resource);
+std::vector<XaBranchStatus> xa_status(QueueContext& q, const XaResource& resource);
 
 }  // namespace txmq::internal

@@ -112,7 +112,8 @@ Transaction::~Transaction() {
 }
 
 SqlResult Transaction::execute(std::string_view sql, std::span<const SqlValue> params) {
-  return impl_->guarded([&] { return to_sql_result(impl_->c->execute(sql, to_params(params))); });
+  Connection* on = impl_->work != nullptr ? impl_->work : impl_->c;
+  return impl_->guarded([&] { return to_sql_result(on->execute(sql, to_params(params))); });
 }
 
 std::uint64_t Transaction::send(std::string_view topic, std::string_view payload,

@@ -28,6 +28,9 @@ struct Transaction::Impl {
   internal::QueueContext& q;
   std::optional<internal::Pool::Handle> owned;
   internal::Connection* c;
+  // Client::process_xa: the resource's connection, with an XA branch open, where execute runs
+  // (c stays the queue's: sends go there).
+  internal::Connection* work = nullptr;
   bool managed = false;
   bool open = true;
   std::optional<Error> failed;  // what ended the transaction on the server's side
@@ -61,7 +64,10 @@ auto Transaction::Impl::guarded(F&& fn) -> decltype(fn()) {
   try {
     return fn();
   } catch (const Error& e) {
-    if (e.retryable() || e.code() == Errc::kCommitUnknown || c->broken()) failed = e;
+    if (e.retryable() || e.code() == Errc::kCommitUnknown || c->broken() ||
+        (work != nullptr && work->broken())) {
+      failed = e;
+    }
     throw;
   }
 }
@@ -72,10 +78,13 @@ namespace internal {
 // commits. Afterwards, checks that it still may: a statement error the body caught may have ended
 // the transaction on the server (a deadlock is then thrown as kAborted, which Pool::run retries).
 // Returns the messages the body sent, by topic, to count and announce after the commit.
+// `work`: where the transaction's execute runs, when not on c (process_xa's resource).
 template <typename Body>
 std::map<std::string, SentCount, std::less<>> lend_transaction(QueueContext& q, Connection& c,
-                                                               Body&& body) {
+                                                               Body&& body,
+                                                               Connection* work = nullptr) {
   auto impl = std::make_unique<Transaction::Impl>(q, c);
+  impl->work = work;
   Transaction::Impl* state = impl.get();
   Transaction tx(std::move(impl));
   body(tx);

@@ -198,6 +198,67 @@ struct Worker::Impl {
     }
   }
 
+  // Exactly-once across databases: batches through process_xa, no leases to extend.
+  void run_xa_thread() {
+    const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
+    int outages = 0;
+    while (!stopping()) {
+      const int want = reserve(options.batch);
+      if (want == 0) {
+        request_stop();
+        break;
+      }
+      ProcessOptions p;
+      p.max_messages = want;
+      p.wait = options.stop_when_empty ? Micros{0} : Micros(kWaitSlice);
+      p.group = options.group;
+      p.partitions = options.partitions;
+      std::size_t handed = 0;
+      std::size_t processed = 0;
+      try {
+        processed = client.process_xa(
+            topic, *xa, p, [&](Transaction& tx, std::span<const Message> messages) {
+              handed = messages.size();
+              xa_handler(tx, messages);
+            });
+        if (outages > 0) event(fmt::format("topic {}: processing again", topic));
+        outages = 0;
+      } catch (const Error& e) {
+        unreserve(want);
+        if (!e.retryable() && handed == 0) {
+          fail(std::current_exception());
+          break;
+        }
+        if (handed > 0 && !e.retryable()) {
+          retried += handed;
+          event(fmt::format("topic {}: a batch of {} failed ({}); retried after the topic's "
+                            "retry delay",
+                            topic, handed, e.what()));
+          continue;
+        }
+        ++outages;
+        const auto delay = backoff.delay(std::min(outages, 10));
+        event(fmt::format("topic {}: process_xa failed ({}); retrying in {} ms", topic, e.what(),
+                          delay.count() / 1000));
+        pause(delay);
+        continue;
+      } catch (const std::exception& e) {
+        unreserve(want);
+        retried += handed;
+        event(fmt::format("topic {}: a batch of {} failed ({}); retried after the topic's retry "
+                          "delay",
+                          topic, handed, e.what()));
+        continue;
+      }
+      acked += processed;
+      unreserve(want - static_cast<int>(processed));
+      if (processed == 0 && options.stop_when_empty) {
+        request_stop();
+        break;
+      }
+    }
+  }
+
   // Extends every running handler's lease each third of the lease.
   void run_extender() {
     std::unique_lock lock(mutex);
@@ -237,6 +298,8 @@ struct Worker::Impl {
   Client& client;
   const std::string topic;
   const MessageHandler handler;
+  std::optional<XaResource> xa;  // the XA mode's resource and handler
+  TransactionalHandler xa_handler;
   const WorkerOptions options;
   Micros lease{0};
 
@@ -269,6 +332,33 @@ Worker::Worker(Client& client, std::string topic, MessageHandler handler, Worker
     impl_->threads.emplace_back([this, i] {
       try {
         impl_->run_thread(static_cast<std::size_t>(i));
+      } catch (...) {
+        impl_->fail(std::current_exception());
+      }
+    });
+  }
+  impl_->extender = std::thread([this] { impl_->run_extender(); });
+}
+
+Worker::Worker(Client& client, std::string topic, XaResource resource,
+               TransactionalHandler handler, WorkerOptions options)
+    : impl_(std::make_unique<Impl>(client, std::move(topic), MessageHandler{},
+                                   std::move(options))) {
+  const WorkerOptions& o = impl_->options;
+  if (!handler) throw Error(Errc::kInvalidArgument, "a worker needs a handler");
+  if (o.threads < 1 || o.threads > 256) {
+    throw Error(Errc::kInvalidArgument, "worker threads must be from 1 to 256");
+  }
+  if (o.batch < 1 || o.batch > 10000) {
+    throw Error(Errc::kInvalidArgument, "an XA worker's batch must be from 1 to 10000");
+  }
+  impl_->xa = std::move(resource);
+  impl_->xa_handler = std::move(handler);
+  client.topic(impl_->topic);  // a missing topic is the caller's error, now
+  for (int i = 0; i < o.threads; ++i) {
+    impl_->threads.emplace_back([this] {
+      try {
+        impl_->run_xa_thread();
       } catch (...) {
         impl_->fail(std::current_exception());
       }

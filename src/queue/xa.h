@@ -2,16 +2,26 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "db/connection.h"
+#include "db/dsn.h"
+#include "txmq/types.h"
 
 // Exactly-once across two databases (docs/design/exactly-once-across-databases.md): the queue's
 // database A and the application's database B. B runs the handler's work in an XA branch; A's
 // ordinary commit, which deletes the messages and writes the batch's decision row, is the
 // decision; B's branch is then committed. Recovery finishes branches left in doubt by a crash.
-// This file holds the two pure pieces: how a branch is named (so that recovery finds txmq's
-// branches of one queue server among every branch on B) and what recovery does in each state.
+// This file holds how a branch is named (so that recovery finds txmq's branches of one queue
+// server among every branch on B), what recovery does in each state, and a resource's
+// connections; xa_process.cc the protocol.
 namespace txmq::internal {
 
 // formatID of txmq's branches: "txmq" in ASCII (0x74786D71), below 2^31.
@@ -59,5 +69,58 @@ XaAction recovery_action(bool listed, XaDecision decision, std::chrono::microsec
 
 // Branches younger than this are left to their owner.
 constexpr std::chrono::seconds kXaYoungBranch{5};
+
+// A connection to a resource (B), and its session id (the bqual names who holds a branch).
+struct XaConnection {
+  std::unique_ptr<Connection> connection;
+  std::uint64_t id = 0;
+};
+
+// One resource: its connections, and what recovery keeps between passes. A connection goes back
+// to the idle list only with no branch on it; one that holds a prepared branch it cannot finish
+// is closed (never reset: COM_RESET_CONNECTION corrupts a prepared branch, design doc E10), which
+// leaves the branch to recovery.
+class XaSite {
+ public:
+  XaSite(std::string name, Dsn dsn) : name_(std::move(name)), dsn_(std::move(dsn)) {}
+
+  const std::string& name() const { return name_; }
+  const Dsn& dsn() const { return dsn_; }
+  // An idle connection or a new one (autocommit, no transaction open). The first checks the
+  // server: kFailedPrecondition for a Galera node; `warn` tells of unsafe settings.
+  XaConnection acquire(const std::function<void(std::string_view)>& warn);
+  void release(XaConnection connection);
+
+  // Recovery's state: one pass at a time per process; when branches without a decision were
+  // first seen (a young one is most likely a batch in progress); decision records this
+  // process's batches finished, deleted by the next batch's transaction.
+  std::mutex recovering;
+  std::optional<std::chrono::steady_clock::time_point> last_pass;
+  std::map<std::uint64_t, std::chrono::steady_clock::time_point> first_seen;
+  void finished(std::uint64_t token);
+  std::vector<std::uint64_t> take_finished();
+  void give_back(const std::vector<std::uint64_t>& tokens);
+
+ private:
+  const std::string name_;
+  const Dsn dsn_;
+  std::mutex mutex_;
+  std::vector<XaConnection> idle_;
+  bool checked_ = false;
+  std::vector<std::uint64_t> finished_;
+};
+
+// The resources a client has used, by name; and the queue database's instance id.
+class XaSites {
+ public:
+  // kInvalidArgument for a bad name or DSN, or a name used before with another DSN.
+  XaSite& get(const XaResource& resource);
+  std::uint64_t instance = 0;  // txmq_schema.instance_id once read; under mutex_
+  std::mutex instance_mutex;
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::pair<std::string, std::unique_ptr<XaSite>>, std::less<>> sites_;
+};
 
 }  // namespace txmq::internal
