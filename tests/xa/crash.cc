@@ -146,7 +146,7 @@ int run_child(const ChildOptions& o) {
   }
   const XaResource resource{std::string(kResource), o.dsn_b};
 
-  std::atomic<std::uint64_t> processed{0}, batches{0}, retryable{0}, other{0}, unknown{0};
+  std::atomic<std::uint64_t> processed{0}, batches{0}, retryable{0}, other{0}, unknown{0}, slow{0};
   std::atomic<bool> timed_out{false};
 
   const TransactionalHandler handler = [&o](Transaction& tx, std::span<const Message> messages) {
@@ -176,7 +176,12 @@ int run_child(const ChildOptions& o) {
         return;
       }
       try {
+        const auto call = Steady::now();
         const std::size_t n = client->process_xa(kTopic, resource, po, handler);
+        if (const double took = seconds_since(call); took > 2) {
+          ++slow;
+          fmt::print("child thread {}: slow process_xa: {} messages in {:.1f} s\n", t, n, took);
+        }
         if (n > 0) {
           processed += n;
           ++batches;
@@ -214,10 +219,10 @@ int run_child(const ChildOptions& o) {
   for (std::thread& t : threads) t.join();
 
   fmt::print(
-      "child: {} after {:.1f} s: {} messages in {} batches; errors: {} retryable, {} not "
-      "retryable, {} kCommitUnknown\n",
+      "child: {} after {:.1f} s: {} messages in {} batches ({} calls over 2 s); errors: {} "
+      "retryable, {} not retryable, {} kCommitUnknown\n",
       timed_out ? "NOT DRAINED (deadline)" : "drained", seconds_since(started), processed.load(),
-      batches.load(), retryable.load(), other.load(), unknown.load());
+      batches.load(), slow.load(), retryable.load(), other.load(), unknown.load());
   client.reset();
   if (timed_out) return 2;
   return other > 0 || unknown > 0 ? 3 : 0;
@@ -499,8 +504,8 @@ class Harness {
     const double seconds = seconds_since(started);
     fmt::print(
         "  figures: {:.0f} s, {} rounds + final drain, {} child kills by the hook, {} by the "
-        "parent, {} server kills\n",
-        seconds, plan.size(), hook_kills_, parent_kills_, server_kills_);
+        "parent, {} server kills, {} calls of process_xa over 2 s\n",
+        seconds, plan.size(), hook_kills_, parent_kills_, server_kills_, slow_calls_);
     if (!notes_.empty()) {
       fmt::print("  notes (not failures):\n");
       for (const std::string& n : notes_) fmt::print("    - {}\n", n);
@@ -714,6 +719,12 @@ class Harness {
     const std::size_t unknown = count_lines_with(round_log(k), "CONTRACT kCommitUnknown");
     const std::size_t retryable = count_lines_with(round_log(k), ": retryable ");
     if (retryable > 0) fmt::print("    the child reported {} retryable errors\n", retryable);
+    // Calls of process_xa over 2 s: lock waits on B (10 s each) behind a crashed consumer's
+    // branch, or between the child's own batches.
+    if (const std::size_t slow = count_lines_with(round_log(k), "slow process_xa"); slow > 0) {
+      slow_calls_ += slow;
+      fmt::print("    the child reported {} calls of process_xa over 2 s\n", slow);
+    }
     if (other > 0) {
       notes_.push_back(fmt::format("round {}: {} non-retryable errors from process_xa (round-{}.log)", k, other, k));
       fmt::print("    the child reported {} NON-RETRYABLE errors, e.g.:\n{}", other, first_lines_with(round_log(k), "NOT RETRYABLE", 3));
@@ -948,6 +959,7 @@ class Harness {
   std::vector<std::string> failures_, notes_;
   int first_duplicate_round_ = 0;
   int hook_kills_ = 0, parent_kills_ = 0, server_kills_ = 0;
+  std::size_t slow_calls_ = 0;
 };
 
 int usage() {
