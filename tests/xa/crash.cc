@@ -400,12 +400,21 @@ class Servers {
   static int index(char server) { return server == 'a' ? 0 : 1; }
   std::string home(char server) const { return fmt::format("{}/{}", dir_, server); }
 
-  void start(char server) {
+  // `tries`: a first start runs mariadb-install-db, which another test's install at the same
+  // moment can break (CTest runs tests in parallel); the data folder appears only when complete,
+  // so starting again begins afresh.
+  void start(char server, int tries = 1) {
     started_[index(server)] = true;
-    const int status = cli(server, "start");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      throw std::runtime_error(fmt::format("txmq local start of server {} {}; see {} and {}/server.log",
-                                           server, describe_status(status), log_, home(server)));
+    for (int attempt = 1;; ++attempt) {
+      const int status = cli(server, "start");
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+      if (attempt >= tries) {
+        throw std::runtime_error(fmt::format("txmq local start of server {} {}; see {} and {}/server.log",
+                                             server, describe_status(status), log_, home(server)));
+      }
+      fmt::print("  (txmq local start of server {} {}, trying again; see {})\n", server,
+                 describe_status(status), log_);
+      sleep_for(2s);
     }
   }
 
@@ -528,8 +537,8 @@ class Harness {
   void set_up() {
     const auto t0 = Steady::now();
     // One at a time: two mariadb-install-db at once were seen to break each other's bootstrap.
-    servers_.start('a');
-    servers_.start('b');
+    servers_.start('a', 3);
+    servers_.start('b', 3);
     fmt::print("  servers A and B started in {:.1f} s\n", seconds_since(t0));
     dsn_a_ = servers_.dsn('a', "txmq");
     dsn_b_ = servers_.dsn('b', std::string(kResource));
