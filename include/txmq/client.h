@@ -88,9 +88,9 @@ class Client {
   // deletes the messages and commits, so that the handler's statements and the acknowledgement
   // commit together or not at all. Returns how many messages were processed; 0 when none
   // arrived within options.wait.
-  //  - The handler throws: everything rolls back, the messages are claimable again at once,
-  //    their attempt count goes up by one (past max_attempts they are dead-lettered), and the
-  //    exception is rethrown.
+  //  - The handler throws: everything rolls back, the messages' attempt count goes up by one
+  //    and they are claimable again after the topic's retry delay (TopicOptions::retry; past
+  //    max_attempts they are dead-lettered), and the exception is rethrown.
   //  - The process dies or the connection drops: the server rolls everything back; the messages
   //    are claimable again at once (no lease to wait out). No attempt is counted.
   //  - A deadlock or lost connection during the handler's statements rolls back and claims

@@ -177,6 +177,7 @@ class Branch {
         return;
       } catch (const Error& e) {
         const bool broken = x_.connection->broken();
+        if (broken) site_.release(std::move(x_));  // drops it, and its idle siblings
         x_.connection.reset();
         if (e.server_errno() == kGaleraRefusesXa) throw galera_refuses(site_);
         // An idle connection the server dropped meanwhile (a restart): one more, new one.
@@ -607,10 +608,16 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
 XaConnection XaSite::acquire(const std::function<void(std::string_view)>& warn_fn) {
   {
     std::lock_guard lock(mutex_);
-    if (!idle_.empty()) {
+    while (!idle_.empty()) {
       XaConnection x = std::move(idle_.back());
       idle_.pop_back();
-      return x;
+      // One idle for a while may have been dropped by a restart of the resource: a ping
+      // (about 0.1 ms) rather than a failed batch. Then its idle siblings go too.
+      if (SteadyClock::now() - x.connection->last_used() < std::chrono::seconds(1) ||
+          x.connection->ping()) {
+        return x;
+      }
+      idle_.clear();
     }
   }
   XaConnection x;
@@ -658,6 +665,7 @@ void XaSite::release(XaConnection connection) {
     idle_.clear();
     return;
   }
+  connection.connection->touch();
   std::lock_guard lock(mutex_);
   idle_.push_back(std::move(connection));
 }

@@ -290,6 +290,30 @@ TEST(ExactlyOnce, AThrowingHandlerRollsBackAndTheMessagesAreClaimableAtOnce) {
   EXPECT_EQ(c->stats(topic).dead, 3u);
 }
 
+// The contract in client.h: a throwing handler's messages come back after the topic's retry
+// delay, as after a nack (a crash gives them back at once: no lease to wait out).
+TEST(ExactlyOnce, AThrowingHandlersMessagesComeBackAfterTheRetryDelay) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.retry.initial = 3s;
+  options.retry.jitter = 0;
+  c->create_topic(topic, options);
+  c->send(topic, "p");
+  EXPECT_THROW(c->process(topic, {},
+                          [](Transaction&, std::span<const Message>) {
+                            throw std::runtime_error("handler failed");
+                          }),
+               std::runtime_error);
+  const auto failed_at = std::chrono::steady_clock::now();
+  auto peer = client("peer");
+  EXPECT_TRUE(peer->receive(topic, {}).empty());  // not at once
+  std::vector<Message> again = peer->receive(topic, {.wait = 10s});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_GE(std::chrono::steady_clock::now() - failed_at, 2500ms);
+  EXPECT_EQ(again[0].attempt, 2);
+}
+
 // The handler's own statement on a table that does not exist fails with the server's error
 // (1146), not "topic does not exist": the topic is fine and its messages are claimable again.
 TEST(ExactlyOnce, AHandlersMissingTableIsNotReportedAsAMissingTopic) {
