@@ -15,9 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-// recover's exit code when branches of consumers still at work are left in doubt (design doc
-// 7.6: "exit 0 when nothing is left in doubt, 1 when live branches remain").
-constexpr int kExitLiveBranches = 1;
+// recover's exit code when branches of consumers still at work are left in doubt: its own, so
+// that a script tells it from a usage error (1) or a database that is down (2).
+constexpr int kExitLiveBranches = 6;
 
 void print_json(const json& j) { std::fputs((j.dump() + "\n").c_str(), stdout); }
 

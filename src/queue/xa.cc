@@ -48,7 +48,18 @@ std::string XaBranchName::gtrid() const {
   return fmt::format("{}{:016x}.{:016x}", kGtridPrefix, instance, token);
 }
 
-std::string XaBranchName::bqual() const { return fmt::format("{}.{}", owner, connection); }
+std::string XaBranchName::bqual() const {
+  return fmt::format("{}.{}.{:08x}", owner, connection, resource);
+}
+
+std::uint32_t xa_resource_hash(std::string_view name) {
+  std::uint32_t h = 2166136261u;
+  for (const char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return h;
+}
 
 std::string XaBranchName::sql() const {
   return fmt::format("X'{}',X'{}',{}", hex_of(gtrid()), hex_of(bqual()), kXaFormatId);
@@ -59,7 +70,7 @@ std::optional<XaBranchName> XaBranchName::from_recovered(std::int64_t format_id,
                                                          std::int64_t bqual_length,
                                                          std::string_view data) {
   if (format_id != kXaFormatId || gtrid_length != static_cast<std::int64_t>(kGtridLength) ||
-      bqual_length < 3 || static_cast<std::size_t>(gtrid_length + bqual_length) != data.size()) {
+      bqual_length < 12 || static_cast<std::size_t>(gtrid_length + bqual_length) != data.size()) {
     return std::nullopt;
   }
   const std::string_view gtrid = data.substr(0, kGtridLength);
@@ -70,11 +81,17 @@ std::optional<XaBranchName> XaBranchName::from_recovered(std::int64_t format_id,
   const auto instance = parse_hex16(gtrid.substr(kGtridPrefix.size(), kHexDigits));
   const auto token = parse_hex16(gtrid.substr(kGtridPrefix.size() + kHexDigits + 1));
   const std::size_t dot = bqual.find('.');
-  if (!instance || !token || dot == std::string_view::npos) return std::nullopt;
+  const std::size_t last = bqual.rfind('.');
+  if (!instance || !token || dot == std::string_view::npos || last == dot ||
+      bqual.size() - last - 1 != 8) {
+    return std::nullopt;
+  }
   const auto owner = parse_decimal(bqual.substr(0, dot));
-  const auto connection = parse_decimal(bqual.substr(dot + 1));
-  if (!owner || !connection) return std::nullopt;
-  return XaBranchName{*instance, *token, *owner, *connection};
+  const auto connection = parse_decimal(bqual.substr(dot + 1, last - dot - 1));
+  const auto resource = parse_hex16(fmt::format("00000000{}", bqual.substr(last + 1)));
+  if (!owner || !connection || !resource) return std::nullopt;
+  return XaBranchName{*instance, *token, *owner, *connection,
+                      static_cast<std::uint32_t>(*resource)};
 }
 
 XaAction recovery_action(bool listed, XaDecision decision, std::chrono::microseconds age) {

@@ -28,12 +28,15 @@ namespace txmq::internal {
 constexpr std::int64_t kXaFormatId = 0x74786D71;
 
 // What a txmq branch's xid says: gtrid "txmq1.<A's instance, 16 hex>.<batch token, 16 hex>",
-// bqual "<owner id>.<B's connection id>" (decimal).
+// bqual "<owner id>.<B's connection id>.<resource, 8 hex>" (decimal, decimal, hex).
 struct XaBranchName {
   std::uint64_t instance = 0;    // the queue server A (txmq_schema.instance_id)
   std::uint64_t token = 0;       // the batch: its decision row's key in A
   std::uint64_t owner = 0;       // txmq_consumers.id of the consumer that started it
   std::uint64_t connection = 0;  // B's CONNECTION_ID() of the session that holds it
+  // xa_resource_hash of the resource's name: recovery for one resource leaves the branches of
+  // others (two resource names may be databases of one server).
+  std::uint32_t resource = 0;
 
   std::string gtrid() const;
   std::string bqual() const;
@@ -46,6 +49,9 @@ struct XaBranchName {
                                                     std::int64_t bqual_length,
                                                     std::string_view data);
 };
+
+// 32-bit FNV-1a of a resource's name, as branch names carry it.
+std::uint32_t xa_resource_hash(std::string_view name);
 
 // A's decision row for a batch: none, 'commit' (written by the consumer in the transaction that
 // deletes the messages), 'abort' (written by recovery's fence).

@@ -292,7 +292,9 @@ Seen look(Connection& a, Connection& b, const XaSite& site, std::uint64_t instan
   for (Row& row : recovered.rows) {
     std::optional<XaBranchName> name =
         XaBranchName::from_recovered(row.i64(0), row.i64(1), row.i64(2), row.bytes(3));
-    if (name && name->instance == instance) seen.listed[name->token] = *name;
+    if (name && name->instance == instance && name->resource == xa_resource_hash(site.name())) {
+      seen.listed[name->token] = *name;
+    }
   }
   return seen;
 }
@@ -506,8 +508,30 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
               "messages, created_at) VALUES (?, 'commit', ?, ?, ?, ?, ?, ?, NOW(6))",
               {token, site.name(), owner, topic.name, group, messages.front().id,
                static_cast<std::uint64_t>(messages.size())});
+          // The messages go first, before the branch takes any lock in the resource: such a
+          // DELETE may scan and wait on rows other consumers claimed (a small table's plan), and
+          // a consumer waiting here must not hold rows another consumer's handler waits for in
+          // the resource (a cycle neither server sees, broken only by a lock wait timeout).
+          std::vector<Param> ids = handed;
+          const std::size_t n = in_list_size(ids.size());
+          pad_ids(ids, 0, n);
+          if (topic.options.archive > Micros{0}) {
+            a.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
+          }
+          Result deleted = a.execute(
+              fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
+          if (deleted.affected_rows != messages.size()) {
+            throw Error(Errc::kInternal,
+                        fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
+                                    deleted.affected_rows, messages.size()));
+          }
+          std::vector<std::string> keys;
+          for (const Message& m : messages) {
+            if (m.key) keys.push_back(*m.key);
+          }
+          std::vector<std::uint64_t> promoted = finish_keyed(a, t, keys);
           Branch branch(q, site);
-          branch.start(XaBranchName{instance, token, owner, 0});
+          branch.start(XaBranchName{instance, token, owner, 0, xa_resource_hash(site.name())});
           fault_point(XaStep::kStarted);
           try {
             sent = lend_transaction(
@@ -541,24 +565,6 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
           }
           branch.prepare();
           fault_point(XaStep::kPrepared);
-          std::vector<Param> ids = handed;
-          const std::size_t n = in_list_size(ids.size());
-          pad_ids(ids, 0, n);
-          if (topic.options.archive > Micros{0}) {
-            a.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
-          }
-          Result deleted = a.execute(
-              fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
-          if (deleted.affected_rows != messages.size()) {
-            throw Error(Errc::kInternal,
-                        fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
-                                    deleted.affected_rows, messages.size()));
-          }
-          std::vector<std::string> keys;
-          for (const Message& m : messages) {
-            if (m.key) keys.push_back(*m.key);
-          }
-          std::vector<std::uint64_t> promoted = finish_keyed(a, t, keys);
           const double handled =
               std::chrono::duration<double>(SteadyClock::now() - claimed_at).count();
           for (double& seconds : end_to_end) seconds += handled;

@@ -256,7 +256,9 @@ TEST(XaProcess, RecoveryFinishesEachStateAsItsDecisionSays) {
   // A prepared branch that writes `amount`, its connection closed (a crashed consumer).
   const auto prepared_branch = [&](std::uint64_t token, int amount) {
     auto b = resource_admin();
-    XaBranchName name{instance, token, 7, b->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0)};
+    XaBranchName name{instance, token, 7,
+                      b->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0),
+                      internal::xa_resource_hash(resource.name)};
     b->query(fmt::format("XA START {}", name.sql()));
     b->execute(fmt::format("INSERT INTO {} (message_id, amount) VALUES (?, ?)", ledger.table),
                {token, amount});
