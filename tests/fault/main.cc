@@ -719,7 +719,10 @@ class Orchestrator {
         if (dice < 30 && SteadyClock::now() - last_server_kill_ > 8s) {
           kill_server();
         } else if (dice < 50) {
-          kill_consumer();
+          // Not while a shard server is down either: a consumer restarted then may find the
+          // catalog's server down, and `txmq consume` exits 2 at start when it cannot connect
+          // (as documented), which would count as an unbidden exit.
+          if (shard_faults_ == nullptr || !shard_faults_->down()) kill_consumer();
         } else if (dice < 65) {
           kill_producer();
         } else if (dice < 82) {
