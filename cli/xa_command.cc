@@ -205,7 +205,7 @@ void add_xa_commands(CLI::App& app, Globals& g) {
       "run one recovery pass now: commit the branches whose batch committed, roll back those "
       "whose consumer died before its batch committed, delete decision records no longer "
       "needed. Branches of consumers still at work are left alone. Exit 0 when nothing is left "
-      "in doubt, 1 when such branches remain. Safe to run at any time, from anywhere");
+      "in doubt, 6 when such branches remain. Safe to run at any time, from anywhere");
   recover->add_option("--resource", *recover_spec, resource_help)
       ->required()
       ->type_name("NAME=DSN");

@@ -36,6 +36,72 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
   }
 }
 
+// Claims a batch inside the transaction open on c (see operations.h).
+ClaimedBatch claim_batch(QueueContext& q, Connection& c, const TopicInfo& topic,
+                         const TopicTables& t, int max_messages, std::vector<Param>& handed) {
+  ClaimedBatch batch;
+  Result r = select_claimable(q, c, t, max_messages);
+  std::vector<Param> dead_ids;
+  for (const Row& row : r.rows) {
+    if (past_max_attempts(topic.options, row.i64(1))) dead_ids.push_back(row.u64(0));
+  }
+  if (!dead_ids.empty()) {
+    // Dead letters commit on their own, whatever a handler later does.
+    const std::size_t count = dead_ids.size();
+    std::vector<std::uint64_t> promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
+    c.commit();
+    batch.done = ProcessOutcome{0, true, std::move(promoted), count, {}};
+    return batch;
+  }
+  if (r.rows.empty()) {
+    c.commit();
+    batch.done = ProcessOutcome{};
+    return batch;
+  }
+  batch.claimed_at = std::chrono::steady_clock::now();
+  const std::int64_t now_us = r.rows[0].i64(3);
+  batch.messages.reserve(r.rows.size());
+  for (Row& row : r.rows) {
+    batch.end_to_end.push_back(static_cast<double>(now_us - row.i64(2)) / 1e6);
+    batch.messages.push_back(message_from_row(row));
+    batch.messages.back().lease_expires_at = Clock::time_point::max();
+    handed.push_back(batch.messages.back().id);
+  }
+  return batch;
+}
+
+std::vector<std::uint64_t> acknowledge_batch(Connection& c, const TopicInfo& topic,
+                                             const TopicTables& t,
+                                             const std::vector<Message>& messages) {
+  std::vector<Param> ids;
+  ids.reserve(messages.size());
+  for (const Message& m : messages) ids.push_back(m.id);
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
+  if (topic.options.archive > Micros{0}) {
+    c.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
+  }
+  Result deleted =
+      c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
+  if (deleted.affected_rows != messages.size()) {
+    throw Error(Errc::kInternal,
+                fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
+                            deleted.affected_rows, messages.size()));
+  }
+  std::vector<std::string> keys;
+  for (const Message& m : messages) {
+    if (m.key) keys.push_back(*m.key);
+  }
+  return finish_keyed(c, t, keys);
+}
+
+ProcessOutcome ClaimedBatch::processed(std::vector<std::uint64_t> promoted) && {
+  const double handled =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - claimed_at).count();
+  for (double& seconds : end_to_end) seconds += handled;
+  return ProcessOutcome{messages.size(), false, std::move(promoted), 0, std::move(end_to_end)};
+}
+
 namespace {
 
 using Outcome = ProcessOutcome;
@@ -52,33 +118,9 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
           handed.clear();
           handler_failed = false;
           c.begin();
-          Result r = select_claimable(q, c, t, max_messages);
-          std::vector<Param> dead_ids;
-          for (const Row& row : r.rows) {
-            if (past_max_attempts(topic.options, row.i64(1))) dead_ids.push_back(row.u64(0));
-          }
-          if (!dead_ids.empty()) {
-            // Dead letters commit on their own, whatever a handler later does.
-            const std::size_t count = dead_ids.size();
-            std::vector<std::uint64_t> promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
-            c.commit();
-            return Outcome{0, true, std::move(promoted), count, {}};
-          }
-          if (r.rows.empty()) {
-            c.commit();
-            return Outcome{};
-          }
-          const auto claimed_at = std::chrono::steady_clock::now();
-          const std::int64_t now_us = r.rows[0].i64(3);
-          std::vector<Message> messages;
-          messages.reserve(r.rows.size());
-          std::vector<double> end_to_end;
-          for (Row& row : r.rows) {
-            end_to_end.push_back(static_cast<double>(now_us - row.i64(2)) / 1e6);
-            messages.push_back(message_from_row(row));
-            messages.back().lease_expires_at = Clock::time_point::max();
-            handed.push_back(messages.back().id);
-          }
+          ClaimedBatch batch = claim_batch(q, c, topic, t, max_messages, handed);
+          if (batch.done) return std::move(*batch.done);
+          const std::vector<Message>& messages = batch.messages;
           const auto sent = lend_transaction(q, c, [&](Transaction& tx) {
             try {
               handler(tx, std::span<const Message>(messages));
@@ -87,30 +129,10 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
               throw;
             }
           });
-          std::vector<Param> ids = handed;
-          const std::size_t n = in_list_size(ids.size());
-          pad_ids(ids, 0, n);
-          if (topic.options.archive > Micros{0}) {
-            c.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
-          }
-          Result deleted = c.execute(
-              fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
-          if (deleted.affected_rows != messages.size()) {
-            throw Error(Errc::kInternal,
-                        fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
-                                    deleted.affected_rows, messages.size()));
-          }
-          std::vector<std::string> keys;
-          for (const Message& m : messages) {
-            if (m.key) keys.push_back(*m.key);
-          }
-          std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys);
+          std::vector<std::uint64_t> promoted = acknowledge_batch(c, topic, t, messages);
           c.commit();
           announce_sent(q, sent);
-          const double handled =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - claimed_at).count();
-          for (double& seconds : end_to_end) seconds += handled;
-          return Outcome{messages.size(), false, std::move(promoted), 0, std::move(end_to_end)};
+          return std::move(batch).processed(std::move(promoted));
         });
   } catch (const Error& e) {
     // Deadlocks and lost connections were retried by the pool until it gave up: not the

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -206,6 +208,25 @@ struct ProcessOutcome {
   std::size_t dead_letters = 0;
   std::vector<double> end_to_end;  // seconds from each processed message's send to the commit
 };
+// A batch claimed for exactly-once processing, inside the caller's transaction. `done` when
+// there is nothing to hand a handler (the transaction is then committed): dead letters were
+// moved (they commit on their own), or nothing was claimable.
+struct ClaimedBatch {
+  std::optional<ProcessOutcome> done;
+  std::vector<Message> messages;   // receipt empty, lease_expires_at the end of time
+  std::vector<double> end_to_end;  // seconds from each message's send to the claim
+  std::chrono::steady_clock::time_point claimed_at;
+  // The outcome once the batch committed: end_to_end runs to now.
+  ProcessOutcome processed(std::vector<std::uint64_t> promoted) &&;
+};
+// Claims up to max_messages (FOR UPDATE SKIP LOCKED) and appends their ids to `handed`.
+ClaimedBatch claim_batch(QueueContext& q, Connection& c, const TopicInfo& topic,
+                         const TopicTables& t, int max_messages, std::vector<Param>& handed);
+// Archives (when the topic keeps an archive) and deletes the batch's rows, which c's transaction
+// holds, and moves their keys on; returns the keyed messages moved in.
+std::vector<std::uint64_t> acknowledge_batch(Connection& c, const TopicInfo& topic,
+                                             const TopicTables& t,
+                                             const std::vector<Message>& messages);
 // Counts a failed handler's delivery as an attempt, in its own statement (the transaction that
 // claimed the messages is gone): past max_attempts they are dead-lettered. Best effort.
 void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTables& t,

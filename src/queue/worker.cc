@@ -25,6 +25,17 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(250);
 constexpr auto kExtenderTick = std::chrono::milliseconds(50);
 constexpr int kSettleTries = 6;
 
+// Both constructors' checks; `max_batch` differs (a leased batch is handled one by one).
+void check_worker_options(const WorkerOptions& o, int max_batch, std::string_view batch_what) {
+  if (o.threads < 1 || o.threads > 256) {
+    throw Error(Errc::kInvalidArgument, "worker threads must be from 1 to 256");
+  }
+  if (o.batch < 1 || o.batch > max_batch) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("{} must be from 1 to {}", batch_what, max_batch));
+  }
+}
+
 }  // namespace
 
 struct Worker::Impl {
@@ -83,6 +94,16 @@ struct Worker::Impl {
     if (options.limit == 0 || n <= 0) return;
     std::lock_guard lock(mutex);
     reserved -= static_cast<std::uint64_t>(n);
+  }
+
+  // After a retryable failure of `call` (receive, process_xa): says so, and waits the backoff.
+  void ride_out(int& outages, const internal::Backoff& backoff, std::string_view call,
+                const Error& e) {
+    ++outages;
+    const auto delay = backoff.delay(std::min(outages, 10));
+    event(fmt::format("topic {}: {} failed ({}); retrying in {} ms", topic, call, e.what(),
+                      delay.count() / 1000));
+    pause(delay);
   }
 
   // Runs settle() until it gives an answer, retrying while the database is unreachable.
@@ -169,11 +190,7 @@ struct Worker::Impl {
           fail(std::current_exception());
           break;
         }
-        ++outages;
-        const auto delay = backoff.delay(std::min(outages, 10));
-        event(fmt::format("topic {}: receive failed ({}); retrying in {} ms", topic, e.what(),
-                          delay.count() / 1000));
-        pause(delay);
+        ride_out(outages, backoff, "receive", e);
         continue;
       }
       unreserve(want - static_cast<int>(messages.size()));
@@ -196,6 +213,14 @@ struct Worker::Impl {
                             [&] { return client.nack(topic, m.receipt, Micros{0}); });
       }
     }
+  }
+
+  // An XA batch whose handler threw: process_xa counted the attempt; the messages come back.
+  void batch_failed(std::size_t handed, const std::exception& e) {
+    retried += handed;
+    event(fmt::format("topic {}: a batch of {} failed ({}); retried after the topic's retry "
+                      "delay",
+                      topic, handed, e.what()));
   }
 
   // Exactly-once across databases: batches through process_xa, no leases to extend.
@@ -230,24 +255,14 @@ struct Worker::Impl {
           break;
         }
         if (handed > 0 && !e.retryable()) {
-          retried += handed;
-          event(fmt::format("topic {}: a batch of {} failed ({}); retried after the topic's "
-                            "retry delay",
-                            topic, handed, e.what()));
+          batch_failed(handed, e);
           continue;
         }
-        ++outages;
-        const auto delay = backoff.delay(std::min(outages, 10));
-        event(fmt::format("topic {}: process_xa failed ({}); retrying in {} ms", topic, e.what(),
-                          delay.count() / 1000));
-        pause(delay);
+        ride_out(outages, backoff, "process_xa", e);
         continue;
       } catch (const std::exception& e) {
         unreserve(want);
-        retried += handed;
-        event(fmt::format("topic {}: a batch of {} failed ({}); retried after the topic's retry "
-                          "delay",
-                          topic, handed, e.what()));
+        batch_failed(handed, e);
         continue;
       }
       acked += processed;
@@ -321,12 +336,7 @@ Worker::Worker(Client& client, std::string topic, MessageHandler handler, Worker
                                    std::move(options))) {
   const WorkerOptions& o = impl_->options;
   if (!impl_->handler) throw Error(Errc::kInvalidArgument, "a worker needs a handler");
-  if (o.threads < 1 || o.threads > 256) {
-    throw Error(Errc::kInvalidArgument, "worker threads must be from 1 to 256");
-  }
-  if (o.batch < 1 || o.batch > 100) {
-    throw Error(Errc::kInvalidArgument, "worker batch must be from 1 to 100");
-  }
+  check_worker_options(o, 100, "worker batch");
   impl_->lease = o.lease.value_or(client.topic(impl_->topic).options.lease);
   for (int i = 0; i < o.threads; ++i) {
     impl_->threads.emplace_back([this, i] {
@@ -346,12 +356,7 @@ Worker::Worker(Client& client, std::string topic, XaResource resource,
                                    std::move(options))) {
   const WorkerOptions& o = impl_->options;
   if (!handler) throw Error(Errc::kInvalidArgument, "a worker needs a handler");
-  if (o.threads < 1 || o.threads > 256) {
-    throw Error(Errc::kInvalidArgument, "worker threads must be from 1 to 256");
-  }
-  if (o.batch < 1 || o.batch > 10000) {
-    throw Error(Errc::kInvalidArgument, "an XA worker's batch must be from 1 to 10000");
-  }
+  check_worker_options(o, 10000, "an XA worker's batch");
   impl_->xa = std::move(resource);
   impl_->xa_handler = std::move(handler);
   client.topic(impl_->topic);  // a missing topic is the caller's error, now

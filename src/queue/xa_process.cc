@@ -276,6 +276,7 @@ Finished finish(Connection& b, std::string_view verb, const XaBranchName& name) 
 
 struct Seen {
   std::map<std::uint64_t, XaDecision> decisions;
+  std::vector<XaBranchStatus> rows;  // the decision rows, for status (prepared, action unset)
   std::map<std::uint64_t, XaBranchName> listed;  // txmq branches of this queue database
 };
 
@@ -283,10 +284,23 @@ struct Seen {
 // whose branch is not listed is finished (the reverse order could miss one just prepared).
 Seen look(Connection& a, Connection& b, const XaSite& site, std::uint64_t instance) {
   Seen seen;
-  Result rows = a.execute("SELECT token, outcome FROM txmq_xa WHERE resource = ?", {site.name()});
+  Result rows = a.execute(
+      fmt::format("SELECT token, outcome, owner_id, topic, grp, first_id, messages, {} FROM "
+                  "txmq_xa WHERE resource = ? ORDER BY created_at",
+                  micros_of("created_at")),
+      {site.name()});
   for (Row& row : rows.rows) {
-    seen.decisions[row.u64(0)] =
-        row.bytes(1) == "commit" ? XaDecision::kCommit : XaDecision::kAbort;
+    XaBranchStatus s;
+    s.token = row.u64(0);
+    s.decision = row.bytes(1);
+    s.owner_id = row.u64(2);
+    s.topic = row.bytes(3);
+    s.group = row.bytes(4);
+    s.first_id = row.u64(5);
+    s.messages = row.u64(6);
+    s.decided_at = time_from_micros(row.i64(7));
+    seen.decisions[s.token] = s.decision == "commit" ? XaDecision::kCommit : XaDecision::kAbort;
+    seen.rows.push_back(std::move(s));
   }
   Result recovered = b.execute("XA RECOVER", {});
   for (Row& row : recovered.rows) {
@@ -326,42 +340,30 @@ XaRecovery recovery_pass(QueueContext& q, XaSite& site, Connection& a, std::uint
   const Seen seen = look(a, *b.connection, site, instance);
   const auto now = SteadyClock::now();
   std::map<std::uint64_t, SteadyClock::time_point> still_undecided;
+  // Commits or rolls back a listed branch; its decision row goes once the branch is finished.
+  const auto settle = [&](std::uint64_t token, bool commit, const XaBranchName& name) {
+    if (finish(*b.connection, commit ? "COMMIT" : "ROLLBACK", name) == Finished::kAttached) {
+      ++done.live;
+      return;
+    }
+    delete_decision(a, token);
+    ++(commit ? done.committed : done.rolled_back);
+  };
   const auto apply = [&](std::uint64_t token, XaAction action, const XaBranchName* name) {
     switch (action) {
       case XaAction::kCommit:
-      case XaAction::kRollback: {
-        const bool commit = action == XaAction::kCommit;
-        if (finish(*b.connection, commit ? "COMMIT" : "ROLLBACK", *name) == Finished::kDone) {
-          delete_decision(a, token);
-          ++(commit ? done.committed : done.rolled_back);
-        } else {
+      case XaAction::kRollback:
+        settle(token, action == XaAction::kCommit, *name);
+        return;
+      case XaAction::kFence: {
+        const Fenced fenced = fence(a, site, token);
+        if (fenced == Fenced::kLive) {
           ++done.live;
+        } else {
+          settle(token, fenced == Fenced::kCommitted, *name);
         }
         return;
       }
-      case XaAction::kFence:
-        switch (fence(a, site, token)) {
-          case Fenced::kLive:
-            ++done.live;
-            return;
-          case Fenced::kCommitted:
-            if (finish(*b.connection, "COMMIT", *name) == Finished::kDone) {
-              delete_decision(a, token);
-              ++done.committed;
-            } else {
-              ++done.live;
-            }
-            return;
-          case Fenced::kAborted:
-            if (finish(*b.connection, "ROLLBACK", *name) == Finished::kDone) {
-              delete_decision(a, token);
-              ++done.rolled_back;
-            } else {
-              ++done.live;
-            }
-            return;
-        }
-        return;
       case XaAction::kWait:
         ++done.live;
         return;
@@ -473,35 +475,12 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
             std::vector<Param> tokens(purging.begin(), purging.end());
             in_lists(a, "DELETE FROM txmq_xa WHERE token IN {}", std::move(tokens));
           }
-          Result r = select_claimable(q, a, t, max_messages);
-          std::vector<Param> dead_ids;
-          for (const Row& row : r.rows) {
-            if (past_max_attempts(topic.options, row.i64(1))) dead_ids.push_back(row.u64(0));
+          ClaimedBatch batch = claim_batch(q, a, topic, t, max_messages, handed);
+          if (batch.done) {
+            purging.clear();  // committed with it
+            return std::move(*batch.done);
           }
-          if (!dead_ids.empty()) {
-            const std::size_t count = dead_ids.size();
-            std::vector<std::uint64_t> promoted =
-                move_to_dead_letters(q, a, topic, t, std::move(dead_ids));
-            a.commit();
-            purging.clear();
-            return ProcessOutcome{0, true, std::move(promoted), count, {}};
-          }
-          if (r.rows.empty()) {
-            a.commit();
-            purging.clear();
-            return ProcessOutcome{};
-          }
-          const auto claimed_at = SteadyClock::now();
-          const std::int64_t now_us = r.rows[0].i64(3);
-          std::vector<Message> messages;
-          messages.reserve(r.rows.size());
-          std::vector<double> end_to_end;
-          for (Row& row : r.rows) {
-            end_to_end.push_back(static_cast<double>(now_us - row.i64(2)) / 1e6);
-            messages.push_back(message_from_row(row));
-            messages.back().lease_expires_at = Clock::time_point::max();
-            handed.push_back(messages.back().id);
-          }
+          const std::vector<Message>& messages = batch.messages;
           token = random_nonzero();
           a.execute(
               "INSERT INTO txmq_xa (token, outcome, resource, owner_id, topic, grp, first_id, "
@@ -512,24 +491,7 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
           // DELETE may scan and wait on rows other consumers claimed (a small table's plan), and
           // a consumer waiting here must not hold rows another consumer's handler waits for in
           // the resource (a cycle neither server sees, broken only by a lock wait timeout).
-          std::vector<Param> ids = handed;
-          const std::size_t n = in_list_size(ids.size());
-          pad_ids(ids, 0, n);
-          if (topic.options.archive > Micros{0}) {
-            a.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
-          }
-          Result deleted = a.execute(
-              fmt::format("DELETE FROM {} WHERE id IN {}", t.queue, placeholders(n)), ids);
-          if (deleted.affected_rows != messages.size()) {
-            throw Error(Errc::kInternal,
-                        fmt::format("exactly-once acknowledgement deleted {} of {} locked rows",
-                                    deleted.affected_rows, messages.size()));
-          }
-          std::vector<std::string> keys;
-          for (const Message& m : messages) {
-            if (m.key) keys.push_back(*m.key);
-          }
-          std::vector<std::uint64_t> promoted = finish_keyed(a, t, keys);
+          std::vector<std::uint64_t> promoted = acknowledge_batch(a, topic, t, messages);
           Branch branch(q, site);
           branch.start(XaBranchName{instance, token, owner, 0, xa_resource_hash(site.name())});
           fault_point(XaStep::kStarted);
@@ -565,11 +527,7 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
           }
           branch.prepare();
           fault_point(XaStep::kPrepared);
-          const double handled =
-              std::chrono::duration<double>(SteadyClock::now() - claimed_at).count();
-          for (double& seconds : end_to_end) seconds += handled;
-          pending = ProcessOutcome{messages.size(), false, std::move(promoted), 0,
-                                   std::move(end_to_end)};
+          pending = std::move(batch).processed(std::move(promoted));
           try {
             a.commit();  // the decision
           } catch (const Error& e) {
@@ -758,33 +716,15 @@ std::vector<XaBranchStatus> xa_status(QueueContext& q, const XaResource& resourc
   const std::uint64_t instance = instance_of(q);
   return q.pool.run(OnLostConnection::kRetry, [&](Connection& a, const Attempt&) {
     XaConnection b = site.acquire([&](std::string_view text) { warn(q, std::string(text)); });
-    const Seen seen = look(a, *b.connection, site, instance);
+    Seen seen = look(a, *b.connection, site, instance);
     site.release(std::move(b));
-    std::vector<XaBranchStatus> out;
-    Result rows = a.execute(
-        fmt::format("SELECT token, outcome, owner_id, topic, grp, first_id, messages, {} FROM "
-                    "txmq_xa WHERE resource = ? ORDER BY created_at",
-                    micros_of("created_at")),
-        {site.name()});
-    std::map<std::uint64_t, std::size_t> by_token;
-    for (Row& row : rows.rows) {
-      XaBranchStatus s;
-      s.token = row.u64(0);
-      s.decision = row.bytes(1);
-      s.owner_id = row.u64(2);
-      s.topic = row.bytes(3);
-      s.group = row.bytes(4);
-      s.first_id = row.u64(5);
-      s.messages = row.u64(6);
-      s.decided_at = time_from_micros(row.i64(7));
+    std::vector<XaBranchStatus> out = std::move(seen.rows);
+    for (XaBranchStatus& s : out) {
       s.prepared = seen.listed.contains(s.token);
-      const XaDecision d = s.decision == "commit" ? XaDecision::kCommit : XaDecision::kAbort;
-      s.action = action_name(recovery_action(s.prepared, d, {}));
-      by_token[s.token] = out.size();
-      out.push_back(std::move(s));
+      s.action = action_name(recovery_action(s.prepared, seen.decisions.at(s.token), {}));
     }
     for (const auto& [token, name] : seen.listed) {
-      if (by_token.contains(token)) continue;
+      if (seen.decisions.contains(token)) continue;
       XaBranchStatus s;
       s.token = token;
       s.prepared = true;
