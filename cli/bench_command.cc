@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
     std::string servers;
     int partitions = 0;
     std::string xa_dsn;
+    bool binlog = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
@@ -50,18 +52,45 @@ void add_bench_command(CLI::App& app, Globals& g) {
                     "a MariaDB/MySQL server other than the queue's. Default: a private server "
                     "beside the local one (in TXMQ_HOME-xa) when the bench runs on the local "
                     "server; with --dsn or TXMQ_DSN and no --xa-dsn the row is skipped");
+  bench->add_flag("--binlog", a->binlog,
+                  "run on a private server with the binary log on and sync_binlog=1, as "
+                  "replicated production servers run (in TXMQ_HOME-binlog, stopped at the end); "
+                  "every ratio is then against raw INSERTs on that server");
   bench->callback([&g, a] {
     bench::BenchOptions o;
     // Whether the queue's server is the embedded default, asked before resolve_dsn starts it.
     const char* env_dsn = std::getenv("TXMQ_DSN");
     const bool local = g.dsn.empty() && (env_dsn == nullptr || *env_dsn == '\0');
-    o.dsn = resolve_dsn(g);
-    o.xa_dsn = a->xa_dsn;
-    if (o.xa_dsn.empty() && local) {
-      std::string home = LocalServer::resolve_home({});
-      while (home.size() > 1 && home.back() == '/') home.pop_back();
-      o.xa_home = home + "-xa";
+    std::string home = LocalServer::resolve_home({});
+    while (home.size() > 1 && home.back() == '/') home.pop_back();
+    // The --binlog server, stopped (by its pid file) however the bench ends.
+    struct StopAtExit {
+      std::optional<LocalServerOptions> server;
+      ~StopAtExit() {
+        try {
+          if (server) LocalServer::stop(*server);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "bench: stopping the --binlog server: %s\n", e.what());
+        }
+      }
+    } binlog_server;
+    if (a->binlog) {
+      if (!local) {
+        throw Error(Errc::kInvalidArgument,
+                    "--binlog starts a private server with the binary log on, so it cannot be "
+                    "combined with --dsn or TXMQ_DSN; to measure your own server, run the bench "
+                    "on it: its header shows its binlog and sync_binlog settings");
+      }
+      LocalServerOptions binlog{.home = home + "-binlog", .binary_log = true};
+      std::fprintf(stderr, "bench: a private server with the binary log on (sync_binlog=1) in %s\n",
+                   binlog.home.c_str());
+      binlog_server.server = binlog;
+      o.dsn = LocalServer::ensure_running(binlog);
+    } else {
+      o.dsn = resolve_dsn(g);
     }
+    o.xa_dsn = a->xa_dsn;
+    if (o.xa_dsn.empty() && local) o.xa_home = home + "-xa";
     o.quick = a->quick;
     o.huge = a->huge;
     o.json = g.json;

@@ -13,6 +13,11 @@ struct LocalServerOptions {
   std::string home;
   // Seconds to wait for a starting server to accept connections.
   int start_timeout_seconds = 60;
+  // Start the server with the binary log on and synced at every commit (log-bin in the data
+  // folder, binlog_format ROW, sync_binlog 1), as replicated production servers run: every
+  // commit then costs a second fsync. Applies when this call starts the server; a server
+  // already running keeps how it was started.
+  bool binary_log = false;
 };
 
 struct LocalServerStatus {

@@ -249,6 +249,10 @@ std::string LocalServer::ensure_running(const LocalServerOptions& options, bool*
       "--max-allowed-packet=64M",
       "--max-connections=1000",
   };
+  if (options.binary_log) {
+    argv.insert(argv.end(), {"--log-bin=" + (l.data / "binlog").string(), "--binlog-format=ROW",
+                             "--sync-binlog=1", "--server-id=1"});
+  }
   if (geteuid() == 0) argv.push_back("--user=root");
   pid_t pid = spawn(argv, l.log, true);
 
