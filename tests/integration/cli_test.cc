@@ -404,6 +404,38 @@ TEST(Cli, BenchReportsRowsAndTargetsAsJson) {
   EXPECT_EQ(run_txmq({"bench", "--only", "nope"}).exit_code, 5);
 }
 
+// --binlog: the bench runs on a private server of its own with the binary log on and synced at
+// every commit, and stops it at the end; it cannot be combined with a server named by DSN.
+TEST(Cli, BenchBinlogRunsOnAPrivateServerWithTheBinaryLogOn) {
+  const std::string home = test::scratch_dir() + "/home";
+  std::map<std::string, std::string> env = {{"TXMQ_DSN", ""}, {"TXMQ_HOME", home}};
+  struct StopAtEnd {
+    std::map<std::string, std::string> env;
+    ~StopAtEnd() {
+      run_txmq({"local", "stop"}, "", env);
+      env["TXMQ_HOME"] += "-binlog";
+      run_txmq({"local", "stop"}, "", env);
+    }
+  } stop_at_end{env};
+  auto r = run_txmq({"--json", "bench", "--binlog", "--quick", "--only", "claim"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(home + "-binlog"), std::string::npos) << r.err;
+  json doc = json::parse(r.out);
+  EXPECT_TRUE(doc["server"]["log_bin"].get<bool>());
+  EXPECT_EQ(doc["server"]["sync_binlog"], 1);
+  EXPECT_EQ(doc["server"]["binlog_format"], "ROW");
+  EXPECT_EQ(doc["results"].size(), 2u);
+  // Stopped at the end; the embedded default was never started.
+  EXPECT_FALSE(json::parse(run_txmq({"--json", "local", "status"}, "",
+                                    {{"TXMQ_DSN", ""}, {"TXMQ_HOME", home + "-binlog"}})
+                               .out)["running"]);
+  EXPECT_FALSE(json::parse(run_txmq({"--json", "local", "status"}, "", env).out)["running"]);
+
+  r = run_txmq({"--dsn", "mysql://root@localhost/nowhere", "bench", "--binlog"}, "", env);
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("--binlog"), std::string::npos) << r.err;
+}
+
 // --- txmq xa status | recover (exactly-once across databases) -----------------------------------
 
 // The XA resource of these tests: shard-server-3 of the CTest fixture (TXMQ_SHARD_HOMES). Not
