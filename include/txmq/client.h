@@ -21,8 +21,10 @@ namespace txmq {
 // Every function throws txmq::Error; retryable() tells whether trying again may help.
 class Client {
  public:
-  // Connects (fails fast with kUnavailable or kInvalidArgument), creates the catalog tables when
-  // missing, and warns once when the server would lose acknowledged sends in a crash.
+  // Connects (fails fast with kUnavailable, kInvalidArgument for a bad DSN, or
+  // kFailedPrecondition for MySQL, MariaDB before 10.6 or a schema this txmq cannot read),
+  // creates the catalog tables when missing, and warns once when the server would lose
+  // acknowledged sends in a crash.
   explicit Client(ClientOptions options);
   ~Client();
   Client(const Client&) = delete;
@@ -130,7 +132,7 @@ class Client {
 
   // Leases up to max_messages claimable messages of options.group in id order (per partition), from past the ids this client
   // claimed before (lower ones that became claimable again are swept up within a second, or at
-  // once when nothing else is claimable; doc/schema.md). Empty when none arrived
+  // once when nothing else is claimable; docs/schema.md). Empty when none arrived
   // within options.wait. Messages past the topic's max_attempts go to the dead-letter table.
   std::vector<Message> receive(std::string_view topic, const ReceiveOptions& options = {});
 
@@ -216,8 +218,8 @@ class Client {
   // Archived messages with ids from from_id on, in id order.
   std::vector<ArchivedMessage> archived(std::string_view topic, std::uint64_t from_id = 0,
                                         std::size_t limit = 1000);
-  // Deletes archived messages acknowledged longer ago than the topic's retention (all of them
-  // when the archive is off), in batches of 1,000 rows. Clients that acknowledge also purge a
+  // Deletes archived messages acknowledged longer ago than the topic's archive period
+  // (TopicOptions::archive; all of them when the archive is off), in batches of 1,000 rows. Clients that acknowledge also purge a
   // batch now and then. Returns how many went.
   std::uint64_t purge_archive(std::string_view topic);
 

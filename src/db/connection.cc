@@ -414,4 +414,26 @@ std::int64_t Row::parse_integer(const std::string& text) {
   throw Error(Errc::kInternal, fmt::format("a column read as an integer holds '{}'", text));
 }
 
+std::string unsupported_server(std::string_view version) {
+  unsigned major = 0;
+  unsigned minor = 0;
+  const char* end = version.data() + version.size();
+  auto [dot, major_error] = std::from_chars(version.data(), end, major);
+  const bool parsed = major_error == std::errc() && dot != end && *dot == '.' &&
+                      std::from_chars(dot + 1, end, minor).ec == std::errc();
+  if (version.find("MariaDB") == std::string_view::npos) {
+    return fmt::format(
+        "the server runs {} {}, not MariaDB: txmq needs MariaDB 10.6 or later for its queue "
+        "tables (its sends and claims use INSERT ... RETURNING and DELETE ... RETURNING, which "
+        "MySQL does not have)",
+        parsed && major >= 5 && major < 10 ? "MySQL" : "version", version);
+  }
+  if (!parsed || major < 10 || (major == 10 && minor < 6)) {
+    return fmt::format("the server runs MariaDB {}: txmq needs 10.6 or later (its claims use "
+                       "FOR UPDATE SKIP LOCKED, new in 10.6)",
+                       version);
+  }
+  return {};
+}
+
 }  // namespace txmq::internal

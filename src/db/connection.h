@@ -161,4 +161,9 @@ bool is_transient_conflict(unsigned server_errno) noexcept;  // deadlock, lock w
 // statement did nothing, and another node may serve it.
 bool is_node_unavailable(unsigned server_errno) noexcept;
 
+// Why a server of this VERSION() cannot hold txmq's queues, or empty when it can: txmq needs
+// MariaDB 10.6 or later (FOR UPDATE SKIP LOCKED since 10.6; INSERT ... RETURNING since 10.5, and
+// MySQL has no RETURNING at all).
+std::string unsupported_server(std::string_view version);
+
 }  // namespace txmq::internal

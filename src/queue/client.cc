@@ -191,11 +191,14 @@ struct Client::Impl {
                                                               const internal::Attempt&) {
           return c.execute(
               "SELECT @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
-              "@@max_allowed_packet",
+              "@@max_allowed_packet, VERSION()",
               {});
         });
     const internal::Row& row = r.rows.at(0);
     const std::string where = context.pool.dsn().describe();
+    if (std::string why = internal::unsupported_server(row.bytes(4)); !why.empty()) {
+      throw Error(Errc::kFailedPrecondition, fmt::format("{}: {}", where, why));
+    }
     internal::Cluster* cluster = context.pool.cluster();
     const bool galera = cluster != nullptr && cluster->galera();  // checked per node below
     if (row.i64(0) != 1 && !galera) {

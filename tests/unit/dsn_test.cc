@@ -1,4 +1,5 @@
 #include "db/dsn.h"
+#include "db/connection.h"
 
 #include <gtest/gtest.h>
 
@@ -107,6 +108,21 @@ TEST(DsnTest, ErrorsNeverEchoThePassword) {
   }
   Dsn d = parse_dsn("mysql://u:hunter2@h/db");
   EXPECT_EQ(d.describe().find("hunter2"), std::string::npos);
+}
+
+// Which servers can hold txmq's queues: MariaDB 10.6 or later; MySQL is refused naming why.
+TEST(ServerVersion, MariaDb106AndLaterAreSupportedMySqlAndOlderMariaDbAreNot) {
+  for (const char* ok : {"10.6.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "10.11.6-MariaDB-log",
+                         "11.4.2-MariaDB-ubu2404", "12.0.1-MariaDB"}) {
+    EXPECT_EQ(unsupported_server(ok), "") << ok;
+  }
+  EXPECT_NE(unsupported_server("8.0.36").find("not MariaDB"), std::string::npos);
+  EXPECT_NE(unsupported_server("8.0.36").find("MySQL 8.0.36"), std::string::npos);
+  EXPECT_NE(unsupported_server("8.4.0-commercial").find("RETURNING"), std::string::npos);
+  EXPECT_NE(unsupported_server("10.5.23-MariaDB").find("10.6 or later"), std::string::npos);
+  EXPECT_NE(unsupported_server("5.5.5-10.3.39-MariaDB").find("10.6 or later"), std::string::npos);
+  EXPECT_NE(unsupported_server("10.x-MariaDB").find("10.6 or later"), std::string::npos);
+  EXPECT_NE(unsupported_server("").find("not MariaDB"), std::string::npos);
 }
 
 }  // namespace
