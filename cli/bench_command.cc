@@ -29,7 +29,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
-      "bench", "measure txmq against the raw INSERT speed of the same server and the seed's "
+      "bench", "measure txmq against the raw INSERT speed of the same server and a plain "
                "UPDATE...LIMIT claim, in one run (docs/benchmarks.md)");
   bench->add_flag("--quick", a->quick, "smaller sizes: about a minute");
   bench->add_flag("--huge", a->huge, "also drain at a 10M backlog (adds several minutes)");

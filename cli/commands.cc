@@ -764,7 +764,7 @@ void add_archive_commands(CLI::App& app, Globals& g) {
 
   auto pa = std::make_shared<ArchiveArgs>();
   CLI::App* purge = archive->add_subcommand(
-      "purge", "delete archived messages past the topic's retention, 1,000 rows at a time");
+      "purge", "delete archived messages past the topic's archive period, 1,000 rows at a time");
   purge->add_option("topic", pa->topic)->required();
   purge->callback([&g, pa] {
     const std::uint64_t n = connect(g)->purge_archive(pa->topic);

@@ -33,8 +33,9 @@ struct ClusterStatus {
 };
 
 // Probes every node of `dsn` (a host list, or one host) without choosing or moving the writer:
-// for `txmq cluster status` and monitoring. Throws Error(kInvalidArgument) for a bad DSN only;
-// nodes that cannot be reached are reported in the result.
+// for `txmq cluster status` and monitoring. Throws Error(kInvalidArgument) for a bad DSN;
+// nodes that cannot be reached are reported in the result (an error reading the writer's row
+// from a node that has just answered the probe is thrown).
 ClusterStatus cluster_status(std::string_view dsn);
 
 }  // namespace txmq

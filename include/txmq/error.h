@@ -12,8 +12,8 @@ enum class Errc {
   kAborted,             // deadlock or lock-wait timeout that outlived the internal retries; retryable
   kCommitUnknown,       // the connection broke during COMMIT: the work may or may not have committed
   kInvalidArgument,     // bad topic name, oversize payload, malformed receipt or DSN, bad option
-  kNotFound,            // the topic (or dead letter) does not exist
-  kAlreadyExists,       // a topic exists with different settings
+  kNotFound,            // the topic, group, server or dead letter does not exist
+  kAlreadyExists,       // a topic or server exists with different settings
   kFailedPrecondition,  // the database is in a state txmq cannot work with (e.g. newer schema)
   kInternal,            // any other server error
 };

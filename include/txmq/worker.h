@@ -21,7 +21,8 @@ using MessageHandler = std::function<void(const Message&)>;
 struct WorkerOptions {
   // Handlers running at once, each on its own thread (1..256).
   int threads = 1;
-  // Messages each thread leases per claim (1..100); they are handled one after another.
+  // Messages each thread leases per claim (1..100; 1..10000 for the exactly-once-across-databases
+  // constructor, where it is the batch of one process_xa); they are handled one after another.
   int batch = 1;
   // Lease length; default: the topic's. Leases are extended while handlers run, so this is how
   // long a crashed worker's messages wait before peers take them.
@@ -46,7 +47,8 @@ struct WorkerCounts {
 };
 
 // Runs a handler over a topic on N threads until stopped:
-//  - long polls when the topic is empty (no statements while idle, woken by sends);
+//  - long polls when the topic is empty (no claims while idle: the client's one waiter per topic
+//    looks once a second; woken at once by sends);
 //  - extends each running handler's lease every third of its length, so that handlers may run
 //    longer than the lease; a lease that cannot be kept is reported;
 //  - on a database outage, reports it and retries with backoff (100 ms to 5 s) rather than exit;

@@ -1,7 +1,7 @@
 #pragma once
 
 // Message attributes (types.h, AttributeValue) in the tables: one LONGBLOB column per message
-// row, NULL when a message has none (doc/schema.md gives the encoding).
+// row, NULL when a message has none (docs/schema.md gives the encoding).
 #include <cstddef>
 #include <optional>
 #include <string>

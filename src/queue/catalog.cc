@@ -1,4 +1,4 @@
-// The catalog (txmq_schema, txmq_topics) and each topic's tables. doc/schema.md specifies them.
+// The catalog (txmq_schema, txmq_topics) and each topic's tables. docs/schema.md specifies them.
 #include <fmt/format.h>
 
 #include <bit>
