@@ -26,27 +26,30 @@ constexpr int kPurgeRows = 500;
 // A message's fields; the payload apart, so that a single send need not copy it.
 void check_message(const TopicInfo& topic, std::string_view payload, const OutgoingMessage& m,
                    std::size_t index, bool batch) {
-  std::string where = batch ? fmt::format("message {} of the batch: ", index + 1) : "";
-  check_attributes(m.attributes, where);
+  // Made only for an error or for attributes, not once per message of a batch.
+  const auto where = [&] {
+    return batch ? fmt::format("message {} of the batch: ", index + 1) : std::string();
+  };
+  if (!m.attributes.empty()) check_attributes(m.attributes, where());
   // Attributes count toward the limit as SQS counts them: their names, types and values.
   const std::size_t size = payload.size() + attributes_size(m.attributes);
   if (size > topic.options.max_payload_bytes) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("{}{} of {} bytes is over topic '{}''s limit of {} bytes", where,
+                fmt::format("{}{} of {} bytes is over topic '{}''s limit of {} bytes", where(),
                             m.attributes.empty() ? "payload" : "payload with its attributes",
                             size, topic.name, topic.options.max_payload_bytes));
   }
   if (m.key && m.key->size() > kMaxKeyBytes) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("{}key of {} bytes is over the limit of {} bytes", where, m.key->size(),
+                fmt::format("{}key of {} bytes is over the limit of {} bytes", where(), m.key->size(),
                             kMaxKeyBytes));
   }
   if (m.dedup_key && (m.dedup_key->empty() || m.dedup_key->size() > kMaxKeyBytes)) {
     throw Error(Errc::kInvalidArgument, fmt::format("{}dedup key must be 1 to {} bytes (got {})",
-                                                    where, kMaxKeyBytes, m.dedup_key->size()));
+                                                    where(), kMaxKeyBytes, m.dedup_key->size()));
   }
   if (m.delay < Micros{0} || m.delay > kMaxDelay) {
-    throw Error(Errc::kInvalidArgument, fmt::format("{}delay must be from 0 to 366 days", where));
+    throw Error(Errc::kInvalidArgument, fmt::format("{}delay must be from 0 to 366 days", where()));
   }
 }
 
