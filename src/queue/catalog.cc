@@ -245,7 +245,7 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
 // autocommit. It must not miss a group created meanwhile, nor write into a partition that moved
 // to another server. It used to check the topic's layout version inside the INSERT (a locking
 // subquery on txmq_topics): a second table opened and a shared lock on one hot row per send,
-// about 2.5x the server CPU of a bare INSERT (docs/benchmarks.md, "Send views").
+// about 2.7x the server CPU of a bare INSERT (docs/benchmarks.md, "Send views").
 //
 // Now such sends insert through a view over the partition's queue table, `txmq_sv_NAME[$P]`
 // (send_view), which exists only while the topic has one group and the partition is placed on

@@ -441,7 +441,7 @@ namespace {
 //     statement commits), which fences it against the change's transaction (with_topic_fenced);
 //     a subquery in VALUES, not INSERT ... SELECT, which takes InnoDB's table-level AUTO-INC
 //     lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at 16 threads to 0.40x
-//     of a raw INSERT. Measured in the server alone (no round trips, no fsync): about 2.5x the
+//     of a raw INSERT. Measured in the server alone (no round trips, no fsync): about 2.7x the
 //     CPU of a bare INSERT; an INSERT through the view about 1.1x (docs/benchmarks.md, "Send
 //     views");
 //  3. refused again (1048): the layout changed, and the transaction path reads it again.
