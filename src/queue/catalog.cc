@@ -239,12 +239,74 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
   create_shared_tables(c, t);
 }
 
+// --- Send views ---------------------------------------------------------------------------------
+//
+// A single send, or a batch of one statement, to a topic with one group is one INSERT in
+// autocommit. It must not miss a group created meanwhile, nor write into a partition that moved
+// to another server. It used to check the topic's layout version inside the INSERT (a locking
+// subquery on txmq_topics): a second table opened and a shared lock on one hot row per send,
+// about 2.7x the server CPU of a bare INSERT (docs/benchmarks.md, "Send views").
+//
+// Now such sends insert through a view over the partition's queue table, `txmq_sv_NAME[$P]`
+// (send_view), which exists only while the topic has one group and the partition is placed on
+// this server. Its existence is the guard (an INSERT through the view: about 1.1x the server CPU
+// of a bare INSERT):
+//  - a change of groups or placement drops the views first. DROP VIEW takes the view's exclusive
+//    metadata lock, so it waits until every INSERT through the view has committed (an
+//    autocommit INSERT holds the view's shared lock until then), and later ones fail with 1146
+//    (send.cc then takes the checked statement or the transaction path, which hold the topic
+//    row's shared lock and so wait for the change's fenced transaction);
+//  - a change that leaves one group (and creating a topic) creates them again after it
+//    committed, under the topic's claim, renewed first so that a change overtaken after a minute
+//    creates no view for a layout that has moved on since: the layout is read after renewing.
+// On Galera, CREATE and DROP VIEW are replicated in total order (TOI), and a DROP VIEW aborts
+// the INSERTs through the view that are running on any node: the fence holds on every node,
+// unlike a row's shared lock (by design: not yet run in the cluster fault suite). Without the
+// CREATE VIEW privilege there are no views, and sends take the checked statement, as before.
+
+// Drops the topic's send views on this server (`partitions`: its partition count, which only
+// grows). DDL: commits what the connection had open.
+void drop_send_views(Connection& c, std::string_view topic, unsigned partitions) {
+  std::string names;
+  for (unsigned p = 0; p < partitions; ++p) {
+    if (p > 0) names += ", ";
+    names += send_view(topic, p);
+  }
+  c.query(fmt::format("DROP VIEW IF EXISTS {}", names));
+}
+
+// Creates the send views of a topic whose only group has number `group`, for the partitions
+// placed here (`placed`: a mask, as TopicLayout::placed). REQUIRES: the caller holds the topic's
+// claim (or the schema's, in a migration) and read the layout after it last renewed it. Best
+// effort: a view that is missing costs sends speed, never a message.
+void create_send_views(Connection& c, std::string_view topic, unsigned group, unsigned partitions,
+                       std::uint64_t placed) {
+  for (unsigned p = 0; p < partitions; ++p) {
+    if (p >= 64 || ((placed >> p) & 1) == 0) continue;
+    try {
+      c.query(fmt::format(
+          "CREATE OR REPLACE SQL SECURITY INVOKER VIEW {} AS SELECT id, visible_at, enqueued_at, "
+          "msg_key, payload, attributes FROM {}",
+          send_view(topic, p), topic_tables(topic, group, p).queue));
+    } catch (const Error&) {
+      return;  // no privilege (1142), or the connection failed: sends take the checked path
+    }
+  }
+}
+
+void create_send_views(Connection& c, const std::optional<TopicLayout>& layout) {
+  if (!layout || layout->groups.size() != 1) return;
+  create_send_views(c, layout->info.name, layout->allocator().number, layout->partitions(),
+                    layout->placed);
+}
+
 // Keys of messages sent before version 4 (when keys did not order delivery): every such message
 // counts as its key's current one, so that later sends with the key wait for all of them.
 void seed_keys(Connection& c, const TopicTables& t) {
-  c.query(fmt::format("INSERT IGNORE INTO {} (msg_key, heads, parked) SELECT msg_key, COUNT(*), 0 "
-                      "FROM {} WHERE msg_key IS NOT NULL GROUP BY msg_key",
-                      t.keys, t.queue));
+  c.query(
+      fmt::format("INSERT IGNORE INTO {} (msg_key, heads, parked) SELECT msg_key, COUNT(*), 0 "
+                  "FROM {} WHERE msg_key IS NOT NULL GROUP BY msg_key",
+                  t.keys, t.queue));
 }
 
 // Version 2 -> 3: topics gain a dedup window (default 5 minutes) and a dedup table. Serialised
@@ -378,6 +440,22 @@ void migrate_from_8(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 9, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
+// Version 9 -> 10: send views (above) for every topic with one group. Version-9 clients would
+// not drop them when they create a group: upgrade every client together (a client refuses a
+// newer schema).
+void migrate_from_9(Connection& c) {
+  Result r = c.execute(
+      "SELECT t.name, MIN(g.number), t.partitions, t.placed FROM txmq_topics t JOIN txmq_groups g "
+      "ON g.topic = t.name GROUP BY t.name, t.partitions, t.placed HAVING COUNT(*) = 1",
+      {});
+  for (const Row& row : r.rows) {
+    create_send_views(c, row.bytes(0), static_cast<unsigned>(row.u64(1)),
+                      static_cast<unsigned>(row.u64(2)),
+                      row.null(3) ? kAllPartitions : row.u64(3));
+  }
+  c.execute("UPDATE txmq_schema SET version = 10, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
 // --- Claims ------------------------------------------------------------------------------------
 //
 // What must not run twice at once between clients (a schema migration; a change of one topic's
@@ -486,6 +564,11 @@ class LayoutLock {
   ~LayoutLock() {
     if (held_) release_claim(c_, kLayoutClaim, Param{std::string_view(topic_)}, token_);
   }
+  // Renews the claim for another kClaimSeconds: false when none was held or another client has
+  // overtaken it (this one ran out). Read the layout after it, not before.
+  bool renew() {
+    return held_ && try_claim(c_, kLayoutClaim, Param{std::string_view(topic_)}, token_);
+  }
   LayoutLock(const LayoutLock&) = delete;
   LayoutLock& operator=(const LayoutLock&) = delete;
 
@@ -494,6 +577,19 @@ class LayoutLock {
   std::string topic_;
   std::string token_;
   bool held_ = false;
+};
+
+// Runs a function when the scope ends, however it ends. It must not throw.
+template <typename F>
+class ScopeExit {
+ public:
+  explicit ScopeExit(F fn) : fn_(std::move(fn)) {}
+  ~ScopeExit() { fn_(); }
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+
+ private:
+  F fn_;
 };
 
 std::string unquoted(const std::string& quoted) { return quoted.substr(1, quoted.size() - 2); }
@@ -650,6 +746,7 @@ void TopicCatalog::bootstrap() {
       step(6, migrate_from_6);
       step(7, migrate_from_7);
       step(8, migrate_from_8);
+      step(9, migrate_from_9);
     } catch (...) {
       release_claim(c, kSchemaClaim, key, token);
       throw;
@@ -717,6 +814,12 @@ void TopicCatalog::forget(std::string_view name) {
   cache_.erase(std::string(name));
 }
 
+void TopicCatalog::no_send_views(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = cache_.find(std::string(name));
+  if (it != cache_.end()) it->second.layout.send_views = false;
+}
+
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
                           std::uint64_t placed) {
   check_options(options);
@@ -749,7 +852,13 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     return r.affected_rows == 1;
   });
   forget(name);
-  if (created) return true;
+  if (created) {
+    pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      LayoutLock held(c, name);
+      if (held.renew()) create_send_views(c, load(c, name));
+    });
+    return true;
+  }
   const TopicOptions existing = get(name).options;
   if (existing != options) {
     throw Error(Errc::kAlreadyExists,
@@ -789,6 +898,7 @@ void TopicCatalog::drop(std::string_view name) {
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
+    if (layout) drop_send_views(c, name, layout->partitions());
     c.begin();
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
@@ -816,6 +926,10 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
   const Param mask = placed == kAllPartitions ? Param(nullptr) : Param(placed);
   pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
+    // The views of partitions that leave first (all of them: simpler, and rare).
+    const std::optional<TopicLayout> before = load(c, name);
+    const bool moves = before && before->placed != placed;
+    if (moves) drop_send_views(c, name, before->partitions());
     Result r = c.execute(
         "UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
         "(placed <=> ?)",
@@ -824,6 +938,7 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
         c.execute("SELECT 1 FROM txmq_topics WHERE name = ?", {name}).rows.empty()) {
       throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
     }
+    if (moves && held.renew()) create_send_views(c, load(c, name));
   });
   forget(name);
 }
@@ -849,6 +964,8 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                               "lowered",
                               name, had));
     }
+    const bool moves = placed && *placed != layout->placed;
+    if (moves) drop_send_views(c, name, layout->partitions());
     // New partitions get their tables in every group before sends may use them.
     for (int p = had; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
@@ -869,6 +986,7 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                 "(placed <=> ?)",
                 {mask, name, mask});
     }
+    if ((moves || options.partitions > had) && held.renew()) create_send_views(c, load(c, name));
   });
   forget(name);
 }
@@ -954,11 +1072,21 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     const unsigned partitions = layout->partitions();
     const unsigned allocator = layout->allocator().number;
     std::vector<TopicTables> fresh;
-    // DDL commits by itself: the new tables before the fenced transaction.
+    // DDL commits by itself: the new tables, and the end of single sends' fast path (the send
+    // views, whose drop waits for the sends through them), before the fenced transaction.
     for (unsigned p = 0; p < partitions; ++p) {
       fresh.push_back(topic_tables(topic, number, p));
       create_queue_tables(c, fresh.back(), first_id_of(p));
     }
+    drop_send_views(c, topic, partitions);
+    bool group_made = false;
+    const ScopeExit restore([&] {  // no group after all: the views back, if the connection works
+      if (group_made || c.broken()) return;
+      try {
+        if (held.renew()) create_send_views(c, load(c, topic));
+      } catch (const Error&) {
+      }
+    });
     with_topic_fenced(c, topic, [&] {
       for (unsigned p = 0; p < partitions; ++p) {
         const TopicTables& t = fresh[p];
@@ -1011,6 +1139,7 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
                 "NOW(6))",
                 {topic, group, static_cast<std::int64_t>(number)});
     });
+    group_made = true;
     return true;
   });
   forget(topic);
@@ -1041,6 +1170,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
       c.query(
           fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys, t.parked));
     }
+    if (held.renew()) create_send_views(c, load(c, topic));  // one group left: the fast path
   });
   forget(topic);
 }

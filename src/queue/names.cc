@@ -51,6 +51,15 @@ TopicTables topic_tables(std::string_view name, unsigned group, unsigned partiti
           quote_identifier(fmt::format("txmq_a_{}", name))};
 }
 
+std::string send_view(std::string_view topic, unsigned partition) {
+  check_topic_name(topic);
+  if (partition >= static_cast<unsigned>(kMaxPartitions)) {
+    throw Error(Errc::kInternal, fmt::format("partition {} out of range", partition));
+  }
+  return quote_identifier(partition == 0 ? fmt::format("txmq_sv_{}", topic)
+                                         : fmt::format("txmq_sv_{}${}", topic, partition));
+}
+
 std::string wait_channel(std::string_view topic, unsigned group) {
   return group == 0 ? std::string(topic) : fmt::format("{}${}", topic, group);
 }

@@ -45,6 +45,11 @@ struct TopicTables {
 };
 TopicTables topic_tables(std::string_view name, unsigned group = 0, unsigned partition = 0);
 
+// The view over a partition's queue table that single sends and one-statement batches insert
+// through while the topic has one group (`txmq_sv_NAME`, `txmq_sv_NAME$PARTITION`): its existence
+// is their guard against a change of groups or placement (catalog.cc, "Send views").
+std::string send_view(std::string_view topic, unsigned partition);
+
 // What waiting consumers of one group register under (waiting.cc): the topic's name for group
 // 0, NAME$GROUP for others.
 std::string wait_channel(std::string_view topic, unsigned group);

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <map>
 #include <optional>
 
@@ -24,27 +26,30 @@ constexpr int kPurgeRows = 500;
 // A message's fields; the payload apart, so that a single send need not copy it.
 void check_message(const TopicInfo& topic, std::string_view payload, const OutgoingMessage& m,
                    std::size_t index, bool batch) {
-  std::string where = batch ? fmt::format("message {} of the batch: ", index + 1) : "";
-  check_attributes(m.attributes, where);
+  // Made only for an error or for attributes, not once per message of a batch.
+  const auto where = [&] {
+    return batch ? fmt::format("message {} of the batch: ", index + 1) : std::string();
+  };
+  if (!m.attributes.empty()) check_attributes(m.attributes, where());
   // Attributes count toward the limit as SQS counts them: their names, types and values.
   const std::size_t size = payload.size() + attributes_size(m.attributes);
   if (size > topic.options.max_payload_bytes) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("{}{} of {} bytes is over topic '{}''s limit of {} bytes", where,
+                fmt::format("{}{} of {} bytes is over topic '{}''s limit of {} bytes", where(),
                             m.attributes.empty() ? "payload" : "payload with its attributes",
                             size, topic.name, topic.options.max_payload_bytes));
   }
   if (m.key && m.key->size() > kMaxKeyBytes) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("{}key of {} bytes is over the limit of {} bytes", where, m.key->size(),
+                fmt::format("{}key of {} bytes is over the limit of {} bytes", where(), m.key->size(),
                             kMaxKeyBytes));
   }
   if (m.dedup_key && (m.dedup_key->empty() || m.dedup_key->size() > kMaxKeyBytes)) {
     throw Error(Errc::kInvalidArgument, fmt::format("{}dedup key must be 1 to {} bytes (got {})",
-                                                    where, kMaxKeyBytes, m.dedup_key->size()));
+                                                    where(), kMaxKeyBytes, m.dedup_key->size()));
   }
   if (m.delay < Micros{0} || m.delay > kMaxDelay) {
-    throw Error(Errc::kInvalidArgument, fmt::format("{}delay must be from 0 to 366 days", where));
+    throw Error(Errc::kInvalidArgument, fmt::format("{}delay must be from 0 to 366 days", where()));
   }
 }
 
@@ -422,6 +427,80 @@ std::size_t claimable_now(std::span<const OutgoingMessage> messages) {
       messages.begin(), messages.end(), [](const OutgoingMessage& m) { return m.delay == Micros{0}; }));
 }
 
+namespace {
+
+// How a single send or a one-statement batch to a topic with one group guards against a change
+// of the topic's groups or placement since it read the layout (catalog.cc, "Send views"):
+//  1. an INSERT through the partition's send view, which exists only while the layout allows
+//     this send: nothing to check, and a change drops the view (waiting for the INSERTs through
+//     it) before it commits. No view (1146; 1356 for a view left without its table): step 2;
+//  2. an INSERT into the queue table whose first payload is NULL unless the layout version is
+//     still the one read (kLayoutCheck), which the NOT NULL column refuses (1048) before
+//     anything is written: for servers without views (no CREATE VIEW privilege) and during a
+//     change. The check is a locking read (the topic row's shared lock, held until the
+//     statement commits), which fences it against the change's transaction (with_topic_fenced);
+//     a subquery in VALUES, not INSERT ... SELECT, which takes InnoDB's table-level AUTO-INC
+//     lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at 16 threads to 0.40x
+//     of a raw INSERT. Measured in the server alone (no round trips, no fsync): about 2.7x the
+//     CPU of a bare INSERT; an INSERT through the view about 1.1x (docs/benchmarks.md, "Send
+//     views");
+//  3. refused again (1048): the layout changed, and the transaction path reads it again.
+constexpr std::string_view kLayoutCheck =
+    "IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, NULL)";
+constexpr unsigned kBadNull = 1048;
+constexpr unsigned kNoSuchTable = 1146;
+constexpr unsigned kViewInvalid = 1356;
+
+// Runs `run(c)` (one INSERT) in autocommit; nullopt when the server refused it with one of
+// `refused` (its guard said no).
+template <typename F>
+auto run_guarded(QueueContext& q, std::string_view topic, std::initializer_list<unsigned> refused,
+                 F&& run) -> std::optional<decltype(run(std::declval<Connection&>()))> {
+  using T = decltype(run(std::declval<Connection&>()));
+  return on_topic(q, topic, [&] {
+    // A reply lost on the way back is reported as kCommitUnknown.
+    return q.pool.run(
+        OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) -> std::optional<T> {
+          try {
+            return run(c);
+          } catch (const Error& e) {
+            if (std::find(refused.begin(), refused.end(), e.server_errno()) != refused.end()) {
+              return std::nullopt;
+            }
+            throw;
+          }
+        });
+  });
+}
+
+// Steps 1 and 2 above for one statement: `sql(into, first_payload)` makes it, `params` are its
+// parameters without the check's, `check_at` where the check's two go (before the first
+// payload's), `run(c, sql, params)` executes it. nullopt: step 3.
+template <typename Make, typename Run>
+auto insert_guarded(QueueContext& q, const TopicLayout& layout, unsigned partition, const Make& sql,
+                    const std::vector<Param>& params, std::size_t check_at, const Run& run)
+    -> std::optional<decltype(run(std::declval<Connection&>(), std::string(), params))> {
+  const std::string& topic = layout.info.name;
+  if (layout.send_views) {
+    const std::string through_view = sql(send_view(topic, partition), "?");
+    auto done = run_guarded(q, topic, {kNoSuchTable, kViewInvalid},
+                            [&](Connection& c) { return run(c, through_view, params); });
+    if (done) return done;
+    q.catalog.no_send_views(topic);
+  }
+  const std::string checked =
+      sql(topic_tables(topic, layout.allocator().number, partition).queue, kLayoutCheck);
+  std::vector<Param> with_check = params;
+  with_check.insert(with_check.begin() + static_cast<std::ptrdiff_t>(check_at),
+                    {Param(std::string_view(topic)), Param(layout.version)});
+  auto done =
+      run_guarded(q, topic, {kBadNull}, [&](Connection& c) { return run(c, checked, with_check); });
+  if (!done) q.catalog.forget(topic);  // the layout changed since it was read
+  return done;
+}
+
+}  // namespace
+
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options) {
   if (options.dedup_key || options.key || !options.attributes.empty()) {
@@ -435,50 +514,30 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
     OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
-  // Otherwise one INSERT in autocommit: one round trip, and the payload is not copied. It
-  // inserts only while the layout version is the one read (a group created since then needs a
-  // copy too: read the layout again and send again).
+  // Otherwise one INSERT in autocommit, guarded as above: one round trip, and the payload is
+  // not copied.
   const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt, {}};
   check_message(layout.info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, false};
   const unsigned p = unkeyed_partition(q, layout);
-  // The check is a subquery in VALUES, not INSERT ... SELECT: the latter takes InnoDB's
-  // table-level AUTO-INC lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at
-  // 16 threads to 0.40x of a raw INSERT. A stale version makes the payload NULL, which the
-  // NOT NULL column refuses (error 1048) before anything is written. The subquery is a locking
-  // read, as in current_layout: the statement holds the topic row's shared lock until it
-  // commits, which fences it against group changes (MariaDB takes that lock for a subquery of
-  // an INSERT anyway; the clause says so, and makes it so where a server would not).
-  const std::string sql = fmt::format(
-      "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload) VALUES ({}, UTC_TIMESTAMP(6), "
-      "NULL, IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, NULL))",
-      topic_tables(topic, layout.allocator().number, p).queue,
-      shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)");
   std::vector<Param> params;
   if (shape.delay) params.push_back(static_cast<std::int64_t>(options.delay.count()));
-  params.push_back(topic);
-  params.push_back(layout.version);
   params.push_back(payload);
-  constexpr unsigned kBadNull = 1048;
-  const std::uint64_t id = on_topic(q, topic, [&] {
-    // A reply lost on the way back is reported as kCommitUnknown.
-    return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
-      try {
-        return c.execute(sql, params).insert_id;
-      } catch (const Error& e) {
-        if (e.server_errno() == kBadNull) return std::uint64_t{0};
-        throw;
-      }
-    });
-  });
-  if (id == 0) {
-    // The layout changed since it was read: the transaction path reads it again.
-    q.catalog.forget(topic);
+  const std::optional<std::uint64_t> id = insert_guarded(
+      q, layout, p,
+      [&](const std::string& into, std::string_view first_payload) {
+        return insert_sql(into, 1, shape, false, first_payload);
+      },
+      params, shape.delay ? 1 : 0,
+      [](Connection& c, const std::string& sql, const std::vector<Param>& bound) {
+        return c.execute(sql, bound).insert_id;
+      });
+  if (!id) {  // the layout changed: the transaction path reads it again
     OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   if (options.delay == Micros{0}) announce(q, layout, 1);
-  return id;
+  return *id;
 }
 
 namespace {
@@ -486,10 +545,8 @@ namespace {
 // A batch without keys or dedup keys, for a topic with one group, that fits one statement: one
 // multi-row INSERT ... RETURNING in autocommit (one round trip and one commit, instead of BEGIN,
 // the layout's SELECT, the INSERT and COMMIT; a statement is atomic, so the batch still commits
-// whole or not at all). As in send_one, the first row's payload is NULL unless the topic's
-// layout is still the one read (a locking read, as in send_one), which fails the statement
-// before anything is written (error 1048 under STRICT_ALL_TABLES). nullopt: the batch takes the transaction path (it does not
-// qualify, or the layout changed).
+// whole or not at all), guarded as a single send (insert_guarded). nullopt: the batch takes the
+// transaction path (it does not qualify, or the layout changed).
 std::optional<std::vector<std::uint64_t>> send_in_one_statement(
     QueueContext& q, std::string_view topic, std::span<const OutgoingMessage> messages) {
   if (messages.size() > kMaxRowsPerStatement) return std::nullopt;
@@ -507,10 +564,6 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   for (const OutgoingMessage& m : messages) rows.push_back(&m);
   const RowShape shape = shape_of(rows);
   const unsigned p = unkeyed_partition(q, layout);
-  const std::string sql =
-      insert_sql(topic_tables(topic, layout.allocator().number, p).queue, rows.size(), shape, true,
-                 "IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, "
-                 "NULL)");
   std::vector<std::string> encoded;
   if (shape.attributes) {
     encoded.reserve(rows.size());
@@ -519,36 +572,24 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   std::vector<Param> params;
   params.reserve(rows.size() * 3 + 2);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const std::size_t from = params.size();
     bind_row(params, shape, *rows[i], rows[i]->payload,
              shape.attributes ? std::string_view(encoded[i]) : std::string_view());
-    if (i == 0) {  // the layout check's parameters come before the first payload
-      const std::size_t payload_at = from + (shape.delay ? 1 : 0);
-      params.insert(params.begin() + static_cast<std::ptrdiff_t>(payload_at),
-                    {Param(topic), Param(layout.version)});
-    }
   }
-  constexpr unsigned kBadNull = 1048;
-  using Ids = std::optional<std::vector<std::uint64_t>>;
-  Ids ids = on_topic(q, topic, [&] {
-    // A reply lost on the way back is reported as kCommitUnknown.
-    return q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) -> Ids {
-      try {
-        Result r = c.execute(sql, params);
-        std::vector<std::uint64_t> got;
+  using Ids = std::vector<std::uint64_t>;
+  std::optional<Ids> ids = insert_guarded(
+      q, layout, p,
+      [&](const std::string& into, std::string_view first_payload) {
+        return insert_sql(into, rows.size(), shape, true, first_payload);
+      },
+      params, shape.delay ? 1 : 0,  // the check's parameters come before the first payload
+      [](Connection& c, const std::string& sql, const std::vector<Param>& bound) {
+        Result r = c.execute(sql, bound);
+        Ids got;
         got.reserve(r.rows.size());
         for (const Row& row : r.rows) got.push_back(row.u64(0));
         return got;
-      } catch (const Error& e) {
-        if (e.server_errno() == kBadNull) return std::nullopt;
-        throw;
-      }
-    });
-  });
-  if (!ids) {
-    q.catalog.forget(topic);  // the layout changed since it was read
-    return std::nullopt;
-  }
+      });
+  if (!ids) return std::nullopt;
   if (ids->size() != messages.size()) {
     throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
   }

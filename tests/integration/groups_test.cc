@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "queue/names.h"
 #include "support.h"
 
 namespace txmq {
@@ -282,6 +283,79 @@ std::multiset<std::string> drain(Client& c, const std::string& topic, const std:
     }
     c.ack(topic, receipts);
   }
+}
+
+// The send views (`txmq_sv_NAME[$P]`, catalog.cc "Send views") that single sends insert through
+// exist only while the topic has one group and point at that group's tables; a topic without
+// them (a server without the CREATE VIEW privilege) still sends, through the checked statement.
+TEST(Groups, SendViewsExistOnlyWhileTheTopicHasOneGroup) {
+  auto c = client();
+  auto sql = test::admin();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, {.partitions = 3});
+  const auto views = [&] {
+    return sql->execute("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = "
+                        "DATABASE() AND TABLE_NAME LIKE ?",
+                        {fmt::format("txmq\\_sv\\_{}%", topic)})
+        .rows.at(0)
+        .i64(0);
+  };
+  EXPECT_EQ(views(), 3);
+  ASSERT_TRUE(c->create_group(topic, "second"));
+  EXPECT_EQ(views(), 0);
+  c->drop_group(topic, "default");  // "second" is the only group: its tables take sends
+  EXPECT_EQ(views(), 3);
+  for (int i = 0; i < 6; ++i) c->send(topic, fmt::format("m{}", i));
+  EXPECT_EQ(drain(*c, topic, "second"),
+            (std::multiset<std::string>{"m0", "m1", "m2", "m3", "m4", "m5"}));
+  // No views: sends take the checked statement, and still reach a group created meanwhile.
+  for (int p = 0; p < 3; ++p) {
+    sql->query(fmt::format("DROP VIEW {}", internal::send_view(topic, p)));
+  }
+  c->send(topic, "no view");
+  auto other = client();
+  ASSERT_TRUE(other->create_group(topic, "third"));
+  c->send(topic, "no view, after");
+  std::vector<OutgoingMessage> batch = {{"no view, batch", std::nullopt, Micros{0}, std::nullopt}};
+  c->send_batch(topic, batch);
+  EXPECT_EQ(drain(*other, topic, "third"),
+            (std::multiset<std::string>{"no view, after", "no view, batch"}));
+  EXPECT_EQ(drain(*other, topic, "second"),
+            (std::multiset<std::string>{"no view", "no view, after", "no view, batch"}));
+  other->drop_group(topic, "third");
+  EXPECT_EQ(views(), 3);
+  c->drop_topic(topic);
+  EXPECT_EQ(views(), 0);
+}
+
+// A group change waits for sends in progress through a send view: the view's drop waits for the
+// INSERT's metadata lock, which an uncommitted transaction holds (a single send holds it until
+// its autocommit INSERT commits). Sends after the change reach the new group.
+TEST(Groups, AGroupChangeWaitsForASendThroughTheViewToCommit) {
+  auto c = client();
+  auto sql = test::admin();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send(topic, "cached");  // c has the one-group layout cached now
+  sql->begin();
+  sql->execute(fmt::format("INSERT INTO {} (visible_at, enqueued_at, payload) VALUES "
+                           "(UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 'in flight')",
+                           internal::send_view(topic, 0)));
+  std::atomic<bool> created{false};
+  std::thread admin([&] {
+    auto a = client();
+    EXPECT_TRUE(a->create_group(topic, "newer"));
+    created = true;
+  });
+  std::this_thread::sleep_for(700ms);
+  EXPECT_FALSE(created) << "the group was created while a send through the view was open";
+  sql->commit();
+  admin.join();
+  EXPECT_TRUE(created);
+  c->send(topic, "after");  // through a stale cache: the view is gone
+  EXPECT_EQ(drain(*c, topic, "newer"), std::multiset<std::string>{"after"});
+  EXPECT_EQ(drain(*c, topic, "default"),
+            (std::multiset<std::string>{"cached", "in flight", "after"}));
 }
 
 // Sends of every kind run in six threads (single sends and one-statement batches while the

@@ -584,7 +584,14 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 9);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 10);
+  // Version 10: the topic's send view (it has one group).
+  EXPECT_EQ(a->execute("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ? AND "
+                       "TABLE_NAME = 'txmq_sv_old'",
+                       {db})
+                .rows.at(0)
+                .i64(0),
+            1);
   // Version 5: one partition, no archive, the group "default" with the topic's old tables;
   // version 6: messages without attributes, no dead-letter topic, no retention.
   EXPECT_TRUE(got[0].attributes.empty());
@@ -654,7 +661,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 9);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 10);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.
