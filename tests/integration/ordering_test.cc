@@ -409,6 +409,186 @@ TEST(Worker, AThrowingHandlerRetriesThenDeadLetters) {
   EXPECT_EQ(c->stats(topic).dead, 1u);
 }
 
+TEST(Worker, AcknowledgesInGroupsAndHandlesEachMessageOnce) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  std::vector<OutgoingMessage> batch;
+  for (int i = 0; i < 250; ++i) batch.push_back({.payload = std::to_string(i)});
+  c->send_batch(topic, batch);
+  std::mutex mutex;
+  std::map<int, int> seen;
+  WorkerOptions options;  // one thread: with more, the first to find nothing stops them all
+  options.batch = 100;
+  options.ack_every = 50;
+  options.stop_when_empty = true;
+  Worker worker(*c, topic, [&](const Message& m) {
+    std::lock_guard lock(mutex);
+    seen[std::stoi(m.payload)]++;
+  }, options);
+  worker.join();
+  EXPECT_EQ(seen.size(), 250u);
+  for (const auto& [i, n] : seen) EXPECT_EQ(n, 1) << i;
+  EXPECT_EQ(worker.counts().acked, 250u);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed, 0u);
+}
+
+TEST(Worker, HeldAcknowledgementsKeepTheirLeases) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 1500ms, .retry = {.initial = 0ms}});
+  c->send_batch(topic, std::vector<OutgoingMessage>(30, OutgoingMessage{.payload = "x"}));
+  auto peer = client();
+  std::atomic<int> handled{0}, peer_got{0};
+  std::atomic<std::uint64_t> in_flight_seen{0}, acked_seen{99};
+  WorkerOptions options;
+  options.batch = 10;
+  options.ack_every = 1000;
+  options.ack_max_delay = std::chrono::hours(1);
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  std::atomic<Worker*> self{nullptr};
+  Worker worker(*c, topic, [&](const Message&) {
+    if (++handled < 30) return;
+    // 29 handled with their acknowledgements held, this one running: all stay leased for
+    // longer than the lease, and no peer gets them.
+    const auto until = SteadyClock::now() + 3500ms;
+    while (SteadyClock::now() < until) {
+      peer_got += static_cast<int>(peer->receive(topic).size());
+      std::this_thread::sleep_for(100ms);
+    }
+    in_flight_seen = c->stats(topic).in_flight;
+    while (self.load() == nullptr) std::this_thread::sleep_for(1ms);
+    acked_seen = self.load()->counts().acked;
+  }, options);
+  self = &worker;
+  const auto until = SteadyClock::now() + 20s;
+  while (worker.counts().acked < 30 && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  worker.stop();
+  worker.join();
+  EXPECT_EQ(peer_got.load(), 0);
+  EXPECT_EQ(in_flight_seen.load(), 30u);
+  EXPECT_EQ(acked_seen.load(), 0u);
+  // Sent once the topic had nothing more to claim, without waiting for the hour.
+  EXPECT_EQ(worker.counts().acked, 30u);
+  EXPECT_EQ(worker.counts().leases_lost, 0u);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed, 0u);
+  EXPECT_TRUE(events.empty()) << events.front();
+}
+
+// Stop sends the acknowledgements a thread holds.
+TEST(Worker, StopSendsHeldAcknowledgements) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send_batch(topic, std::vector<OutgoingMessage>(500, OutgoingMessage{.payload = "x"}));
+  std::atomic<int> handled{0};
+  WorkerOptions options;
+  options.batch = 10;
+  options.ack_every = 1000;
+  options.ack_max_delay = std::chrono::hours(1);
+  Worker worker(*c, topic, [&](const Message&) {
+    handled++;
+    std::this_thread::sleep_for(1ms);
+  }, options);
+  std::this_thread::sleep_for(200ms);
+  worker.stop();
+  worker.join();
+  const auto n = static_cast<std::uint64_t>(handled.load());
+  EXPECT_GT(n, 0u);
+  EXPECT_EQ(worker.counts().acked, n);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.in_flight, 0u);
+  EXPECT_EQ(stats.ready, 500u - n);
+}
+
+// Messages leased ahead (batch > 1) keep their leases while they wait for their turn.
+TEST(Worker, ExtendsTheLeasesOfMessagesWaitingTheirTurn) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 600ms, .retry = {.initial = 0ms}});
+  c->send_batch(topic, std::vector<OutgoingMessage>(3, OutgoingMessage{.payload = "x"}));
+  auto peer = client();
+  std::atomic<int> peer_got{0};
+  WorkerOptions options;
+  options.batch = 3;
+  options.ack_every = 3;
+  options.limit = 3;
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  Worker worker(*c, topic, [&](const Message& m) {
+    EXPECT_EQ(m.attempt, 1);
+    const auto until = SteadyClock::now() + 500ms;
+    while (SteadyClock::now() < until) {
+      peer_got += static_cast<int>(peer->receive(topic).size());
+      std::this_thread::sleep_for(50ms);
+    }
+  }, options);
+  worker.join();
+  EXPECT_EQ(peer_got.load(), 0);
+  EXPECT_EQ(worker.counts().acked, 3u);
+  EXPECT_EQ(worker.counts().leases_lost, 0u);
+  EXPECT_TRUE(events.empty()) << events.front();
+}
+
+// Grouped acknowledgements hold a key's next message back until the group is sent: per key,
+// handling still never overlaps and follows send order.
+TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
+  constexpr int kKeys = 20;
+  constexpr int kPerKey = 30;
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  std::vector<OutgoingMessage> batch;
+  for (int seq = 0; seq < kPerKey; ++seq) {
+    for (int k = 0; k < kKeys; ++k) {
+      batch.push_back({.payload = std::to_string(seq), .key = "key" + std::to_string(k)});
+    }
+  }
+  c->send_batch(topic, batch);
+  std::mutex mutex;
+  std::map<std::string, int> next_seq;
+  std::map<std::string, bool> busy;
+  std::atomic<int> overlaps{0}, out_of_order{0};
+  WorkerOptions options;
+  options.threads = 3;
+  options.batch = 10;
+  options.ack_every = 10;
+  options.ack_max_delay = 5ms;
+  std::atomic<int> handled{0};
+  Worker worker(*c, topic, [&](const Message& m) {
+    const std::string key = *m.key;
+    {
+      std::lock_guard lock(mutex);
+      if (busy[key]) overlaps++;
+      busy[key] = true;
+      if (std::stoi(m.payload) != next_seq[key]) out_of_order++;
+    }
+    std::this_thread::sleep_for(100us);
+    std::lock_guard lock(mutex);
+    busy[key] = false;
+    next_seq[key] = std::stoi(m.payload) + 1;
+    handled++;
+  }, options);
+  const auto until = SteadyClock::now() + 60s;
+  while (handled.load() < kKeys * kPerKey && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  worker.stop();
+  worker.join();
+  EXPECT_EQ(handled.load(), kKeys * kPerKey);
+  EXPECT_EQ(worker.counts().acked, static_cast<std::uint64_t>(kKeys * kPerKey));
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(out_of_order.load(), 0);
+  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(next_seq["key" + std::to_string(k)], kPerKey);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed + stats.waiting_on_key, 0u);
+}
+
 TEST(Worker, AMissingTopicStopsItWithTheError) {
   auto c = client();
   EXPECT_THROW(Worker(*c, topic_for_test("_missing"), [](const Message&) {}), Error);
