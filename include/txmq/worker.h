@@ -29,12 +29,13 @@ struct WorkerOptions {
   // thread holds the acknowledgements of its handled messages and sends them in one statement
   // once N are held, once the oldest has waited ack_max_delay, before a receive that may wait
   // (the last one came back short) and when the worker stops. With batch = ack_every = 100 a
-  // handler that takes one message at a time costs about what receive 100 + ack does (about 30x
-  // the rate of batch 1, ack 1 in `txmq bench`, docs/benchmarks.md). The trade-off:
+  // handler that takes one message at a time costs about what receive 100 + ack does (0.7-1.4x
+  // of it, 38-96x receive 1 + ack in `txmq bench`, docs/benchmarks.md). The trade-off:
   //  - a crash (or a connection lost at the acknowledgement) delivers up to `batch` leased and
   //    `ack_every` handled messages again: at-least-once as always, with more duplicates;
-  //  - held messages stay leased until acknowledged (the worker extends their leases), and
-  //    counts().acked counts them only then;
+  //  - held messages stay leased until acknowledged (the worker extends their leases, one
+  //    statement per message: keep batch + ack_every small against the lease on a slow server,
+  //    or a lease may run out while extensions queue), and counts().acked counts them only then;
   //  - keyed FIFO: a key's next message moves in when its current one is acknowledged, so it
   //    waits up to ack_max_delay longer (order is kept).
   // Failed handlers are given back at once, not held. Not used by the XA worker.

@@ -393,17 +393,23 @@ struct Worker::Impl {
                             e.what()));
           continue;
         }
-        if (lost) {
+        bool still_held = false;
+        {
+          std::lock_guard relock(mutex);
+          for (Leased& l : leased[slot]) {
+            if (l.receipt == r.receipt) {
+              l.extended = now;
+              l.lost = lost;
+              still_held = true;
+            }
+          }
+        }
+        // A message settled while its extend ran (an acknowledged group: the row is gone) was
+        // not lost.
+        if (lost && still_held) {
           event(fmt::format("message {}: lease lost while its handler runs; another consumer "
                             "may run it too",
                             r.id));
-        }
-        std::lock_guard relock(mutex);
-        for (Leased& l : leased[slot]) {
-          if (l.receipt == r.receipt) {
-            l.extended = now;
-            l.lost = lost;
-          }
         }
       }
       lock.lock();
