@@ -478,7 +478,8 @@ class Bench {
     report_.section(fmt::format("Drain of a {}k backlog: leased receive + ack, and exactly-once",
                                 sizes_.drain_backlog / 1000));
     const std::string topic = "txmq_bench_drain";
-    enum class Mode { kLeased, kExactlyOnce, kExactlyOnceWithWork, kExactlyOnceXa };
+    enum class Mode { kLeased, kWorker, kWorkerGrouped, kExactlyOnce, kExactlyOnceWithWork,
+                      kExactlyOnceXa };
     struct Case {
       int consumers;
       int batch;
@@ -490,6 +491,12 @@ class Bench {
       for (int consumers : {1, 4, 8}) cases.push_back({consumers, batch, kSmall});
     }
     cases.push_back({4, 100, kLarge});
+    // A Worker whose handler takes one message at a time: leasing 1 and acknowledging each (as
+    // receive 1 + ack), then leasing 100 ahead and acknowledging 100 at a time (WorkerOptions),
+    // each against the receive + ack of its batch size.
+    cases.push_back({1, 1, kSmall, Mode::kWorker});
+    cases.push_back({1, 100, kSmall, Mode::kWorkerGrouped});
+    cases.push_back({4, 100, kSmall, Mode::kWorkerGrouped});
     // Exactly-once: one transaction (one commit) per batch instead of a claim and an ack.
     for (int batch : {10, 100}) cases.push_back({4, batch, kSmall, Mode::kExactlyOnce});
     cases.push_back({1, 100, kSmall, Mode::kExactlyOnce});
@@ -537,6 +544,20 @@ class Bench {
                            "raw.insert.4.drains"));
         measured.push_back(
             drain(client, topic, k.consumers, k.batch, limit, sizes_.drain_cap_seconds));
+        continue;
+      }
+      if (k.mode == Mode::kWorker || k.mode == Mode::kWorkerGrouped) {
+        const bool grouped = k.mode == Mode::kWorkerGrouped;
+        const int ack_every = grouped ? k.batch : 1;
+        rows.push_back(row(fmt::format("drain.worker.{}x{}{}", k.consumers, k.batch,
+                                       grouped ? ".grouped" : ""),
+                           fmt::format("Worker, {} thread{}, batch {}, ack every {}", k.consumers,
+                                       k.consumers == 1 ? "" : "s", k.batch, ack_every),
+                           // Against the receive + ack of the same batch: how near a
+                           // one-message handler gets to the batched rate.
+                           fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
+        measured.push_back(drain_worker(client, topic, k.consumers, k.batch, ack_every, limit,
+                                             sizes_.drain_cap_seconds));
         continue;
       }
       const bool work = k.mode == Mode::kExactlyOnceWithWork;

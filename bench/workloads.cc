@@ -1,10 +1,12 @@
 #include "workloads.h"
 
 #include <cstring>
+#include <mutex>
 
 #include <fmt/format.h>
 
 #include "txmq/error.h"
+#include "txmq/worker.h"
 
 namespace txmq::bench {
 
@@ -87,6 +89,44 @@ Measured drain(Client& client, const std::string& topic, int consumers, int batc
     }
     return n;
   });
+}
+
+Measured drain_worker(Client& client, const std::string& topic, int threads, int batch,
+                      int ack_every, std::uint64_t limit, double cap_seconds) {
+  WorkerOptions options;
+  options.threads = threads;
+  options.batch = batch;
+  options.ack_every = ack_every;
+  options.limit = limit;
+  options.stop_when_empty = true;
+  std::mutex mutex;
+  Latencies all;
+  const CpuSeconds cpu_before = cpu_now();
+  const auto start = SteadyClock::now();
+  Worker worker(
+      client, topic,
+      [&](const Message&) {
+        thread_local SteadyClock::time_point last{};
+        const auto now = SteadyClock::now();
+        if (last != SteadyClock::time_point{} && now - last < std::chrono::seconds(1)) {
+          std::lock_guard lock(mutex);
+          all.add(seconds_between(last, now) * 1000.0);
+        }
+        last = now;
+      },
+      options);
+  const auto deadline = start + std::chrono::duration<double>(cap_seconds);
+  while (!worker.stopping() && SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  worker.stop();
+  worker.join();
+  Measured m;
+  m.seconds = seconds_between(start, SteadyClock::now());
+  if (!cpu_before.empty()) m.cpu = CpuWatch::difference(cpu_before, cpu_now());
+  m.messages = worker.counts().acked;
+  m.latencies = std::move(all);
+  return m;
 }
 
 namespace {

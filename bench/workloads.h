@@ -34,6 +34,12 @@ Measured send_batch_rate(Client& client, const std::string& topic, int batch, in
 Measured drain(Client& client, const std::string& topic, int consumers, int batch,
                std::uint64_t limit, double cap_seconds);
 
+// The same drain by a Worker of `threads` threads whose handler takes one message at a time:
+// each thread leases `batch` messages per claim and acknowledges `ack_every` at a time
+// (WorkerOptions). Latency is the time from one handler call to the next on a thread.
+Measured drain_worker(Client& client, const std::string& topic, int threads, int batch,
+                      int ack_every, std::uint64_t limit, double cap_seconds);
+
 // The same drain with Client::process (exactly-once): claim, handler and delete in one
 // transaction. With `work_table` set, the handler inserts one row per message into it (one
 // multi-row INSERT per batch), as a consumer recording what it did would.

@@ -23,7 +23,26 @@ struct WorkerOptions {
   int threads = 1;
   // Messages each thread leases per claim (1..100; 1..10000 for the exactly-once-across-databases
   // constructor, where it is the batch of one process_xa); they are handled one after another.
+  // Their leases run from the claim, and the worker extends them while they wait their turn.
   int batch = 1;
+  // Acknowledgements held and sent together (1..1000). With 1 (the default) each message is
+  // acknowledged when its handler returns: one statement (and commit) per message. With N > 1 a
+  // thread holds the acknowledgements of its handled messages and sends them in one statement
+  // once N are held, once the oldest has waited ack_max_delay, before a receive that may wait
+  // (the last one came back short) and when the worker stops. With batch = ack_every = 100 a
+  // handler that takes one message at a time costs about what receive 100 + ack does (0.7-1.4x
+  // of it, 38-96x receive 1 + ack in `txmq bench`, docs/benchmarks.md). The trade-off:
+  //  - a crash (or a connection lost at the acknowledgement) delivers up to `batch` leased and
+  //    `ack_every` handled messages again: at-least-once as always, with more duplicates;
+  //  - held messages stay leased until acknowledged (the worker extends their leases, one
+  //    statement per message: keep batch + ack_every small against the lease on a slow server,
+  //    or a lease may run out while extensions queue), and counts().acked counts them only then;
+  //  - keyed FIFO: a key's next message moves in when its current one is acknowledged, so it
+  //    waits up to ack_max_delay longer (order is kept).
+  // Failed handlers are given back at once, not held. Not used by the XA worker.
+  int ack_every = 1;
+  // How long a handled message's acknowledgement may be held (0 to 1 hour; with ack_every > 1).
+  Micros ack_max_delay = std::chrono::milliseconds(100);
   // Lease length; default: the topic's. Leases are extended while handlers run, so this is how
   // long a crashed worker's messages wait before peers take them.
   std::optional<Micros> lease;

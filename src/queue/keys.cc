@@ -12,6 +12,8 @@
 // before schema version 4) and `parked`; it exists while either is above zero.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "queue/operations.h"
@@ -73,27 +75,28 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
   std::vector<std::string_view> keys;
   for (const auto& [key, n] : counts) keys.push_back(key);
 
-  std::vector<std::string_view> ones;  // the usual case: one head per key
-  for (const auto& [key, n] : counts) {
-    if (n == 1) {
-      ones.push_back(key);
-    } else {  // several heads of one key were sent before schema version 4
-      c.execute(fmt::format("UPDATE {} SET heads = heads - LEAST(heads, ?) WHERE msg_key = ?",
-                            t.keys),
-                {static_cast<std::int64_t>(n), key});
-    }
-  }
-  if (!ones.empty()) {
-    for_keys(c,
-             fmt::format("UPDATE {} SET heads = heads - 1 WHERE msg_key IN {{}} AND heads > 0",
-                         t.keys),
-             ones);
-  }
+  // Lock the key rows (in key order, the lock order) and read them; what each needs is decided
+  // here, so a key row costs one statement more at most (the first version decremented every
+  // row, read them back and ran a DELETE for emptied rows whether or not any were).
   Result state = for_keys(
-      c, fmt::format("SELECT msg_key, heads, parked FROM {} WHERE msg_key IN {{}}", t.keys), keys);
-  std::vector<std::string_view> promote;
+      c, fmt::format("SELECT msg_key, heads, parked FROM {} WHERE msg_key IN {{}} FOR UPDATE",
+                     t.keys),
+      keys);
+  std::vector<std::string_view> promote;   // its last head finished, messages wait behind it
+  std::vector<std::string_view> emptied;   // its last head finished, nothing waits: the row goes
   for (const Row& row : state.rows) {
-    if (row.u64(1) == 0 && row.u64(2) > 0) promote.push_back(counts.find(row.bytes(0))->first);
+    const auto it = counts.find(row.bytes(0));
+    if (it == counts.end()) continue;
+    const std::uint64_t heads = row.u64(1);
+    const std::uint64_t left = heads - std::min(heads, it->second);
+    if (left > 0) {  // several heads of one key were sent before schema version 4
+      c.execute(fmt::format("UPDATE {} SET heads = ? WHERE msg_key = ?", t.keys),
+                {static_cast<std::int64_t>(left), it->first});
+    } else if (row.u64(2) > 0) {
+      promote.push_back(it->first);
+    } else {
+      emptied.push_back(it->first);
+    }
   }
   std::vector<std::uint64_t> promoted;
   if (!promote.empty()) {
@@ -124,11 +127,18 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
                            t.keys),
                with_next);
     }
+    if (with_next.size() < promote.size()) {
+      // Counted as parked, none found (not expected): the row stays, with no head, as before.
+      std::vector<std::string_view> none;
+      std::sort(with_next.begin(), with_next.end());
+      std::set_difference(promote.begin(), promote.end(), with_next.begin(), with_next.end(),
+                          std::back_inserter(none));
+      for_keys(c, fmt::format("UPDATE {} SET heads = 0 WHERE msg_key IN {{}}", t.keys), none);
+    }
   }
-  for_keys(c,
-           fmt::format("DELETE FROM {} WHERE msg_key IN {{}} AND heads = 0 AND parked = 0",
-                       t.keys),
-           keys);
+  if (!emptied.empty()) {
+    for_keys(c, fmt::format("DELETE FROM {} WHERE msg_key IN {{}}", t.keys), emptied);
+  }
   return promoted;
 }
 

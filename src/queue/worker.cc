@@ -9,6 +9,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,12 @@ void check_worker_options(const WorkerOptions& o, int max_batch, std::string_vie
     throw Error(Errc::kInvalidArgument,
                 fmt::format("{} must be from 1 to {}", batch_what, max_batch));
   }
+  if (o.ack_every < 1 || o.ack_every > 1000) {
+    throw Error(Errc::kInvalidArgument, "worker ack_every must be from 1 to 1000");
+  }
+  if (o.ack_max_delay < Micros{0} || o.ack_max_delay > std::chrono::hours(1)) {
+    throw Error(Errc::kInvalidArgument, "worker ack_max_delay must be from 0 to 1 hour");
+  }
 }
 
 }  // namespace
@@ -42,10 +49,12 @@ struct Worker::Impl {
   Impl(Client& c, std::string t, MessageHandler h, WorkerOptions o)
       : client(c), topic(std::move(t)), handler(std::move(h)), options(std::move(o)) {}
 
-  struct Running {
+  // A message a thread holds the lease of: claimed and waiting its turn, running, or handled
+  // with its acknowledgement held (ack_every > 1). The extender keeps all of them leased.
+  struct Leased {
     std::string receipt;
     std::uint64_t id = 0;
-    SteadyClock::time_point extended;
+    SteadyClock::time_point extended;  // when the lease last started: the claim or an extend
     bool lost = false;
   };
 
@@ -125,11 +134,67 @@ struct Worker::Impl {
     }
   }
 
-  void handle(const Message& m, std::size_t slot) {
-    {
-      std::lock_guard lock(mutex);
-      running[slot] = Running{m.receipt, m.id, SteadyClock::now(), false};
+  void hold_leases(std::size_t slot, const std::vector<Message>& messages,
+                   SteadyClock::time_point claimed) {
+    std::lock_guard lock(mutex);
+    std::vector<Leased>& held = leased[slot];
+    for (const Message& m : messages) held.push_back(Leased{m.receipt, m.id, claimed, false});
+  }
+
+  void release_leases(std::size_t slot, std::span<const std::string> receipts) {
+    std::lock_guard lock(mutex);
+    std::vector<Leased>& held = leased[slot];
+    for (const std::string& r : receipts) {
+      auto it = std::find_if(held.begin(), held.end(),
+                             [&](const Leased& l) { return l.receipt == r; });
+      if (it != held.end()) held.erase(it);
     }
+  }
+
+  // The acknowledgements a thread holds (ack_every > 1): handled messages, in handling order.
+  struct HeldAcks {
+    std::vector<std::string> receipts;
+    std::vector<std::uint64_t> ids;
+    SteadyClock::time_point oldest;
+  };
+
+  // Acknowledges the held messages in one call (one statement per queue and kind), retrying
+  // while the database is unreachable.
+  void flush_acks(std::size_t slot, HeldAcks& held) {
+    if (held.receipts.empty()) return;
+    const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
+    std::vector<Settle> results;
+    for (int attempt = 1;; ++attempt) {
+      try {
+        results = client.ack(topic, held.receipts);
+        break;
+      } catch (const Error& e) {
+        if (!e.retryable() || attempt >= kSettleTries) {
+          event(fmt::format("could not acknowledge {} messages (ids {} to {}): {}; they will be "
+                            "delivered again when their leases end",
+                            held.receipts.size(), held.ids.front(), held.ids.back(), e.what()));
+          break;
+        }
+        std::this_thread::sleep_for(backoff.delay(attempt));
+      }
+    }
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (results[i] == Settle::kOk) {
+        ++acked;
+      } else {
+        ++leases_lost;
+        event(fmt::format("message {}: its lease was lost before it was acknowledged; the "
+                          "outcome was not applied (another consumer has it)",
+                          held.ids[i]));
+      }
+    }
+    release_leases(slot, held.receipts);
+    held.receipts.clear();
+    held.ids.clear();
+  }
+
+  // Runs the handler and settles: at once, or (ack_every > 1) by adding the message to `held`.
+  void handle(const Message& m, std::size_t slot, HeldAcks& held) {
     std::string failure_text;
     bool ok = true;
     try {
@@ -141,9 +206,11 @@ struct Worker::Impl {
       ok = false;
       failure_text = "unknown exception";
     }
-    {
-      std::lock_guard lock(mutex);
-      running.erase(slot);
+    if (ok && options.ack_every > 1) {
+      if (held.receipts.empty()) held.oldest = SteadyClock::now();
+      held.receipts.push_back(m.receipt);
+      held.ids.push_back(m.id);
+      return;
     }
     std::optional<Settle> s;
     if (ok) {
@@ -162,12 +229,31 @@ struct Worker::Impl {
                         "was not applied (another consumer has it)",
                         m.id));
     }
+    release_leases(slot, std::span<const std::string>(&m.receipt, 1));
+  }
+
+  bool acks_due(const HeldAcks& held) const {
+    return !held.receipts.empty() &&
+           (held.receipts.size() >= static_cast<std::size_t>(options.ack_every) ||
+            SteadyClock::now() - held.oldest >= options.ack_max_delay);
   }
 
   void run_thread(std::size_t slot) {
+    HeldAcks held;
+    try {
+      consume(slot, held);
+    } catch (...) {
+      flush_acks(slot, held);
+      throw;
+    }
+    flush_acks(slot, held);
+  }
+
+  void consume(std::size_t slot, HeldAcks& held) {
     const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
     int outages = 0;
     while (!stopping()) {
+      if (acks_due(held)) flush_acks(slot, held);
       const int want = reserve(options.batch);
       if (want == 0) {
         request_stop();
@@ -178,10 +264,14 @@ struct Worker::Impl {
         ReceiveOptions r;
         r.max_messages = want;
         r.lease = lease;
-        r.wait = options.stop_when_empty ? Micros{0} : Micros(kWaitSlice);
+        // Held acknowledgements are not kept through a wait: with some held, a receive that finds
+        // nothing sends them before it waits.
+        r.wait = options.stop_when_empty || !held.receipts.empty() ? Micros{0}
+                                                                   : Micros(kWaitSlice);
         r.group = options.group;
         r.partitions = options.partitions;
         messages = client.receive(topic, r);
+        hold_leases(slot, messages, SteadyClock::now());
         if (outages > 0) event(fmt::format("topic {}: receiving again", topic));
         outages = 0;
       } catch (const Error& e) {
@@ -194,6 +284,10 @@ struct Worker::Impl {
         continue;
       }
       unreserve(want - static_cast<int>(messages.size()));
+      if (messages.empty() && !held.receipts.empty()) {
+        flush_acks(slot, held);
+        continue;
+      }
       if (messages.empty()) {
         if (options.stop_when_empty) {
           request_stop();
@@ -204,13 +298,15 @@ struct Worker::Impl {
       std::size_t next = 0;
       for (; next < messages.size(); ++next) {
         if (next > 0 && stopping()) break;
-        handle(messages[next], slot);
+        handle(messages[next], slot, held);
+        if (acks_due(held)) flush_acks(slot, held);
       }
       // Leased but not started when a stop came: give them back at once.
       for (; next < messages.size(); ++next) {
         const Message& m = messages[next];
         settle_with_retries(m, "give back",
                             [&] { return client.nack(topic, m.receipt, Micros{0}); });
+        release_leases(slot, std::span<const std::string>(&m.receipt, 1));
       }
     }
   }
@@ -274,15 +370,18 @@ struct Worker::Impl {
     }
   }
 
-  // Extends every running handler's lease each third of the lease.
+  // Extends the lease of every message a thread holds (waiting its turn, running, or with its
+  // acknowledgement held) each third of the lease.
   void run_extender() {
     std::unique_lock lock(mutex);
     while (!threads_done) {
       wake.wait_for(lock, kExtenderTick);
       const auto now = SteadyClock::now();
-      std::vector<std::pair<std::size_t, Running>> due;
-      for (auto& [slot, r] : running) {
-        if (!r.lost && now - r.extended >= lease / 3) due.emplace_back(slot, r);
+      std::vector<std::pair<std::size_t, Leased>> due;
+      for (auto& [slot, held] : leased) {
+        for (const Leased& r : held) {
+          if (!r.lost && now - r.extended >= lease / 3) due.emplace_back(slot, r);
+        }
       }
       lock.unlock();
       for (auto& [slot, r] : due) {
@@ -294,16 +393,23 @@ struct Worker::Impl {
                             e.what()));
           continue;
         }
-        if (lost) {
+        bool still_held = false;
+        {
+          std::lock_guard relock(mutex);
+          for (Leased& l : leased[slot]) {
+            if (l.receipt == r.receipt) {
+              l.extended = now;
+              l.lost = lost;
+              still_held = true;
+            }
+          }
+        }
+        // A message settled while its extend ran (an acknowledged group: the row is gone) was
+        // not lost.
+        if (lost && still_held) {
           event(fmt::format("message {}: lease lost while its handler runs; another consumer "
                             "may run it too",
                             r.id));
-        }
-        std::lock_guard relock(mutex);
-        auto it = running.find(slot);
-        if (it != running.end() && it->second.receipt == r.receipt) {
-          it->second.extended = now;
-          it->second.lost = lost;
         }
       }
       lock.lock();
@@ -324,7 +430,7 @@ struct Worker::Impl {
   bool threads_done = false;
   std::exception_ptr failure;
   std::uint64_t reserved = 0;
-  std::map<std::size_t, Running> running;  // by thread slot
+  std::map<std::size_t, std::vector<Leased>> leased;  // by thread slot
   std::atomic<std::uint64_t> acked{0}, retried{0}, leases_lost{0};
   std::vector<std::thread> threads;
   std::thread extender;

@@ -278,6 +278,56 @@ TEST(KeyedFifo, ExactlyOnceProcessingMovesTheKeyOn) {
   EXPECT_EQ(seen, (std::vector<std::string>{"0", "1", "2"}));
 }
 
+// keys x per_key messages, key0..keyN, each payload its sequence number within its key, sent in
+// batches of about 2,000.
+void send_keyed(Client& c, const std::string& topic, int keys, int per_key) {
+  std::vector<OutgoingMessage> batch;
+  for (int seq = 0; seq < per_key; ++seq) {
+    for (int k = 0; k < keys; ++k) {
+      batch.push_back({.payload = std::to_string(seq), .key = "key" + std::to_string(k)});
+    }
+    if (batch.size() >= 2000) {
+      c.send_batch(topic, batch);
+      batch.clear();
+    }
+  }
+  if (!batch.empty()) c.send_batch(topic, batch);
+}
+
+// Checks keyed handlers (payloads from send_keyed): per key, handling never overlaps and
+// follows send order.
+struct KeyOrder {
+  void begin(const Message& m) {
+    std::lock_guard lock(mutex);
+    if (busy[*m.key]) overlaps++;
+    busy[*m.key] = true;
+    if (std::stoi(m.payload) != next_seq[*m.key]) out_of_order++;
+  }
+  void end(const Message& m) {
+    std::lock_guard lock(mutex);
+    busy[*m.key] = false;
+    next_seq[*m.key] = std::stoi(m.payload) + 1;
+  }
+  // Keys whose next message is below `seq`.
+  int keys_before(int keys, int seq) {
+    std::lock_guard lock(mutex);
+    int behind = 0;
+    for (int k = 0; k < keys; ++k) {
+      if (next_seq["key" + std::to_string(k)] < seq) behind++;
+    }
+    return behind;
+  }
+  void expect_all_handled_in_order(int keys, int per_key) {
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_EQ(out_of_order.load(), 0);
+    EXPECT_EQ(keys_before(keys, per_key), 0);
+  }
+  std::mutex mutex;
+  std::map<std::string, int> next_seq;  // per key: the seq expected next
+  std::map<std::string, bool> busy;
+  std::atomic<int> overlaps{0}, out_of_order{0};
+};
+
 // The test: 100 keys x 200 messages, 8 consumers with random handler times. Per key,
 // handling never overlaps and follows send order; all keys progress together.
 TEST(KeyedFifo, HundredKeysEightConsumersNeverOverlapAndKeepOrder) {
@@ -286,60 +336,54 @@ TEST(KeyedFifo, HundredKeysEightConsumersNeverOverlapAndKeepOrder) {
   auto c = client();
   const std::string topic = topic_for_test();
   c->create_topic(topic);
-  std::vector<OutgoingMessage> batch;
-  for (int seq = 0; seq < kPerKey; ++seq) {
-    for (int k = 0; k < kKeys; ++k) {
-      batch.push_back({.payload = std::to_string(seq), .key = "key" + std::to_string(k)});
-    }
-    if (batch.size() >= 2000) {
-      c->send_batch(topic, batch);
-      batch.clear();
-    }
-  }
-  if (!batch.empty()) c->send_batch(topic, batch);
+  send_keyed(*c, topic, kKeys, kPerKey);
 
-  std::mutex mutex;
-  std::map<std::string, int> next_seq;  // per key: the seq expected next
-  std::map<std::string, bool> busy;
-  std::atomic<int> overlaps{0}, out_of_order{0}, handled{0};
+  KeyOrder order;
+  std::atomic<int> handled{0};
   std::atomic<int> keys_behind_at_half{-1};
   WorkerOptions options;
   options.threads = 8;
   options.limit = kKeys * kPerKey;
   Worker worker(*c, topic, [&](const Message& m) {
     thread_local std::mt19937 rng{std::random_device{}()};
-    const std::string key = *m.key;
-    {
-      std::lock_guard lock(mutex);
-      if (busy[key]) overlaps++;
-      busy[key] = true;
-      if (std::stoi(m.payload) != next_seq[key]) out_of_order++;
-    }
+    order.begin(m);
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 1500));
-    std::lock_guard lock(mutex);
-    busy[key] = false;
-    next_seq[key] = std::stoi(m.payload) + 1;
-    if (++handled == kKeys * kPerKey / 2) {
-      int behind = 0;
-      for (int k = 0; k < kKeys; ++k) {
-        if (next_seq["key" + std::to_string(k)] < kPerKey / 4) behind++;
-      }
-      keys_behind_at_half = behind;
-    }
+    order.end(m);
+    if (++handled == kKeys * kPerKey / 2) keys_behind_at_half = order.keys_before(kKeys, kPerKey / 4);
   }, options);
   worker.join();
   EXPECT_EQ(handled.load(), kKeys * kPerKey);
   EXPECT_EQ(worker.counts().acked, static_cast<std::uint64_t>(kKeys * kPerKey));
-  EXPECT_EQ(overlaps.load(), 0);
-  EXPECT_EQ(out_of_order.load(), 0);
+  order.expect_all_handled_in_order(kKeys, kPerKey);
   // Halfway through, no key is still in its first quarter: they all moved together.
   EXPECT_EQ(keys_behind_at_half.load(), 0);
-  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(next_seq["key" + std::to_string(k)], kPerKey);
   auto stats = c->stats(topic);
   EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed + stats.waiting_on_key, 0u);
 }
 
 // --- Worker ------------------------------------------------------------------------------------
+
+// What a peer claims from the topic, polling every `tick` for `d` (messages held under a kept
+// lease: nothing).
+int peer_claims_for(Client& peer, const std::string& topic, std::chrono::milliseconds d,
+                    std::chrono::milliseconds tick) {
+  int got = 0;
+  const auto until = SteadyClock::now() + d;
+  while (SteadyClock::now() < until) {
+    got += static_cast<int>(peer.receive(topic).size());
+    std::this_thread::sleep_for(tick);
+  }
+  return got;
+}
+
+// A worker that kept every lease it held: no peer got a message, all acknowledged, no event.
+void expect_leases_kept(const Worker& worker, int peer_got, std::uint64_t acked,
+                        const std::vector<std::string>& events) {
+  EXPECT_EQ(peer_got, 0);
+  EXPECT_EQ(worker.counts().acked, acked);
+  EXPECT_EQ(worker.counts().leases_lost, 0u);
+  EXPECT_TRUE(events.empty()) << events.front();
+}
 
 TEST(Worker, StopFinishesRunningHandlersAndLosesNothing) {
   auto c = client();
@@ -377,17 +421,10 @@ TEST(Worker, ExtendsTheLeaseWhileAHandlerRunsPastIt) {
   std::vector<std::string> events;
   options.on_event = [&](std::string_view e) { events.emplace_back(e); };
   Worker worker(*c, topic, [&](const Message&) {
-    const auto until = SteadyClock::now() + 2s;
-    while (SteadyClock::now() < until) {
-      peer_got += static_cast<int>(peer->receive(topic).size());
-      std::this_thread::sleep_for(100ms);
-    }
+    peer_got += peer_claims_for(*peer, topic, 2s, 100ms);
   }, options);
   worker.join();
-  EXPECT_EQ(peer_got.load(), 0);
-  EXPECT_EQ(worker.counts().acked, 1u);
-  EXPECT_EQ(worker.counts().leases_lost, 0u);
-  EXPECT_TRUE(events.empty()) << events.front();
+  expect_leases_kept(worker, peer_got.load(), 1, events);
 }
 
 TEST(Worker, AThrowingHandlerRetriesThenDeadLetters) {
@@ -407,6 +444,154 @@ TEST(Worker, AThrowingHandlerRetriesThenDeadLetters) {
   EXPECT_EQ(calls.load(), 3);
   EXPECT_EQ(worker.counts().retried, 3u);
   EXPECT_EQ(c->stats(topic).dead, 1u);
+}
+
+TEST(Worker, AcknowledgesInGroupsAndHandlesEachMessageOnce) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  std::vector<OutgoingMessage> batch;
+  for (int i = 0; i < 250; ++i) batch.push_back({.payload = std::to_string(i)});
+  c->send_batch(topic, batch);
+  std::mutex mutex;
+  std::map<int, int> seen;
+  WorkerOptions options;  // one thread: with more, the first to find nothing stops them all
+  options.batch = 100;
+  options.ack_every = 50;
+  options.stop_when_empty = true;
+  Worker worker(*c, topic, [&](const Message& m) {
+    std::lock_guard lock(mutex);
+    seen[std::stoi(m.payload)]++;
+  }, options);
+  worker.join();
+  EXPECT_EQ(seen.size(), 250u);
+  for (const auto& [i, n] : seen) EXPECT_EQ(n, 1) << i;
+  EXPECT_EQ(worker.counts().acked, 250u);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed, 0u);
+}
+
+TEST(Worker, HeldAcknowledgementsKeepTheirLeases) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 3s, .retry = {.initial = 0ms}});
+  c->send_batch(topic, std::vector<OutgoingMessage>(10, OutgoingMessage{.payload = "x"}));
+  auto peer = client();
+  std::atomic<int> handled{0}, peer_got{0};
+  std::atomic<std::uint64_t> in_flight_seen{0}, acked_seen{99};
+  WorkerOptions options;
+  options.batch = 5;
+  options.ack_every = 1000;
+  options.ack_max_delay = std::chrono::hours(1);
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  std::atomic<Worker*> self{nullptr};
+  Worker worker(*c, topic, [&](const Message&) {
+    if (++handled < 10) return;
+    // 9 handled with their acknowledgements held, this one running: all stay leased for
+    // longer than the lease, and no peer gets them.
+    peer_got += peer_claims_for(*peer, topic, 4s, 100ms);
+    in_flight_seen = c->stats(topic).in_flight;
+    while (self.load() == nullptr) std::this_thread::sleep_for(1ms);
+    acked_seen = self.load()->counts().acked;
+  }, options);
+  self = &worker;
+  const auto until = SteadyClock::now() + 20s;
+  while (worker.counts().acked < 10 && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  worker.stop();
+  worker.join();
+  EXPECT_EQ(in_flight_seen.load(), 10u);
+  EXPECT_EQ(acked_seen.load(), 0u);
+  // Sent once the topic had nothing more to claim, without waiting for the hour (an extend
+  // that raced with that acknowledgement is not reported as a lost lease).
+  expect_leases_kept(worker, peer_got.load(), 10, events);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed, 0u);
+}
+
+// Stop sends the acknowledgements a thread holds.
+TEST(Worker, StopSendsHeldAcknowledgements) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send_batch(topic, std::vector<OutgoingMessage>(500, OutgoingMessage{.payload = "x"}));
+  std::atomic<int> handled{0};
+  WorkerOptions options;
+  options.batch = 10;
+  options.ack_every = 1000;
+  options.ack_max_delay = std::chrono::hours(1);
+  Worker worker(*c, topic, [&](const Message&) {
+    handled++;
+    std::this_thread::sleep_for(1ms);
+  }, options);
+  std::this_thread::sleep_for(200ms);
+  worker.stop();
+  worker.join();
+  const auto n = static_cast<std::uint64_t>(handled.load());
+  EXPECT_GT(n, 0u);
+  EXPECT_EQ(worker.counts().acked, n);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.in_flight, 0u);
+  EXPECT_EQ(stats.ready, 500u - n);
+}
+
+// Messages leased ahead (batch > 1) keep their leases while they wait for their turn.
+TEST(Worker, ExtendsTheLeasesOfMessagesWaitingTheirTurn) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 600ms, .retry = {.initial = 0ms}});
+  c->send_batch(topic, std::vector<OutgoingMessage>(3, OutgoingMessage{.payload = "x"}));
+  auto peer = client();
+  std::atomic<int> peer_got{0};
+  WorkerOptions options;
+  options.batch = 3;
+  options.ack_every = 3;
+  options.limit = 3;
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  Worker worker(*c, topic, [&](const Message& m) {
+    EXPECT_EQ(m.attempt, 1);
+    peer_got += peer_claims_for(*peer, topic, 500ms, 50ms);
+  }, options);
+  worker.join();
+  expect_leases_kept(worker, peer_got.load(), 3, events);
+}
+
+// Grouped acknowledgements hold a key's next message back until the group is sent: per key,
+// handling still never overlaps and follows send order.
+TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
+  constexpr int kKeys = 20;
+  constexpr int kPerKey = 30;
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  send_keyed(*c, topic, kKeys, kPerKey);
+  KeyOrder order;
+  WorkerOptions options;
+  options.threads = 3;
+  options.batch = 10;
+  options.ack_every = 10;
+  options.ack_max_delay = 5ms;
+  std::atomic<int> handled{0};
+  Worker worker(*c, topic, [&](const Message& m) {
+    order.begin(m);
+    std::this_thread::sleep_for(100us);
+    order.end(m);
+    handled++;
+  }, options);
+  const auto until = SteadyClock::now() + 60s;
+  while (handled.load() < kKeys * kPerKey && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  worker.stop();
+  worker.join();
+  EXPECT_EQ(handled.load(), kKeys * kPerKey);
+  EXPECT_EQ(worker.counts().acked, static_cast<std::uint64_t>(kKeys * kPerKey));
+  order.expect_all_handled_in_order(kKeys, kPerKey);
+  auto stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed + stats.waiting_on_key, 0u);
 }
 
 TEST(Worker, AMissingTopicStopsItWithTheError) {
