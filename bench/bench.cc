@@ -850,15 +850,16 @@ class Bench {
   static std::vector<Target> targets() {
     using K = Target::Kind;
     return {
-        {"send.4", "raw.insert.4", K::kRateAtLeast, 0.9},
+        {"send.4", "raw.insert.4", K::kRateAtLeast, 0.95},
         {"serve.http.batch10.4", "serve.lib.batch10.4", K::kRateAtLeast, 0.6},
         {"serve.http.batch10.16", "serve.lib.batch10.16", K::kRateAtLeast, 0.6},
         {"serve.http.drain10.4", "serve.lib.drain10.4", K::kRateAtLeast, 0.6},
         {"serve.http.drain10.16", "serve.lib.drain10.16", K::kRateAtLeast, 0.6},
         {"serve.http.send.16", "serve.raw.insert.16", K::kRateAtLeast, 1.0},
         {"serve.http.delete.16", "serve.raw.insert.16", K::kRateAtLeast, 1.0},
-        {"send.16", "raw.insert.16", K::kRateAtLeast, 0.9},
-        {"batch.10000", "raw.multirow", K::kRateAtLeast, 0.8},
+        {"send.16", "raw.insert.16", K::kRateAtLeast, 0.95},
+        {"batch.10000", "raw.multirow", K::kRateAtLeast, 0.9},
+        {"keys.100k", "keys.none", K::kRateAtLeast, 0.7},
         {"drain.leased.4x10", "raw.insert.4.drains", K::kRateAtLeast, 2.2},
         {"drain.leased.4x100", "raw.insert.4.drains", K::kRateAtLeast, 7.5},
         {"drain.leased.4x100", "seed.drain.4", K::kRateAtLeast, 10},
