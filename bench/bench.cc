@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "chaos.h"
 #include "db/connection.h"
 #include "db/dsn.h"
 #include "reference.h"
@@ -89,7 +90,9 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions", "serve"};
+                                            "partitions", "serve", "chaos", "pressure"};
+// Sections that take many minutes and stop the server: run only when named with --only.
+const std::vector<std::string> kNamedOnly = {"chaos", "pressure"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -225,6 +228,14 @@ class Bench {
     if (wanted("idle")) idle(client);
     if (wanted("partitions")) partitions(client);
     if (wanted("serve")) serve(client);
+    if (wanted("chaos") || wanted("pressure")) {
+      report_.attach("chaos", run_chaos_cells({.dsn = options_.dsn,
+                                               .local_home = options_.local_home,
+                                               .chaos = wanted("chaos"),
+                                               .pressure = wanted("pressure"),
+                                               .quick = options_.quick,
+                                               .json = options_.json}));
+    }
     for (const char* t : kTopics) drop_if_exists(client, t);
     drop_reference_tables(dsn_);
     report_.finish(targets());
@@ -344,9 +355,12 @@ class Bench {
   }
 
   bool wanted(const std::string& section) const {
-    return options_.sections.empty() ||
-           std::find(options_.sections.begin(), options_.sections.end(), section) !=
-               options_.sections.end();
+    const bool named = std::find(options_.sections.begin(), options_.sections.end(), section) !=
+                       options_.sections.end();
+    if (std::find(kNamedOnly.begin(), kNamedOnly.end(), section) != kNamedOnly.end()) {
+      return named;
+    }
+    return options_.sections.empty() || named;
   }
 
   // Sends and their raw references, measured in alternating rounds so that a drift of the
