@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "chaos.h"
 #include "db/connection.h"
 #include "db/dsn.h"
 #include "reference.h"
@@ -89,7 +90,9 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions", "serve"};
+                                            "partitions", "serve", "chaos", "pressure"};
+// Sections that take many minutes and stop the server: run only when named with --only.
+const std::vector<std::string> kNamedOnly = {"chaos", "pressure"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -225,6 +228,30 @@ class Bench {
     if (wanted("idle")) idle(client);
     if (wanted("partitions")) partitions(client);
     if (wanted("serve")) serve(client);
+    // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
+    std::vector<std::string> cells;
+    for (const std::string& s : options_.sections) {
+      if (s.starts_with("chaos.") || s.starts_with("pressure.")) cells.push_back(s);
+    }
+    const auto asks = [&](const std::string& section) {
+      return wanted(section) || std::any_of(cells.begin(), cells.end(), [&](const std::string& c) {
+               return c.starts_with(section + ".");
+             });
+    };
+    if (asks("chaos") || asks("pressure")) {
+      if (!cells.empty()) {  // cells named: those, and every cell of a section named whole
+        for (const std::string& id : chaos_cell_ids()) {
+          if (wanted(id.substr(0, id.find('.')))) cells.push_back(id);
+        }
+      }
+      report_.attach("chaos", run_chaos_cells({.dsn = options_.dsn,
+                                               .local_home = options_.local_home,
+                                               .chaos = asks("chaos"),
+                                               .pressure = asks("pressure"),
+                                               .cells = cells,
+                                               .quick = options_.quick,
+                                               .json = options_.json}));
+    }
     for (const char* t : kTopics) drop_if_exists(client, t);
     drop_reference_tables(dsn_);
     report_.finish(targets());
@@ -344,9 +371,12 @@ class Bench {
   }
 
   bool wanted(const std::string& section) const {
-    return options_.sections.empty() ||
-           std::find(options_.sections.begin(), options_.sections.end(), section) !=
-               options_.sections.end();
+    const bool named = std::find(options_.sections.begin(), options_.sections.end(), section) !=
+                       options_.sections.end();
+    if (std::find(kNamedOnly.begin(), kNamedOnly.end(), section) != kNamedOnly.end()) {
+      return named;
+    }
+    return options_.sections.empty() || named;
   }
 
   // Sends and their raw references, measured in alternating rounds so that a drift of the
@@ -891,7 +921,9 @@ const std::vector<std::string>& bench_sections() { return kSections; }
 
 int run_bench(const BenchOptions& options) {
   for (const std::string& s : options.sections) {
-    if (std::find(kSections.begin(), kSections.end(), s) == kSections.end()) {
+    const std::vector<std::string> cells = chaos_cell_ids();
+    if (std::find(kSections.begin(), kSections.end(), s) == kSections.end() &&
+        std::find(cells.begin(), cells.end(), s) == cells.end()) {
       throw Error(Errc::kInvalidArgument, fmt::format("unknown bench section '{}'", s));
     }
   }

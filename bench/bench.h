@@ -28,13 +28,17 @@ struct BenchOptions {
   // skipped, saying why.
   std::string xa_dsn;
   std::string xa_home;
+  // The embedded server's folder when the bench runs on it (the chaos section restarts it by
+  // its pid file); empty on a --dsn or TXMQ_DSN server.
+  std::string local_home;
 };
 
 // Runs the workloads, printing each row as it completes, then the table of targets.
 // Returns 0 when the run completed; figures are reported, never asserted.
 int run_bench(const BenchOptions& options);
 
-// The section names, in run order, for --only.
+// The section names, in run order, for --only. The last two, chaos and pressure, run only when
+// named (bench/chaos.h).
 const std::vector<std::string>& bench_sections();
 
 }  // namespace txmq::bench

@@ -11,11 +11,21 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
+
 #include "cpu.h"
 
 namespace txmq::bench {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine, so that a child
+// process's receipt can be set against the bench's send.
+inline std::int64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+}
 
 inline double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();

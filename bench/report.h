@@ -46,6 +46,8 @@ class Report {
   explicit Report(bool json) : json_(json) {}
 
   void set_context(nlohmann::json context) { context_ = std::move(context); }
+  // Puts `part` into the JSON document under `key` (a section with a shape of its own).
+  void attach(const std::string& key, nlohmann::json part) { context_[key] = std::move(part); }
   void section(const std::string& title);
   Row& add(Row row, Measured measured);
   void add_row(Row row);

@@ -1,95 +1,27 @@
 // Long polling in separate processes: wake-up latency and the idle cost of waiting consumers.
 #include "waiting.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
-#include <cstring>
 #include <map>
 #include <random>
 #include <stdexcept>
 #include <thread>
 
+#include "child_process.h"
 #include "db/connection.h"
 #include "db/dsn.h"
-
-extern char** environ;
 
 namespace txmq::bench {
 namespace {
 
-std::int64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000000000LL + now.tv_nsec;
-}
-
-std::string self_exe() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) throw std::runtime_error("cannot find the txmq binary (/proc/self/exe)");
-  return std::string(path, static_cast<std::size_t>(n));
-}
-
-// A `txmq bench-consumer` child with its stdout on a pipe; SIGKILLed when destroyed.
-class ConsumerProcess {
+// A `txmq bench-consumer` child: THREADS threads receive with WAIT and print "ID MONOTONIC_NS".
+class ConsumerProcess : public ChildProcess {
  public:
-  ConsumerProcess(const std::string& dsn, const std::string& topic, int threads, double wait) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    std::vector<std::string> args = {self_exe(),       "bench-consumer",
-                                     topic,            "--threads",
-                                     std::to_string(threads), "--wait",
-                                     fmt::format("{}", wait)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // The DSN goes by the environment, not the command line (ps shows that to everyone).
-    std::vector<std::string> env_strings = {"TXMQ_DSN=" + dsn};
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::strncmp(*e, "TXMQ_DSN=", 9) != 0) envp.push_back(*e);
-    }
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    if (rc != 0) {
-      close(fds[0]);
-      throw std::runtime_error(fmt::format("cannot start {}: {}", args[0], std::strerror(rc)));
-    }
-    out_ = fdopen(fds[0], "r");
-  }
-  ~ConsumerProcess() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    if (out_ != nullptr) fclose(out_);
-  }
-  ConsumerProcess(const ConsumerProcess&) = delete;
-  ConsumerProcess& operator=(const ConsumerProcess&) = delete;
-
-  // The next line of its output ("" at the end).
-  std::string line() {
-    char buffer[256];
-    if (fgets(buffer, sizeof(buffer), out_) == nullptr) return "";
-    std::string s(buffer);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
+  ConsumerProcess(const std::string& dsn, const std::string& topic, int threads, double wait)
+      : ChildProcess({"bench-consumer", topic, "--threads", std::to_string(threads), "--wait",
+                      fmt::format("{}", wait)},
+                     dsn) {}
 };
 
 std::uint64_t questions(internal::Connection& admin) {

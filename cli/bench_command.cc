@@ -1,5 +1,8 @@
 // txmq bench: see bench/bench.h and docs/benchmarks.md.
+#include <signal.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,8 +15,18 @@
 #include "bench/bench.h"
 #include "cli.h"
 #include "txmq/local.h"
+#include "txmq/worker.h"
 
 namespace txmq::cli {
+namespace {
+
+long long monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+}
+
+}  // namespace
 
 void add_bench_command(CLI::App& app, Globals& g) {
   struct Args {
@@ -35,7 +48,11 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_flag("--huge", a->huge, "also drain at a 10M backlog (adds several minutes)");
   std::string sections;
   for (const std::string& s : bench::bench_sections()) sections += (sections.empty() ? "" : ",") + s;
-  bench->add_option("--only", a->only, "comma-separated sections to run: " + sections);
+  bench->add_option("--only", a->only,
+                    "comma-separated sections to run: " + sections +
+                        " (chaos and pressure run only when named: they restart the local "
+                        "server and take about 20 minutes each; with --quick, 2 cells in under "
+                        "3 minutes; one cell alone: --only pressure.held_snapshot)");
   bench->add_flag("--cpu", a->cpu,
                   "print the CPU each row took: the bench process and the machine (/proc)");
   bench->add_option("--cpu-pids", a->cpu_pids,
@@ -91,6 +108,9 @@ void add_bench_command(CLI::App& app, Globals& g) {
     }
     o.xa_dsn = a->xa_dsn;
     if (o.xa_dsn.empty() && local) o.xa_home = home + "-xa";
+    // The chaos cells restart the embedded server by its pid file (not the --binlog one, which
+    // they would start again without its binary log: they are skipped there, saying why).
+    if (local && !a->binlog) o.local_home = home;
     o.quick = a->quick;
     o.huge = a->huge;
     o.json = g.json;
@@ -151,9 +171,7 @@ void add_bench_consumer_command(CLI::App& app, Globals& g) {
           ReceiveOptions options;
           options.wait = wait;
           std::vector<Message> got = client->receive(a->topic, options);
-          timespec now{};
-          clock_gettime(CLOCK_MONOTONIC, &now);
-          const long long ns = static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+          const long long ns = monotonic_ns();
           for (const Message& m : got) {
             {
               std::lock_guard lock(out);
@@ -166,6 +184,70 @@ void add_bench_consumer_command(CLI::App& app, Globals& g) {
       });
     }
     for (std::thread& t : threads) t.join();
+  });
+}
+
+// A consumer process for the bench's chaos and pressure sections (bench/chaos.cc starts it): a
+// txmq::Worker of THREADS threads whose handler works WORK_MS (sleeps) per message. Payloads are
+// "SEQ SEND_NS ..."; each handled message is printed as "SEQ SEND_NS START_NS" (CLOCK_MONOTONIC
+// of the handler's start) when its handler returns, before its ack: a line whose ack is lost
+// comes again as a duplicate, never as a loss. SIGTERM stops the Worker gracefully; the bench's
+// death kills it (PR_SET_PDEATHSIG).
+void add_bench_worker_command(CLI::App& app, Globals& g) {
+  struct Args {
+    std::string topic;
+    int threads = 8;
+    double work_ms = 1;
+    double lease = 10;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("bench-worker", "");  // hidden: for txmq bench
+  cmd->group("");
+  cmd->add_option("topic", a->topic)->required();
+  cmd->add_option("--threads", a->threads);
+  cmd->add_option("--work-ms", a->work_ms);
+  cmd->add_option("--lease", a->lease);
+  cmd->callback([&g, a] {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // SIGTERM is taken by a thread of ours (sigwait), blocked in every other thread.
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, nullptr);
+    auto client = connect(g);
+    const auto work = std::chrono::duration<double, std::milli>(a->work_ms);
+    WorkerOptions options;
+    options.threads = a->threads;
+    options.lease = seconds_to_micros(a->lease, "--lease");
+    options.on_event = [](std::string_view) {};  // outages are what the bench measures
+    std::printf("ready\n");  // before the Worker's threads write their first lines
+    std::fflush(stdout);
+    Worker worker(*client, a->topic, [work](const Message& m) {
+      const long long start = monotonic_ns();
+      unsigned long long seq = 0;
+      long long sent = 0;
+      std::sscanf(m.payload.c_str(), "%llu %lld", &seq, &sent);
+      std::this_thread::sleep_for(work);
+      char line[80];
+      const int n = std::snprintf(line, sizeof(line), "%llu %lld %lld\n", seq, sent, start);
+      // One write of under PIPE_BUF bytes: lines of the threads never interleave.
+      if (write(STDOUT_FILENO, line, static_cast<std::size_t>(n)) != n) _exit(3);
+    }, options);
+    std::thread watcher([&worker, term] {
+      int sig = 0;
+      sigwait(&term, &sig);
+      worker.stop();
+    });
+    // The watcher may wait for a SIGTERM that never comes (the Worker stopped on an error): the
+    // process ends here, the watcher with it.
+    int status = 0;
+    try {
+      worker.join();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "txmq: bench-worker: %s\n", e.what());
+      status = 2;
+    }
+    _exit(status);
   });
 }
 

@@ -41,6 +41,7 @@ void add_consume_command(CLI::App& app, Globals& globals);
 void add_demo_command(CLI::App& app, Globals& globals);
 void add_bench_command(CLI::App& app, Globals& globals);
 void add_bench_consumer_command(CLI::App& app, Globals& globals);
+void add_bench_worker_command(CLI::App& app, Globals& globals);
 void add_serve_command(CLI::App& app, Globals& globals);
 void add_metrics_command(CLI::App& app, Globals& globals);
 void add_cluster_command(CLI::App& app, Globals& globals);

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   add_demo_command(app, globals);
   add_bench_command(app, globals);
   add_bench_consumer_command(app, globals);
+  add_bench_worker_command(app, globals);
   add_serve_command(app, globals);
   add_metrics_command(app, globals);
   add_cluster_command(app, globals);
