@@ -858,7 +858,10 @@ std::string percent(double share) { return fmt::format("{:.0f} %", share * 100);
 
 std::vector<std::string> chaos_cell_ids() {
   std::vector<std::string> ids;
-  for (const Cell& c : all_cells_for({.chaos = true, .pressure = true})) ids.push_back(c.id);
+  ChaosOptions every;
+  every.chaos = true;
+  every.pressure = true;
+  for (const Cell& c : all_cells_for(every)) ids.push_back(c.id);
   return ids;
 }
 
