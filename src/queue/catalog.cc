@@ -282,7 +282,7 @@ void drop_send_views(Connection& c, std::string_view topic, unsigned partitions)
 void create_send_views(Connection& c, std::string_view topic, unsigned group, unsigned partitions,
                        std::uint64_t placed) {
   for (unsigned p = 0; p < partitions; ++p) {
-    if (p >= 64 || ((placed >> p) & 1) == 0) continue;
+    if (!placed_in(placed, p)) continue;
     try {
       c.query(fmt::format(
           "CREATE OR REPLACE SQL SECURITY INVOKER VIEW {} AS SELECT id, visible_at, enqueued_at, "

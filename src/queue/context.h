@@ -43,6 +43,11 @@ struct GroupEntry {
 // A topic's settings, groups and partitions. `version` changes with every change of groups or
 // partitions; sends check it inside their statement or transaction (send.cc), so that no send
 // misses a group created since this copy was read.
+// Whether a placement mask (TopicLayout::placed, txmq_topics.placed) holds `partition`.
+inline bool placed_in(std::uint64_t placed, unsigned partition) {
+  return partition < 64 && ((placed >> partition) & 1) != 0;
+}
+
 struct TopicLayout {
   TopicInfo info;
   std::vector<GroupEntry> groups;  // by number; never empty
@@ -54,9 +59,7 @@ struct TopicLayout {
   // the cached copy once a send found them missing, until the layout is read again.
   bool send_views = true;
 
-  bool is_placed(unsigned partition) const {
-    return partition < 64 && ((placed >> partition) & 1) != 0;
-  }
+  bool is_placed(unsigned partition) const { return placed_in(placed, partition); }
   // Throws kNotFound naming the topic. Empty: the default group.
   const GroupEntry& group(std::string_view name) const;
   // The group whose queue tables allocate the ids (the lowest number); the others get copies.

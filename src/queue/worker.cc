@@ -115,23 +115,32 @@ struct Worker::Impl {
     pause(delay);
   }
 
-  // Runs settle() until it gives an answer, retrying while the database is unreachable.
-  template <typename F>
-  std::optional<Settle> settle_with_retries(const Message& m, const char* what, F&& settle) {
+  // Runs settle() until it gives an answer, retrying while the database is unreachable; when
+  // it cannot, reports gave_up(error) and returns nullopt (the messages' leases will end).
+  template <typename F, typename GaveUp>
+  auto with_settle_retries(F&& settle, GaveUp&& gave_up) -> std::optional<decltype(settle())> {
     const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
     for (int attempt = 1;; ++attempt) {
       try {
         return settle();
       } catch (const Error& e) {
         if (!e.retryable() || attempt >= kSettleTries) {
-          event(fmt::format("message {}: could not {} it ({}); it will be delivered again when "
-                            "its lease ends",
-                            m.id, what, e.what()));
+          event(gave_up(e));
           return std::nullopt;
         }
         std::this_thread::sleep_for(backoff.delay(attempt));
       }
     }
+  }
+
+  // with_settle_retries for one message's ack or nack.
+  template <typename F>
+  std::optional<Settle> settle_with_retries(const Message& m, const char* what, F&& settle) {
+    return with_settle_retries(std::forward<F>(settle), [&](const Error& e) {
+      return fmt::format("message {}: could not {} it ({}); it will be delivered again when its "
+                         "lease ends",
+                         m.id, what, e.what());
+    });
   }
 
   void hold_leases(std::size_t slot, const std::vector<Message>& messages,
@@ -162,22 +171,16 @@ struct Worker::Impl {
   // while the database is unreachable.
   void flush_acks(std::size_t slot, HeldAcks& held) {
     if (held.receipts.empty()) return;
-    const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
-    std::vector<Settle> results;
-    for (int attempt = 1;; ++attempt) {
-      try {
-        results = client.ack(topic, held.receipts);
-        break;
-      } catch (const Error& e) {
-        if (!e.retryable() || attempt >= kSettleTries) {
-          event(fmt::format("could not acknowledge {} messages (ids {} to {}): {}; they will be "
-                            "delivered again when their leases end",
-                            held.receipts.size(), held.ids.front(), held.ids.back(), e.what()));
-          break;
-        }
-        std::this_thread::sleep_for(backoff.delay(attempt));
-      }
-    }
+    const std::vector<Settle> results =
+        with_settle_retries([&] { return client.ack(topic, held.receipts); },
+                            [&](const Error& e) {
+                              return fmt::format(
+                                  "could not acknowledge {} messages (ids {} to {}): {}; they "
+                                  "will be delivered again when their leases end",
+                                  held.receipts.size(), held.ids.front(), held.ids.back(),
+                                  e.what());
+                            })
+            .value_or(std::vector<Settle>{});
     for (std::size_t i = 0; i < results.size(); ++i) {
       if (results[i] == Settle::kOk) {
         ++acked;
