@@ -239,65 +239,140 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
   create_shared_tables(c, t);
 }
 
-// --- Send views ---------------------------------------------------------------------------------
+// --- Send fences -------------------------------------------------------------------------------
 //
 // A single send, or a batch of one statement, to a topic with one group is one INSERT in
 // autocommit. It must not miss a group created meanwhile, nor write into a partition that moved
 // to another server. It used to check the topic's layout version inside the INSERT (a locking
-// subquery on txmq_topics): a second table opened and a shared lock on one hot row per send,
-// about 2.7x the server CPU of a bare INSERT (docs/benchmarks.md, "Send views").
+// subquery on txmq_topics: about 2.7x the server CPU of a bare INSERT), then to insert through a
+// view over the queue table that existed only while the layout allowed it (about 1.1x: the view
+// is opened and merged again at every execution). Both cost every send; now the guard costs
+// nothing there (docs/benchmarks.md, "Sends").
 //
-// Now such sends insert through a view over the partition's queue table, `txmq_sv_NAME[$P]`
-// (send_view), which exists only while the topic has one group and the partition is placed on
-// this server. Its existence is the guard (an INSERT through the view: about 1.1x the server CPU
-// of a bare INSERT):
-//  - a change of groups or placement drops the views first. DROP VIEW takes the view's exclusive
-//    metadata lock, so it waits until every INSERT through the view has committed (an
-//    autocommit INSERT holds the view's shared lock until then), and later ones fail with 1146
-//    (send.cc then takes the checked statement or the transaction path, which hold the topic
-//    row's shared lock and so wait for the change's fenced transaction);
-//  - a change that leaves one group (and creating a topic) creates them again after it
-//    committed, under the topic's claim, renewed first so that a change overtaken after a minute
-//    creates no view for a layout that has moved on since: the layout is read after renewing.
-// On Galera, CREATE and DROP VIEW are replicated in total order (TOI), and a DROP VIEW aborts
-// the INSERTs through the view that are running on any node: the fence holds on every node,
-// unlike a row's shared lock (by design: not yet run in the cluster fault suite). Without the
-// CREATE VIEW privilege there are no views, and sends take the checked statement, as before.
+// Such sends name a column of the partition's queue table, `send_fence` (kSendFence, always
+// NULL), which exists only while the topic has one group and the partition is placed on this
+// server. Its existence is the guard:
+//  - a change of groups or placement drops the column first (drop_send_fences). ALTER TABLE
+//    takes the table's exclusive metadata lock, so it waits until every INSERT naming the column
+//    has committed (an autocommit INSERT holds the table's shared lock until then), and later
+//    ones fail with 1054, unknown column (send.cc then takes the checked statement or the
+//    transaction path, which hold the topic row's shared lock and so wait for the change's
+//    fenced transaction);
+//  - a change that leaves one group (and creating a topic) adds it again after it committed,
+//    under the topic's claim, renewed first so that a change overtaken after a minute adds no
+//    fence for a layout that has moved on since: the layout is read after renewing.
+// The price is paid by the change, not by sends: the exclusive lock waits for every transaction
+// that touched the table (claims, exactly-once handlers, an application's open Transaction), and
+// the table's statements queue behind it meanwhile. Each ALTER waits at most kFenceWaitSeconds
+// (MariaDB's ALTER TABLE ... WAIT), then lets the topic run and tries again, up to
+// kFenceAttempts times, then fails the change, which changed nothing yet. Both ALTERs are
+// instant in InnoDB (metadata only) on MariaDB 10.4+; a server that allows no instant ALTER
+// (innodb_instant_alter_column_allowed) rebuilds the table to drop the column, and gets no
+// fence back (sends take the checked statement).
+// On Galera, ALTER TABLE is replicated in total order (TOI) and aborts the INSERTs naming the
+// column that are running on any node: the fence holds on every node, unlike a row's shared lock.
+// Without the ALTER privilege there are no fences, and sends take the checked statement.
 
-// Drops the topic's send views on this server (`partitions`: its partition count, which only
-// grows). DDL: commits what the connection had open.
-void drop_send_views(Connection& c, std::string_view topic, unsigned partitions) {
-  std::string names;
-  for (unsigned p = 0; p < partitions; ++p) {
-    if (p > 0) names += ", ";
-    names += send_view(topic, p);
+constexpr int kFenceWaitSeconds = 2;
+constexpr int kFenceAttempts = 6;
+constexpr auto kFencePause = std::chrono::milliseconds(500);
+constexpr unsigned kLockWaitTimeout = 1205;        // ER_LOCK_WAIT_TIMEOUT (ALTER ... WAIT)
+constexpr unsigned kNotInstant = 1846;             // ER_ALTER_OPERATION_NOT_SUPPORTED_REASON
+constexpr unsigned kNotInstantNoReason = 1845;     // ER_ALTER_OPERATION_NOT_SUPPORTED
+
+// The queue tables of the topic's groups (`groups`: their numbers) and its first `partitions`
+// partitions that have the send fence on this server, quoted.
+std::vector<std::string> fenced_tables(Connection& c, std::string_view topic,
+                                       const std::vector<unsigned>& groups, unsigned partitions) {
+  std::vector<Param> params = {Param(kSendFence)};
+  std::vector<std::string> names;
+  for (unsigned g : groups) {
+    for (unsigned p = 0; p < partitions; ++p) {
+      const std::string quoted = topic_tables(topic, g, p).queue;
+      names.push_back(quoted.substr(1, quoted.size() - 2));
+    }
   }
-  c.query(fmt::format("DROP VIEW IF EXISTS {}", names));
+  std::string in;
+  for (const std::string& name : names) {
+    in += in.empty() ? "?" : ", ?";
+    params.emplace_back(std::string_view(name));
+  }
+  Result r = c.execute(fmt::format("SELECT TABLE_NAME FROM information_schema.COLUMNS WHERE "
+                                   "TABLE_SCHEMA = DATABASE() AND COLUMN_NAME = ? AND "
+                                   "TABLE_NAME IN ({})",
+                                   in),
+                       params);
+  std::vector<std::string> out;
+  for (const Row& row : r.rows) out.push_back(quote_identifier(row.bytes(0)));
+  return out;
 }
 
-// Creates the send views of a topic whose only group has number `group`, for the partitions
-// placed here (`placed`: a mask, as TopicLayout::placed). REQUIRES: the caller holds the topic's
-// claim (or the schema's, in a migration) and read the layout after it last renewed it. Best
-// effort: a view that is missing costs sends speed, never a message.
-void create_send_views(Connection& c, std::string_view topic, unsigned group, unsigned partitions,
-                       std::uint64_t placed) {
-  for (unsigned p = 0; p < partitions; ++p) {
-    if (!placed_in(placed, p)) continue;
+// One ALTER TABLE of the fences, waiting at most kFenceWaitSeconds for the table's metadata lock
+// each time, kFenceAttempts times. Throws kUnavailable when a transaction held the table all
+// along; other errors as the server gave them.
+void alter_for_fence(Connection& c, const std::string& table, std::string_view change,
+                     bool instant) {
+  for (int attempt = 1;; ++attempt) {
     try {
-      c.query(fmt::format(
-          "CREATE OR REPLACE SQL SECURITY INVOKER VIEW {} AS SELECT id, visible_at, enqueued_at, "
-          "msg_key, payload, attributes FROM {}",
-          send_view(topic, p), topic_tables(topic, group, p).queue));
-    } catch (const Error&) {
-      return;  // no privilege (1142), or the connection failed: sends take the checked path
+      c.query(fmt::format("ALTER TABLE {} WAIT {} {}{}", table, kFenceWaitSeconds, change,
+                          instant ? ", ALGORITHM=INSTANT" : ""));
+      return;
+    } catch (const Error& e) {
+      if (e.server_errno() != kLockWaitTimeout || c.broken()) throw;
+      if (attempt == kFenceAttempts) {
+        throw Error(Errc::kUnavailable,
+                    fmt::format("the change waited {} times {} s for transactions on {} to end "
+                                "(a long exactly-once handler or an open Transaction?); nothing "
+                                "was changed: try again",
+                                kFenceAttempts, kFenceWaitSeconds, table),
+                    e.server_errno());
+      }
+      std::this_thread::sleep_for(kFencePause);
     }
   }
 }
 
-void create_send_views(Connection& c, const std::optional<TopicLayout>& layout) {
+// Drops the send fences of the topic's queue tables on this server (every group of `layout`,
+// its partitions), waiting for the sends that name them. DDL: commits what the connection had
+// open. Throws when a fence could not be dropped (the caller's change must not go on).
+void drop_send_fences(Connection& c, const TopicLayout& layout) {
+  std::vector<unsigned> groups;
+  for (const GroupEntry& g : layout.groups) groups.push_back(g.number);
+  for (const std::string& table :
+       fenced_tables(c, layout.info.name, groups, layout.partitions())) {
+    const std::string change = fmt::format("DROP COLUMN IF EXISTS {}", kSendFence);
+    try {
+      alter_for_fence(c, table, change, true);
+    } catch (const Error& e) {
+      if (e.server_errno() != kNotInstant && e.server_errno() != kNotInstantNoReason) throw;
+      alter_for_fence(c, table, change, false);  // the server rebuilds the table
+    }
+  }
+}
+
+// Adds the send fences of a topic whose only group has number `group`, to the partitions placed
+// here (`placed`: a mask, as TopicLayout::placed). REQUIRES: the caller holds the topic's claim
+// (or the schema's, in a migration) and read the layout after it last renewed it. Best effort:
+// a fence that is missing costs sends speed, never a message.
+void add_send_fences(Connection& c, std::string_view topic, unsigned group, unsigned partitions,
+                     std::uint64_t placed) {
+  for (unsigned p = 0; p < partitions; ++p) {
+    if (!placed_in(placed, p)) continue;
+    try {
+      alter_for_fence(c, topic_tables(topic, group, p).queue,
+                      fmt::format("ADD COLUMN IF NOT EXISTS {} TINYINT NULL", kSendFence), true);
+    } catch (const Error&) {
+      // No privilege (1142), no instant ALTER, transactions that held the table, or the
+      // connection failed: sends take the checked statement.
+      return;
+    }
+  }
+}
+
+void add_send_fences(Connection& c, const std::optional<TopicLayout>& layout) {
   if (!layout || layout->groups.size() != 1) return;
-  create_send_views(c, layout->info.name, layout->allocator().number, layout->partitions(),
-                    layout->placed);
+  add_send_fences(c, layout->info.name, layout->allocator().number, layout->partitions(),
+                  layout->placed);
 }
 
 // Keys of messages sent before version 4 (when keys did not order delivery): every such message
@@ -440,20 +515,32 @@ void migrate_from_8(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 9, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
-// Version 9 -> 10: send views (above) for every topic with one group. Version-9 clients would
-// not drop them when they create a group: upgrade every client together (a client refuses a
-// newer schema).
+// Version 9 -> 10: send views for every topic with one group (replaced by send fences in 11).
 void migrate_from_9(Connection& c) {
+  c.execute("UPDATE txmq_schema SET version = 10, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Version 10 -> 11: send fences (above) instead of send views. Version-10 clients would insert
+// through views that no change drops any more: upgrade every client together (a client refuses
+// a newer schema).
+void migrate_from_10(Connection& c) {
+  Result all = c.execute("SELECT name, partitions FROM txmq_topics", {});
+  for (const Row& row : all.rows) {
+    std::string names;
+    for (unsigned p = 0; p < static_cast<unsigned>(row.u64(1)); ++p) {
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", send_view(row.bytes(0), p));
+    }
+    if (!names.empty()) c.query(fmt::format("DROP VIEW IF EXISTS {}", names));
+  }
   Result r = c.execute(
       "SELECT t.name, MIN(g.number), t.partitions, t.placed FROM txmq_topics t JOIN txmq_groups g "
       "ON g.topic = t.name GROUP BY t.name, t.partitions, t.placed HAVING COUNT(*) = 1",
       {});
   for (const Row& row : r.rows) {
-    create_send_views(c, row.bytes(0), static_cast<unsigned>(row.u64(1)),
-                      static_cast<unsigned>(row.u64(2)),
-                      row.null(3) ? kAllPartitions : row.u64(3));
+    add_send_fences(c, row.bytes(0), static_cast<unsigned>(row.u64(1)),
+                    static_cast<unsigned>(row.u64(2)), row.null(3) ? kAllPartitions : row.u64(3));
   }
-  c.execute("UPDATE txmq_schema SET version = 10, updated_at = NOW(6) WHERE singleton = 1", {});
+  c.execute("UPDATE txmq_schema SET version = 11, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
 // --- Claims ------------------------------------------------------------------------------------
@@ -747,6 +834,7 @@ void TopicCatalog::bootstrap() {
       step(7, migrate_from_7);
       step(8, migrate_from_8);
       step(9, migrate_from_9);
+      step(10, migrate_from_10);
     } catch (...) {
       release_claim(c, kSchemaClaim, key, token);
       throw;
@@ -799,13 +887,13 @@ std::optional<TopicLayout> TopicCatalog::cached(std::string_view name) {
 }
 
 TopicLayout TopicCatalog::layout(std::string_view name) {
-  if (std::optional<TopicLayout> known = cached(name)) return *known;
+  if (std::optional<TopicLayout> known = cached(name)) return std::move(*known);
   return pool_.run(OnLostConnection::kRetry,
                    [&](Connection& c, const Attempt&) { return reload(c, name); });
 }
 
 TopicLayout TopicCatalog::layout(std::string_view name, Connection& c) {
-  if (std::optional<TopicLayout> known = cached(name)) return *known;
+  if (std::optional<TopicLayout> known = cached(name)) return std::move(*known);
   return reload(c, name);
 }
 
@@ -814,10 +902,10 @@ void TopicCatalog::forget(std::string_view name) {
   cache_.erase(std::string(name));
 }
 
-void TopicCatalog::no_send_views(std::string_view name) {
+void TopicCatalog::no_send_fences(std::string_view name) {
   std::lock_guard lock(mutex_);
   auto it = cache_.find(std::string(name));
-  if (it != cache_.end()) it->second.layout.send_views = false;
+  if (it != cache_.end()) it->second.layout.send_fences = false;
 }
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
@@ -855,7 +943,7 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
   if (created) {
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       LayoutLock held(c, name);
-      if (held.renew()) create_send_views(c, load(c, name));
+      if (held.renew()) add_send_fences(c, load(c, name));
     });
     return true;
   }
@@ -898,7 +986,7 @@ void TopicCatalog::drop(std::string_view name) {
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
-    if (layout) drop_send_views(c, name, layout->partitions());
+    if (layout) drop_send_fences(c, *layout);
     c.begin();
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
@@ -926,10 +1014,10 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
   const Param mask = placed == kAllPartitions ? Param(nullptr) : Param(placed);
   pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
-    // The views of partitions that leave first (all of them: simpler, and rare).
+    // The fences of partitions that leave first (all of them: simpler, and rare).
     const std::optional<TopicLayout> before = load(c, name);
     const bool moves = before && before->placed != placed;
-    if (moves) drop_send_views(c, name, before->partitions());
+    if (moves) drop_send_fences(c, *before);
     Result r = c.execute(
         "UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
         "(placed <=> ?)",
@@ -938,7 +1026,7 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
         c.execute("SELECT 1 FROM txmq_topics WHERE name = ?", {name}).rows.empty()) {
       throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
     }
-    if (moves && held.renew()) create_send_views(c, load(c, name));
+    if (moves && held.renew()) add_send_fences(c, load(c, name));
   });
   forget(name);
 }
@@ -965,7 +1053,7 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                               name, had));
     }
     const bool moves = placed && *placed != layout->placed;
-    if (moves) drop_send_views(c, name, layout->partitions());
+    if (moves) drop_send_fences(c, *layout);
     // New partitions get their tables in every group before sends may use them.
     for (int p = had; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
@@ -986,7 +1074,7 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                 "(placed <=> ?)",
                 {mask, name, mask});
     }
-    if ((moves || options.partitions > had) && held.renew()) create_send_views(c, load(c, name));
+    if ((moves || options.partitions > had) && held.renew()) add_send_fences(c, load(c, name));
   });
   forget(name);
 }
@@ -1073,17 +1161,17 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     const unsigned allocator = layout->allocator().number;
     std::vector<TopicTables> fresh;
     // DDL commits by itself: the new tables, and the end of single sends' fast path (the send
-    // views, whose drop waits for the sends through them), before the fenced transaction.
+    // fences, whose drop waits for the sends naming them), before the fenced transaction.
     for (unsigned p = 0; p < partitions; ++p) {
       fresh.push_back(topic_tables(topic, number, p));
       create_queue_tables(c, fresh.back(), first_id_of(p));
     }
-    drop_send_views(c, topic, partitions);
+    drop_send_fences(c, *layout);
     bool group_made = false;
-    const ScopeExit restore([&] {  // no group after all: the views back, if the connection works
+    const ScopeExit restore([&] {  // no group after all: the fences back, if the connection works
       if (group_made || c.broken()) return;
       try {
-        if (held.renew()) create_send_views(c, load(c, topic));
+        if (held.renew()) add_send_fences(c, load(c, topic));
       } catch (const Error&) {
       }
     });
@@ -1170,7 +1258,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
       c.query(
           fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys, t.parked));
     }
-    if (held.renew()) create_send_views(c, load(c, topic));  // one group left: the fast path
+    if (held.renew()) add_send_fences(c, load(c, topic));  // one group left: the fast path
   });
   forget(topic);
 }

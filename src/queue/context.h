@@ -55,9 +55,9 @@ struct TopicLayout {
   // The partitions that live on this server, one bit each: all of them unless the topic is
   // spread over several servers (placement.h), where each server holds some.
   std::uint64_t placed = ~std::uint64_t{0};
-  // Whether single sends try the topic's send views first (catalog.cc, "Send views"): false in
-  // the cached copy once a send found them missing, until the layout is read again.
-  bool send_views = true;
+  // Whether single sends try the topic's send fences first (catalog.cc, "Send fences"): false
+  // in the cached copy once a send found them missing, until the layout is read again.
+  bool send_fences = true;
 
   bool is_placed(unsigned partition) const { return placed_in(placed, partition); }
   // Throws kNotFound naming the topic. Empty: the default group.
@@ -94,9 +94,9 @@ class TopicCatalog {
   void drop(std::string_view name);
   std::vector<TopicInfo> list();
   void forget(std::string_view name);
-  // A send found the topic's send views missing: the cached layout says so (send_views false)
+  // A send found the topic's send fences missing: the cached layout says so (send_fences false)
   // until it is read again, so that the next sends go straight to the checked statement.
-  void no_send_views(std::string_view name);
+  void no_send_fences(std::string_view name);
 
   // Consumer groups (catalog.cc). create_group returns false when the group existed.
   bool create_group(std::string_view topic, std::string_view group, GroupStart start);
@@ -250,7 +250,7 @@ inline bool past_max_attempts(const TopicOptions& options, std::int64_t attempts
   return options.max_attempts > 0 && attempts >= options.max_attempts;
 }
 
-constexpr int kSchemaVersion = 10;
+constexpr int kSchemaVersion = 11;
 constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;

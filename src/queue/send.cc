@@ -10,6 +10,7 @@
 #include <utility>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "queue/attributes.h"
 #include "queue/operations.h"
@@ -78,17 +79,19 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
 }
 
 // `first_payload`: the first row's payload expression (a check that binds its own parameters
-// before the payload's).
+// before the payload's). `fenced`: the statement names the send fence (catalog.cc, "Send
+// fences"), and fails with 1054 once the topic's layout no longer allows it.
 std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning,
-                       std::string_view first_payload = "?") {
+                       std::string_view first_payload = "?", bool fenced = false) {
   std::string sql =
-      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}) VALUES ", table,
-                  shape.attributes ? ", attributes" : "");
+      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}{}) VALUES ", table,
+                  shape.attributes ? ", attributes" : "",
+                  fenced ? fmt::format(", {}", kSendFence) : std::string());
   auto row = [&](std::string_view payload) {
     return fmt::format(
-        "({}, UTC_TIMESTAMP(6), {}, {}{})",
+        "({}, UTC_TIMESTAMP(6), {}, {}{}{})",
         shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
-        shape.key ? "?" : "NULL", payload, shape.attributes ? ", ?" : "");
+        shape.key ? "?" : "NULL", payload, shape.attributes ? ", ?" : "", fenced ? ", NULL" : "");
   };
   const std::string first = row(first_payload);
   const std::string next = row("?");
@@ -430,10 +433,10 @@ std::size_t claimable_now(std::span<const OutgoingMessage> messages) {
 namespace {
 
 // How a single send or a one-statement batch to a topic with one group guards against a change
-// of the topic's groups or placement since it read the layout (catalog.cc, "Send views"):
-//  1. an INSERT through the partition's send view, which exists only while the layout allows
-//     this send: nothing to check, and a change drops the view (waiting for the INSERTs through
-//     it) before it commits. No view (1146; 1356 for a view left without its table): step 2;
+// of the topic's groups or placement since it read the layout (catalog.cc, "Send fences"):
+//  1. an INSERT that names the partition's send fence, a column which exists only while the
+//     layout allows this send: nothing to check, and a change drops the column (waiting for the
+//     INSERTs naming it) before it commits. No column (1054; 1146 for a table gone): step 2;
 //  2. an INSERT into the queue table whose first payload is NULL unless the layout version is
 //     still the one read (kLayoutCheck), which the NOT NULL column refuses (1048) before
 //     anything is written: for servers without views (no CREATE VIEW privilege) and during a
@@ -442,14 +445,14 @@ namespace {
 //     a subquery in VALUES, not INSERT ... SELECT, which takes InnoDB's table-level AUTO-INC
 //     lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at 16 threads to 0.40x
 //     of a raw INSERT. Measured in the server alone (no round trips, no fsync): about 2.7x the
-//     CPU of a bare INSERT; an INSERT through the view about 1.1x (docs/benchmarks.md, "Send
-//     views");
+//     CPU of a bare INSERT; an INSERT naming the fence the same as a bare one (docs/benchmarks.md,
+//     "Sends");
 //  3. refused again (1048): the layout changed, and the transaction path reads it again.
 constexpr std::string_view kLayoutCheck =
     "IF((SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE) = ?, ?, NULL)";
 constexpr unsigned kBadNull = 1048;
+constexpr unsigned kNoSuchColumn = 1054;
 constexpr unsigned kNoSuchTable = 1146;
-constexpr unsigned kViewInvalid = 1356;
 
 // Runs `run(c)` (one INSERT) in autocommit; nullopt when the server refused it with one of
 // `refused` (its guard said no).
@@ -473,23 +476,26 @@ auto run_guarded(QueueContext& q, std::string_view topic, std::initializer_list<
   });
 }
 
-// Steps 1 and 2 above for one statement: `sql(into, first_payload)` makes it, `params` are its
-// parameters without the check's, `check_at` where the check's two go (before the first
-// payload's), `run(c, sql, params)` executes it. nullopt: step 3.
+// Steps 1 and 2 above for one statement: `sql(into, first_payload, fenced)` makes it, `params`
+// are its parameters without the check's, `check_at` where the check's two go (before the first
+// payload's), `run(c, sql, params)` executes it; `fenced_sql`: step 1's statement, when the
+// caller has it made already. nullopt: step 3.
 template <typename Make, typename Run>
 auto insert_guarded(QueueContext& q, const TopicLayout& layout, unsigned partition, const Make& sql,
-                    const std::vector<Param>& params, std::size_t check_at, const Run& run)
+                    const std::vector<Param>& params, std::size_t check_at, const Run& run,
+                    const std::string* fenced_sql = nullptr)
     -> std::optional<decltype(run(std::declval<Connection&>(), std::string(), params))> {
   const std::string& topic = layout.info.name;
-  if (layout.send_views) {
-    const std::string through_view = sql(send_view(topic, partition), "?");
-    auto done = run_guarded(q, topic, {kNoSuchTable, kViewInvalid},
-                            [&](Connection& c) { return run(c, through_view, params); });
+  const auto table = [&] { return topic_tables(topic, layout.allocator().number, partition).queue; };
+  if (layout.send_fences) {
+    const std::string fenced = fenced_sql ? std::string() : sql(table(), "?", true);
+    const std::string& statement = fenced_sql ? *fenced_sql : fenced;
+    auto done = run_guarded(q, topic, {kNoSuchColumn, kNoSuchTable},
+                            [&](Connection& c) { return run(c, statement, params); });
     if (done) return done;
-    q.catalog.no_send_views(topic);
+    q.catalog.no_send_fences(topic);
   }
-  const std::string checked =
-      sql(topic_tables(topic, layout.allocator().number, partition).queue, kLayoutCheck);
+  const std::string checked = sql(table(), kLayoutCheck, false);
   std::vector<Param> with_check = params;
   with_check.insert(with_check.begin() + static_cast<std::ptrdiff_t>(check_at),
                     {Param(std::string_view(topic)), Param(layout.version)});
@@ -497,6 +503,26 @@ auto insert_guarded(QueueContext& q, const TopicLayout& layout, unsigned partiti
       run_guarded(q, topic, {kBadNull}, [&](Connection& c) { return run(c, checked, with_check); });
   if (!done) q.catalog.forget(topic);  // the layout changed since it was read
   return done;
+}
+
+// A single send's fenced statement for a partition of group `group`, made once per thread:
+// formatting the table's name and the statement at every send was the largest piece of a send's
+// client CPU after the socket (perf; docs/benchmarks.md, "Sends").
+const std::string& single_send_sql(std::string_view topic, unsigned group, unsigned partition,
+                                   const RowShape& shape) {
+  constexpr std::size_t kMostKept = 1024;  // statements per thread
+  thread_local std::unordered_map<std::string, std::string> made;
+  thread_local std::string key;
+  key.assign(topic);
+  key.append(reinterpret_cast<const char*>(&group), sizeof group);
+  key.append(reinterpret_cast<const char*>(&partition), sizeof partition);
+  key += shape.delay ? 'd' : '-';
+  if (auto it = made.find(key); it != made.end()) return it->second;
+  if (made.size() >= kMostKept) made.clear();
+  return made
+      .emplace(key, insert_sql(topic_tables(topic, group, partition).queue, 1, shape, false, "?",
+                               true))
+      .first->second;
 }
 
 }  // namespace
@@ -525,13 +551,14 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   params.push_back(payload);
   const std::optional<std::uint64_t> id = insert_guarded(
       q, layout, p,
-      [&](const std::string& into, std::string_view first_payload) {
-        return insert_sql(into, 1, shape, false, first_payload);
+      [&](const std::string& into, std::string_view first_payload, bool fenced) {
+        return insert_sql(into, 1, shape, false, first_payload, fenced);
       },
       params, shape.delay ? 1 : 0,
       [](Connection& c, const std::string& sql, const std::vector<Param>& bound) {
         return c.execute(sql, bound).insert_id;
-      });
+      },
+      layout.send_fences ? &single_send_sql(topic, layout.allocator().number, p, shape) : nullptr);
   if (!id) {  // the layout changed: the transaction path reads it again
     OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
@@ -578,8 +605,8 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   using Ids = std::vector<std::uint64_t>;
   std::optional<Ids> ids = insert_guarded(
       q, layout, p,
-      [&](const std::string& into, std::string_view first_payload) {
-        return insert_sql(into, rows.size(), shape, true, first_payload);
+      [&](const std::string& into, std::string_view first_payload, bool fenced) {
+        return insert_sql(into, rows.size(), shape, true, first_payload, fenced);
       },
       params, shape.delay ? 1 : 0,  // the check's parameters come before the first payload
       [](Connection& c, const std::string& sql, const std::vector<Param>& bound) {

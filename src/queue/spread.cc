@@ -693,7 +693,8 @@ std::vector<Param> params_of(const Row& row) {
   return params;
 }
 
-// Rows of one table as the source has them, with their columns' names (in SELECT * order).
+// Rows of one table as the source has them, with their columns' names (in SELECT * order; the
+// send fence, a guard of this server's own, is not copied).
 struct CopiedRows {
   std::string table;  // quoted
   std::vector<std::string> columns;
@@ -705,10 +706,16 @@ CopiedRows read_for_copy(Connection& src, const std::string& table, std::string_
   CopiedRows out{table, {}, {}};
   Result names = src.execute(
       "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
-      "TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
-      {std::string_view(table).substr(1, table.size() - 2)});
+      "TABLE_NAME = ? AND COLUMN_NAME <> ? ORDER BY ORDINAL_POSITION",
+      {std::string_view(table).substr(1, table.size() - 2), kSendFence});
   for (const Row& row : names.rows) out.columns.push_back(row.bytes(0));
-  out.rows = src.execute(fmt::format("SELECT * FROM {} {} FOR UPDATE", table, where), params).rows;
+  std::string columns;
+  for (const std::string& name : out.columns) {
+    columns += fmt::format("{}{}", columns.empty() ? "" : ", ", quote_identifier(name));
+  }
+  out.rows =
+      src.execute(fmt::format("SELECT {} FROM {} {} FOR UPDATE", columns, table, where), params)
+          .rows;
   return out;
 }
 

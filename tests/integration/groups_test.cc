@@ -285,62 +285,72 @@ std::multiset<std::string> drain(Client& c, const std::string& topic, const std:
   }
 }
 
-// The send views (`txmq_sv_NAME[$P]`, catalog.cc "Send views") that single sends insert through
-// exist only while the topic has one group and point at that group's tables; a topic without
-// them (a server without the CREATE VIEW privilege) still sends, through the checked statement.
-TEST(Groups, SendViewsExistOnlyWhileTheTopicHasOneGroup) {
+// The send fences (a column `send_fence` of the queue tables, catalog.cc "Send fences") that
+// single sends name exist only while the topic has one group, on that group's tables; a topic
+// without them (a server without the ALTER privilege) still sends, through the checked statement.
+TEST(Groups, SendFencesExistOnlyWhileTheTopicHasOneGroup) {
   auto c = client();
   auto sql = test::admin();
   const std::string topic = topic_for_test();
   c->create_topic(topic, {.partitions = 3});
-  const auto views = [&] {
-    return sql->execute("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = "
-                        "DATABASE() AND TABLE_NAME LIKE ?",
-                        {fmt::format("txmq\\_sv\\_{}%", topic)})
-        .rows.at(0)
-        .i64(0);
+  // The queue tables with a fence, of which those of group `number`.
+  const auto fences = [&](std::optional<int> number = std::nullopt) {
+    std::int64_t n = 0;
+    for (const auto& row :
+         sql->execute("SELECT TABLE_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                      "DATABASE() AND COLUMN_NAME = 'send_fence' AND TABLE_NAME LIKE ?",
+                      {fmt::format("txmq\\_q\\_{}%", topic)})
+             .rows) {
+      const std::string& name = row.bytes(0);
+      const std::size_t dollar = name.find('$');
+      const int group = dollar == std::string::npos ? 0 : std::stoi(name.substr(dollar + 1));
+      if (!number || *number == group) ++n;
+    }
+    return n;
   };
-  EXPECT_EQ(views(), 3);
+  EXPECT_EQ(fences(), 3);
   ASSERT_TRUE(c->create_group(topic, "second"));
-  EXPECT_EQ(views(), 0);
+  EXPECT_EQ(fences(), 0);
   c->drop_group(topic, "default");  // "second" is the only group: its tables take sends
-  EXPECT_EQ(views(), 3);
+  EXPECT_EQ(fences(1), 3);
+  EXPECT_EQ(fences(), 3);
   for (int i = 0; i < 6; ++i) c->send(topic, fmt::format("m{}", i));
   EXPECT_EQ(drain(*c, topic, "second"),
             (std::multiset<std::string>{"m0", "m1", "m2", "m3", "m4", "m5"}));
-  // No views: sends take the checked statement, and still reach a group created meanwhile.
+  // No fences: sends take the checked statement, and still reach a group created meanwhile.
   for (int p = 0; p < 3; ++p) {
-    sql->query(fmt::format("DROP VIEW {}", internal::send_view(topic, p)));
+    sql->query(fmt::format("ALTER TABLE {} DROP COLUMN send_fence",
+                           internal::topic_tables(topic, 1, static_cast<unsigned>(p)).queue));
   }
-  c->send(topic, "no view");
+  c->send(topic, "no fence");
   auto other = client();
   ASSERT_TRUE(other->create_group(topic, "third"));
-  c->send(topic, "no view, after");
-  std::vector<OutgoingMessage> batch = {{"no view, batch", std::nullopt, Micros{0}, std::nullopt}};
+  c->send(topic, "no fence, after");
+  std::vector<OutgoingMessage> batch = {{"no fence, batch", std::nullopt, Micros{0}, std::nullopt}};
   c->send_batch(topic, batch);
   EXPECT_EQ(drain(*other, topic, "third"),
-            (std::multiset<std::string>{"no view, after", "no view, batch"}));
+            (std::multiset<std::string>{"no fence, after", "no fence, batch"}));
   EXPECT_EQ(drain(*other, topic, "second"),
-            (std::multiset<std::string>{"no view", "no view, after", "no view, batch"}));
+            (std::multiset<std::string>{"no fence", "no fence, after", "no fence, batch"}));
   other->drop_group(topic, "third");
-  EXPECT_EQ(views(), 3);
+  EXPECT_EQ(fences(), 3);
   c->drop_topic(topic);
-  EXPECT_EQ(views(), 0);
+  EXPECT_EQ(fences(), 0);
 }
 
-// A group change waits for sends in progress through a send view: the view's drop waits for the
-// INSERT's metadata lock, which an uncommitted transaction holds (a single send holds it until
-// its autocommit INSERT commits). Sends after the change reach the new group.
-TEST(Groups, AGroupChangeWaitsForASendThroughTheViewToCommit) {
+// A group change waits for sends in progress that name the send fence: dropping the column
+// waits for the table's metadata lock, which an uncommitted transaction holds (a single send
+// holds it until its autocommit INSERT commits). Sends after the change reach the new group.
+TEST(Groups, AGroupChangeWaitsForASendNamingTheFenceToCommit) {
   auto c = client();
   auto sql = test::admin();
   const std::string topic = topic_for_test();
   c->create_topic(topic);
   c->send(topic, "cached");  // c has the one-group layout cached now
   sql->begin();
-  sql->execute(fmt::format("INSERT INTO {} (visible_at, enqueued_at, payload) VALUES "
-                           "(UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 'in flight')",
-                           internal::send_view(topic, 0)));
+  sql->execute(fmt::format("INSERT INTO {} (visible_at, enqueued_at, payload, send_fence) VALUES "
+                           "(UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 'in flight', NULL)",
+                           internal::topic_tables(topic).queue));
   std::atomic<bool> created{false};
   std::thread admin([&] {
     auto a = client();
@@ -348,14 +358,54 @@ TEST(Groups, AGroupChangeWaitsForASendThroughTheViewToCommit) {
     created = true;
   });
   std::this_thread::sleep_for(700ms);
-  EXPECT_FALSE(created) << "the group was created while a send through the view was open";
+  EXPECT_FALSE(created) << "the group was created while a send naming the fence was open";
   sql->commit();
   admin.join();
   EXPECT_TRUE(created);
-  c->send(topic, "after");  // through a stale cache: the view is gone
+  c->send(topic, "after");  // through a stale cache: the fence is gone
   EXPECT_EQ(drain(*c, topic, "newer"), std::multiset<std::string>{"after"});
   EXPECT_EQ(drain(*c, topic, "default"),
             (std::multiset<std::string>{"cached", "in flight", "after"}));
+}
+
+// A transaction that holds the queue table longer than a group change waits for it (its fence
+// cannot be dropped): the change fails with kUnavailable and changes nothing, sends and claims
+// go on meanwhile, and the change succeeds once the transaction ended.
+TEST(Groups, AGroupChangeGivesUpOnATransactionThatHoldsTheTableAndChangesNothing) {
+  auto c = client();
+  auto sql = test::admin();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send(topic, "before");
+  sql->begin();
+  sql->execute(fmt::format("SELECT COUNT(*) FROM {}", internal::topic_tables(topic).queue));
+  std::atomic<bool> done{false};
+  std::atomic<int> sent{0};
+  std::thread sender([&] {  // between the change's waits, sends go through
+    auto s = client();
+    while (!done) {
+      s->send(topic, "during");
+      ++sent;
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c->create_group(topic, "blocked");
+    ADD_FAILURE() << "the group was created while a transaction held the queue table";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kUnavailable) << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 10s);
+  done = true;
+  sender.join();
+  EXPECT_GT(sent, 10);
+  sql->commit();
+  EXPECT_EQ(c->list_groups(topic).size(), 1u);
+  ASSERT_TRUE(c->create_group(topic, "later"));
+  c->send(topic, "after");
+  EXPECT_EQ(drain(*c, topic, "later"), std::multiset<std::string>{"after"});
+  EXPECT_EQ(drain(*c, topic, "default").size(), static_cast<std::size_t>(sent) + 2);
 }
 
 // Sends of every kind run in six threads (single sends and one-statement batches while the

@@ -584,14 +584,36 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 10);
-  // Version 10: the topic's send view (it has one group).
-  EXPECT_EQ(a->execute("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ? AND "
-                       "TABLE_NAME = 'txmq_sv_old'",
-                       {db})
-                .rows.at(0)
-                .i64(0),
-            1);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
+  // Version 11: the topic's send fence (it has one group).
+  const auto fences = [&] {
+    return a->execute("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND "
+                      "TABLE_NAME = 'txmq_q_old' AND COLUMN_NAME = 'send_fence'",
+                      {db})
+        .rows.at(0)
+        .i64(0);
+  };
+  const auto views = [&] {
+    return a->execute("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ? AND "
+                      "TABLE_NAME = 'txmq_sv_old'",
+                      {db})
+        .rows.at(0)
+        .i64(0);
+  };
+  EXPECT_EQ(fences(), 1);
+  EXPECT_EQ(views(), 0);
+  // Version 10 -> 11: the send view of version 10 goes, the fence comes.
+  a->query("ALTER TABLE txmq_q_old DROP COLUMN send_fence");
+  a->query("CREATE SQL SECURITY INVOKER VIEW txmq_sv_old AS SELECT id, visible_at, enqueued_at, "
+           "msg_key, payload, attributes FROM txmq_q_old");
+  a->query("UPDATE txmq_schema SET version = 10");
+  {
+    Client upgraded(options);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
+    EXPECT_EQ(views(), 0);
+    EXPECT_EQ(fences(), 1);
+    upgraded.send("old", "after 11");
+  }
   // Version 5: one partition, no archive, the group "default" with the topic's old tables;
   // version 6: messages without attributes, no dead-letter topic, no retention.
   EXPECT_TRUE(got[0].attributes.empty());
@@ -661,7 +683,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 10);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.
