@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -307,12 +308,25 @@ std::vector<std::string> fenced_tables(Connection& c, std::string_view topic,
   return out;
 }
 
+// Renews the caller's claim on the topic's layout (LayoutLock::renew): false when another
+// client overtook it.
+using RenewClaim = std::function<bool()>;
+
+Error claim_lost(const std::string& table) {
+  return Error(Errc::kUnavailable,
+               fmt::format("waiting for transactions on {} outlasted this change's claim on the "
+                           "topic, which another client has taken: nothing more was changed",
+                           table));
+}
+
 // One ALTER TABLE of the fences, waiting at most kFenceWaitSeconds for the table's metadata lock
-// each time, kFenceAttempts times. Throws kUnavailable when a transaction held the table all
-// along; other errors as the server gave them.
+// each time, kFenceAttempts times, renewing the claim before each (waiting can outlast it).
+// Throws kUnavailable when a transaction held the table all along or the claim was lost; other
+// errors as the server gave them.
 void alter_for_fence(Connection& c, const std::string& table, std::string_view change,
-                     bool instant) {
+                     bool instant, const RenewClaim& renew) {
   for (int attempt = 1;; ++attempt) {
+    if (!renew()) throw claim_lost(table);
     try {
       c.query(fmt::format("ALTER TABLE {} WAIT {} {}{}", table, kFenceWaitSeconds, change,
                           instant ? ", ALGORITHM=INSTANT" : ""));
@@ -322,8 +336,8 @@ void alter_for_fence(Connection& c, const std::string& table, std::string_view c
       if (attempt == kFenceAttempts) {
         throw Error(Errc::kUnavailable,
                     fmt::format("the change waited {} times {} s for transactions on {} to end "
-                                "(a long exactly-once handler or an open Transaction?); nothing "
-                                "was changed: try again",
+                                "(a long exactly-once handler or an open Transaction?) and made "
+                                "no change of groups or placement: try again",
                                 kFenceAttempts, kFenceWaitSeconds, table),
                     e.server_errno());
       }
@@ -334,45 +348,51 @@ void alter_for_fence(Connection& c, const std::string& table, std::string_view c
 
 // Drops the send fences of the topic's queue tables on this server (every group of `layout`,
 // its partitions), waiting for the sends that name them. DDL: commits what the connection had
-// open. Throws when a fence could not be dropped (the caller's change must not go on).
-void drop_send_fences(Connection& c, const TopicLayout& layout) {
+// open. Throws when a fence could not be dropped or the claim was lost (the caller's change must
+// not go on; the caller adds back what was dropped).
+void drop_send_fences(Connection& c, const TopicLayout& layout, const RenewClaim& renew) {
   std::vector<unsigned> groups;
   for (const GroupEntry& g : layout.groups) groups.push_back(g.number);
   for (const std::string& table :
        fenced_tables(c, layout.info.name, groups, layout.partitions())) {
     const std::string change = fmt::format("DROP COLUMN IF EXISTS {}", kSendFence);
     try {
-      alter_for_fence(c, table, change, true);
+      alter_for_fence(c, table, change, true, renew);
     } catch (const Error& e) {
       if (e.server_errno() != kNotInstant && e.server_errno() != kNotInstantNoReason) throw;
-      alter_for_fence(c, table, change, false);  // the server rebuilds the table
+      alter_for_fence(c, table, change, false, renew);  // the server rebuilds the table
     }
   }
 }
 
 // Adds the send fences of a topic whose only group has number `group`, to the partitions placed
 // here (`placed`: a mask, as TopicLayout::placed). REQUIRES: the caller holds the topic's claim
-// (or the schema's, in a migration) and read the layout after it last renewed it. Best effort:
-// a fence that is missing costs sends speed, never a message.
+// (or the schema's, in a migration) and read the layout after it last renewed it; `renew` keeps
+// it, and a fence is added only while it is held (a change that overtook this one may have
+// given the topic a second group). Best effort: a fence that is missing costs sends speed,
+// never a message. MariaDB refuses instant ALTERs after about a thousand instant drops of one
+// table (then no fence: sends take the checked statement until the table is rebuilt).
 void add_send_fences(Connection& c, std::string_view topic, unsigned group, unsigned partitions,
-                     std::uint64_t placed) {
+                     std::uint64_t placed, const RenewClaim& renew) {
   for (unsigned p = 0; p < partitions; ++p) {
     if (!placed_in(placed, p)) continue;
     try {
       alter_for_fence(c, topic_tables(topic, group, p).queue,
-                      fmt::format("ADD COLUMN IF NOT EXISTS {} TINYINT NULL", kSendFence), true);
+                      fmt::format("ADD COLUMN IF NOT EXISTS {} TINYINT NULL", kSendFence), true,
+                      renew);
     } catch (const Error&) {
-      // No privilege (1142), no instant ALTER, transactions that held the table, or the
-      // connection failed: sends take the checked statement.
+      // No privilege (1142), no instant ALTER, transactions that held the table, the claim
+      // lost, or the connection failed: sends take the checked statement.
       return;
     }
   }
 }
 
-void add_send_fences(Connection& c, const std::optional<TopicLayout>& layout) {
+void add_send_fences(Connection& c, const std::optional<TopicLayout>& layout,
+                     const RenewClaim& renew) {
   if (!layout || layout->groups.size() != 1) return;
   add_send_fences(c, layout->info.name, layout->allocator().number, layout->partitions(),
-                  layout->placed);
+                  layout->placed, renew);
 }
 
 // Keys of messages sent before version 4 (when keys did not order delivery): every such message
@@ -530,15 +550,23 @@ void migrate_from_10(Connection& c) {
     for (unsigned p = 0; p < static_cast<unsigned>(row.u64(1)); ++p) {
       names += fmt::format("{}{}", names.empty() ? "" : ", ", send_view(row.bytes(0), p));
     }
-    if (!names.empty()) c.query(fmt::format("DROP VIEW IF EXISTS {}", names));
+    try {
+      if (!names.empty()) c.query(fmt::format("DROP VIEW IF EXISTS {}", names));
+    } catch (const Error& e) {
+      // Without the DROP privilege the views stay: version 11 never uses them.
+      if (e.server_errno() != 1142) throw;  // ER_TABLEACCESS_DENIED_ERROR
+    }
   }
   Result r = c.execute(
       "SELECT t.name, MIN(g.number), t.partitions, t.placed FROM txmq_topics t JOIN txmq_groups g "
       "ON g.topic = t.name GROUP BY t.name, t.partitions, t.placed HAVING COUNT(*) = 1",
       {});
   for (const Row& row : r.rows) {
+    // Both steps are idempotent: a second client migrating at once (the schema's claim ran out
+    // while a fence waited) does no harm.
     add_send_fences(c, row.bytes(0), static_cast<unsigned>(row.u64(1)),
-                    static_cast<unsigned>(row.u64(2)), row.null(3) ? kAllPartitions : row.u64(3));
+                    static_cast<unsigned>(row.u64(2)), row.null(3) ? kAllPartitions : row.u64(3),
+                    [] { return true; });
   }
   c.execute("UPDATE txmq_schema SET version = 11, updated_at = NOW(6) WHERE singleton = 1", {});
 }
@@ -943,7 +971,7 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
   if (created) {
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       LayoutLock held(c, name);
-      if (held.renew()) add_send_fences(c, load(c, name));
+      if (held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
     });
     return true;
   }
@@ -986,7 +1014,10 @@ void TopicCatalog::drop(std::string_view name) {
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
-    if (layout) drop_send_fences(c, *layout);
+    if (layout) {
+      drop_send_fences(c, *layout, [&] { return held.renew(); });
+      if (!held.renew()) throw claim_lost(std::string(name));
+    }
     c.begin();
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
@@ -1017,7 +1048,10 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
     // The fences of partitions that leave first (all of them: simpler, and rare).
     const std::optional<TopicLayout> before = load(c, name);
     const bool moves = before && before->placed != placed;
-    if (moves) drop_send_fences(c, *before);
+    if (moves) {
+      drop_send_fences(c, *before, [&] { return held.renew(); });
+      if (!held.renew()) throw claim_lost(std::string(name));
+    }
     Result r = c.execute(
         "UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
         "(placed <=> ?)",
@@ -1026,7 +1060,7 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
         c.execute("SELECT 1 FROM txmq_topics WHERE name = ?", {name}).rows.empty()) {
       throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
     }
-    if (moves && held.renew()) add_send_fences(c, load(c, name));
+    if (moves && held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
   });
   forget(name);
 }
@@ -1053,7 +1087,10 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                               name, had));
     }
     const bool moves = placed && *placed != layout->placed;
-    if (moves) drop_send_fences(c, *layout);
+    if (moves) {
+      drop_send_fences(c, *layout, [&] { return held.renew(); });
+      if (!held.renew()) throw claim_lost(std::string(name));
+    }
     // New partitions get their tables in every group before sends may use them.
     for (int p = had; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
@@ -1074,7 +1111,9 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                 "(placed <=> ?)",
                 {mask, name, mask});
     }
-    if ((moves || options.partitions > had) && held.renew()) add_send_fences(c, load(c, name));
+    if ((moves || options.partitions > had) && held.renew()) {
+      add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    }
   });
   forget(name);
 }
@@ -1148,6 +1187,18 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     for (const GroupEntry& g : layout->groups) {
       if (g.name == group) return false;
     }
+    // DDL commits by itself: first the end of single sends' fast path (the send fences, whose
+    // drop waits for the sends naming them: it may give up, and then nothing else has changed),
+    // then the new tables, before the fenced transaction.
+    bool group_made = false;
+    const ScopeExit restore([&] {  // no group after all: the fences back, if the connection works
+      if (group_made || c.broken()) return;
+      try {
+        if (held.renew()) add_send_fences(c, load(c, topic), [&] { return held.renew(); });
+      } catch (const Error&) {
+      }
+    });
+    drop_send_fences(c, *layout, [&] { return held.renew(); });
     Result n = c.execute(
         "UPDATE txmq_topics SET next_group = LAST_INSERT_ID(next_group) + 1 WHERE name = ?",
         {topic});
@@ -1160,21 +1211,13 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     const unsigned partitions = layout->partitions();
     const unsigned allocator = layout->allocator().number;
     std::vector<TopicTables> fresh;
-    // DDL commits by itself: the new tables, and the end of single sends' fast path (the send
-    // fences, whose drop waits for the sends naming them), before the fenced transaction.
     for (unsigned p = 0; p < partitions; ++p) {
       fresh.push_back(topic_tables(topic, number, p));
       create_queue_tables(c, fresh.back(), first_id_of(p));
     }
-    drop_send_fences(c, *layout);
-    bool group_made = false;
-    const ScopeExit restore([&] {  // no group after all: the fences back, if the connection works
-      if (group_made || c.broken()) return;
-      try {
-        if (held.renew()) add_send_fences(c, load(c, topic));
-      } catch (const Error&) {
-      }
-    });
+    // Still this change's claim (waiting for the fences may have outlasted it): no other change
+    // can take it before the fenced transaction commits, which is short.
+    if (!held.renew()) throw claim_lost(std::string(topic));
     with_topic_fenced(c, topic, [&] {
       for (unsigned p = 0; p < partitions; ++p) {
         const TopicTables& t = fresh[p];
@@ -1258,7 +1301,9 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
       c.query(
           fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys, t.parked));
     }
-    if (held.renew()) add_send_fences(c, load(c, topic));  // one group left: the fast path
+    if (held.renew()) {  // one group left: the fast path
+      add_send_fences(c, load(c, topic), [&] { return held.renew(); });
+    }
   });
   forget(topic);
 }

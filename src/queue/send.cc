@@ -439,8 +439,8 @@ namespace {
 //     INSERTs naming it) before it commits. No column (1054; 1146 for a table gone): step 2;
 //  2. an INSERT into the queue table whose first payload is NULL unless the layout version is
 //     still the one read (kLayoutCheck), which the NOT NULL column refuses (1048) before
-//     anything is written: for servers without views (no CREATE VIEW privilege) and during a
-//     change. The check is a locking read (the topic row's shared lock, held until the
+//     anything is written: for topics without fences (no ALTER privilege, no instant ALTER)
+//     and during a change. The check is a locking read (the topic row's shared lock, held until the
 //     statement commits), which fences it against the change's transaction (with_topic_fenced);
 //     a subquery in VALUES, not INSERT ... SELECT, which takes InnoDB's table-level AUTO-INC
 //     lock for the statement (innodb_autoinc_lock_mode 1) and cut send() at 16 threads to 0.40x
@@ -453,6 +453,7 @@ constexpr std::string_view kLayoutCheck =
 constexpr unsigned kBadNull = 1048;
 constexpr unsigned kNoSuchColumn = 1054;
 constexpr unsigned kNoSuchTable = 1146;
+constexpr unsigned kNeedReprepare = 1615;  // the table changed three times while re-preparing
 
 // Runs `run(c)` (one INSERT) in autocommit; nullopt when the server refused it with one of
 // `refused` (its guard said no).
@@ -490,7 +491,7 @@ auto insert_guarded(QueueContext& q, const TopicLayout& layout, unsigned partiti
   if (layout.send_fences) {
     const std::string fenced = fenced_sql ? std::string() : sql(table(), "?", true);
     const std::string& statement = fenced_sql ? *fenced_sql : fenced;
-    auto done = run_guarded(q, topic, {kNoSuchColumn, kNoSuchTable},
+    auto done = run_guarded(q, topic, {kNoSuchColumn, kNoSuchTable, kNeedReprepare},
                             [&](Connection& c) { return run(c, statement, params); });
     if (done) return done;
     q.catalog.no_send_fences(topic);
