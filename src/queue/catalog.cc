@@ -266,12 +266,15 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
 // that touched the table (claims, exactly-once handlers, an application's open Transaction), and
 // the table's statements queue behind it meanwhile. Each ALTER waits at most kFenceWaitSeconds
 // (MariaDB's ALTER TABLE ... WAIT), then lets the topic run and tries again, up to
-// kFenceAttempts times, then fails the change, which changed nothing yet. Both ALTERs are
+// kFenceAttempts times, then fails the change before it changed any group or placement (the
+// fences it dropped are added back). The claim is renewed before each try, and a change that
+// lost it stops. Both ALTERs are
 // instant in InnoDB (metadata only) on MariaDB 10.4+; a server that allows no instant ALTER
 // (innodb_instant_alter_column_allowed) rebuilds the table to drop the column, and gets no
 // fence back (sends take the checked statement).
-// On Galera, ALTER TABLE is replicated in total order (TOI) and aborts the INSERTs naming the
-// column that are running on any node: the fence holds on every node, unlike a row's shared lock.
+// On Galera, ALTER TABLE is replicated in total order (TOI) and does not wait: it aborts the
+// transactions on the table running on any node (sends naming the column among them, which then
+// fall back): the fence holds on every node, unlike a row's shared lock.
 // Without the ALTER privilege there are no fences, and sends take the checked statement.
 
 constexpr int kFenceWaitSeconds = 2;
@@ -281,27 +284,24 @@ constexpr unsigned kLockWaitTimeout = 1205;        // ER_LOCK_WAIT_TIMEOUT (ALTE
 constexpr unsigned kNotInstant = 1846;             // ER_ALTER_OPERATION_NOT_SUPPORTED_REASON
 constexpr unsigned kNotInstantNoReason = 1845;     // ER_ALTER_OPERATION_NOT_SUPPORTED
 
+std::string unquoted(const std::string& quoted) { return quoted.substr(1, quoted.size() - 2); }
+
 // The queue tables of the topic's groups (`groups`: their numbers) and its first `partitions`
 // partitions that have the send fence on this server, quoted.
 std::vector<std::string> fenced_tables(Connection& c, std::string_view topic,
                                        const std::vector<unsigned>& groups, unsigned partitions) {
-  std::vector<Param> params = {Param(kSendFence)};
   std::vector<std::string> names;
   for (unsigned g : groups) {
     for (unsigned p = 0; p < partitions; ++p) {
-      const std::string quoted = topic_tables(topic, g, p).queue;
-      names.push_back(quoted.substr(1, quoted.size() - 2));
+      names.push_back(unquoted(topic_tables(topic, g, p).queue));
     }
   }
-  std::string in;
-  for (const std::string& name : names) {
-    in += in.empty() ? "?" : ", ?";
-    params.emplace_back(std::string_view(name));
-  }
+  std::vector<Param> params = {Param(kSendFence)};
+  for (const std::string& name : names) params.emplace_back(std::string_view(name));
   Result r = c.execute(fmt::format("SELECT TABLE_NAME FROM information_schema.COLUMNS WHERE "
                                    "TABLE_SCHEMA = DATABASE() AND COLUMN_NAME = ? AND "
-                                   "TABLE_NAME IN ({})",
-                                   in),
+                                   "TABLE_NAME IN {}",
+                                   placeholders(names.size())),
                        params);
   std::vector<std::string> out;
   for (const Row& row : r.rows) out.push_back(quote_identifier(row.bytes(0)));
@@ -312,11 +312,12 @@ std::vector<std::string> fenced_tables(Connection& c, std::string_view topic,
 // client overtook it.
 using RenewClaim = std::function<bool()>;
 
-Error claim_lost(const std::string& table) {
+// `where`: the table waited for, or the topic.
+Error claim_lost(const std::string& where) {
   return Error(Errc::kUnavailable,
                fmt::format("waiting for transactions on {} outlasted this change's claim on the "
                            "topic, which another client has taken: nothing more was changed",
-                           table));
+                           where));
 }
 
 // One ALTER TABLE of the fences, waiting at most kFenceWaitSeconds for the table's metadata lock
@@ -347,15 +348,16 @@ void alter_for_fence(Connection& c, const std::string& table, std::string_view c
 }
 
 // Drops the send fences of the topic's queue tables on this server (every group of `layout`,
-// its partitions), waiting for the sends that name them. DDL: commits what the connection had
-// open. Throws when a fence could not be dropped or the claim was lost (the caller's change must
-// not go on; the caller adds back what was dropped).
+// its partitions), waiting for the sends that name them, and returns with the claim renewed
+// (the caller's change then has a full claim's time to commit). DDL: commits what the
+// connection had open. Throws when a fence could not be dropped or the claim was lost (the
+// caller's change must not go on; the caller adds back what was dropped).
 void drop_send_fences(Connection& c, const TopicLayout& layout, const RenewClaim& renew) {
   std::vector<unsigned> groups;
   for (const GroupEntry& g : layout.groups) groups.push_back(g.number);
+  const std::string change = fmt::format("DROP COLUMN IF EXISTS {}", kSendFence);
   for (const std::string& table :
        fenced_tables(c, layout.info.name, groups, layout.partitions())) {
-    const std::string change = fmt::format("DROP COLUMN IF EXISTS {}", kSendFence);
     try {
       alter_for_fence(c, table, change, true, renew);
     } catch (const Error& e) {
@@ -363,6 +365,7 @@ void drop_send_fences(Connection& c, const TopicLayout& layout, const RenewClaim
       alter_for_fence(c, table, change, false, renew);  // the server rebuilds the table
     }
   }
+  if (!renew()) throw claim_lost(layout.info.name);
 }
 
 // Adds the send fences of a topic whose only group has number `group`, to the partitions placed
@@ -707,8 +710,6 @@ class ScopeExit {
   F fn_;
 };
 
-std::string unquoted(const std::string& quoted) { return quoted.substr(1, quoted.size() - 2); }
-
 std::int64_t schema_version(Connection& c) {
   return c.execute("SELECT version FROM txmq_schema WHERE singleton = 1", {}).rows.at(0).i64(0);
 }
@@ -1014,10 +1015,7 @@ void TopicCatalog::drop(std::string_view name) {
   bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
-    if (layout) {
-      drop_send_fences(c, *layout, [&] { return held.renew(); });
-      if (!held.renew()) throw claim_lost(std::string(name));
-    }
+    if (layout) drop_send_fences(c, *layout, [&] { return held.renew(); });
     c.begin();
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
@@ -1048,10 +1046,7 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
     // The fences of partitions that leave first (all of them: simpler, and rare).
     const std::optional<TopicLayout> before = load(c, name);
     const bool moves = before && before->placed != placed;
-    if (moves) {
-      drop_send_fences(c, *before, [&] { return held.renew(); });
-      if (!held.renew()) throw claim_lost(std::string(name));
-    }
+    if (moves) drop_send_fences(c, *before, [&] { return held.renew(); });
     Result r = c.execute(
         "UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
         "(placed <=> ?)",
@@ -1087,10 +1082,7 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                               name, had));
     }
     const bool moves = placed && *placed != layout->placed;
-    if (moves) {
-      drop_send_fences(c, *layout, [&] { return held.renew(); });
-      if (!held.renew()) throw claim_lost(std::string(name));
-    }
+    if (moves) drop_send_fences(c, *layout, [&] { return held.renew(); });
     // New partitions get their tables in every group before sends may use them.
     for (int p = had; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);

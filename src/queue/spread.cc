@@ -693,6 +693,15 @@ std::vector<Param> params_of(const Row& row) {
   return params;
 }
 
+// "a, b, c": the columns' names, quoted, for a column list.
+std::string column_list(const std::vector<std::string>& columns) {
+  std::string out;
+  for (const std::string& name : columns) {
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", quote_identifier(name));
+  }
+  return out;
+}
+
 // Rows of one table as the source has them, with their columns' names (in SELECT * order; the
 // send fence, a guard of this server's own, is not copied).
 struct CopiedRows {
@@ -709,13 +718,10 @@ CopiedRows read_for_copy(Connection& src, const std::string& table, std::string_
       "TABLE_NAME = ? AND COLUMN_NAME <> ? ORDER BY ORDINAL_POSITION",
       {std::string_view(table).substr(1, table.size() - 2), kSendFence});
   for (const Row& row : names.rows) out.columns.push_back(row.bytes(0));
-  std::string columns;
-  for (const std::string& name : out.columns) {
-    columns += fmt::format("{}{}", columns.empty() ? "" : ", ", quote_identifier(name));
-  }
-  out.rows =
-      src.execute(fmt::format("SELECT {} FROM {} {} FOR UPDATE", columns, table, where), params)
-          .rows;
+  out.rows = src.execute(fmt::format("SELECT {} FROM {} {} FOR UPDATE", column_list(out.columns),
+                                     table, where),
+                         params)
+                 .rows;
   return out;
 }
 
@@ -748,10 +754,7 @@ std::map<std::uint64_t, std::uint64_t> owners_on_target(Connection& src, Connect
 // Inserts the rows by column name (the target's columns may stand in another order).
 void insert_copies(Connection& c, const CopiedRows& t, bool ignore,
                    const std::map<std::uint64_t, std::uint64_t>& owners) {
-  std::string columns;
-  for (const std::string& name : t.columns) {
-    columns += fmt::format("{}{}", columns.empty() ? "" : ", ", quote_identifier(name));
-  }
+  const std::string columns = column_list(t.columns);
   const auto owner = std::find(t.columns.begin(), t.columns.end(), "owner_id");
   for (const Row& row : t.rows) {
     std::vector<Param> params = params_of(row);

@@ -586,19 +586,15 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   EXPECT_EQ(got[0].payload, "k3");
   EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
   // Version 11: the topic's send fence (it has one group).
+  // COUNT(*) of an information_schema query about the migrated database.
+  const auto count = [&](const char* sql) { return a->execute(sql, {db}).rows.at(0).i64(0); };
   const auto fences = [&] {
-    return a->execute("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND "
-                      "TABLE_NAME = 'txmq_q_old' AND COLUMN_NAME = 'send_fence'",
-                      {db})
-        .rows.at(0)
-        .i64(0);
+    return count("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND "
+                 "TABLE_NAME = 'txmq_q_old' AND COLUMN_NAME = 'send_fence'");
   };
   const auto views = [&] {
-    return a->execute("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ? AND "
-                      "TABLE_NAME = 'txmq_sv_old'",
-                      {db})
-        .rows.at(0)
-        .i64(0);
+    return count("SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ? AND "
+                 "TABLE_NAME = 'txmq_sv_old'");
   };
   EXPECT_EQ(fences(), 1);
   EXPECT_EQ(views(), 0);
