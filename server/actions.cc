@@ -26,6 +26,10 @@ constexpr std::string_view kDedupIdAttribute = "AWS.SQS.MessageDeduplicationId";
 constexpr std::string_view kTraceHeaderAttribute = "AWS.SQS.AWSTraceHeader";
 constexpr std::string_view kSystemPrefix = "AWS.SQS.";
 constexpr auto kAttemptIdsKeptFor = std::chrono::minutes(5);
+constexpr std::size_t kMaxTraceHeaderBytes = 1024;
+// FIFO receive attempts remembered at once, and the bytes of their answers.
+constexpr std::size_t kMaxAttemptIds = 10000;
+constexpr std::size_t kMaxAttemptBytes = 64u << 20;
 
 std::int64_t epoch_ms(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -124,7 +128,12 @@ std::size_t check_attribute(const std::string& name, const json& value, Attribut
     bad("names starting with AWS. or Amazon. are reserved");
   }
   if (!value.is_object()) bad("the value must be a structure");
-  const std::string type = value.value("DataType", "");
+  const auto type_member = value.find("DataType");
+  if (type_member == value.end() || type_member->is_null()) {
+    bad("The message attribute data type is required");
+  }
+  if (!type_member->is_string()) bad("DataType must be a string");
+  const std::string type = type_member->get<std::string>();
   if (type.empty()) bad("The message attribute data type is required");
   const std::string base = type.substr(0, type.find('.'));
   if (base != "String" && base != "Number" && base != "Binary") {
@@ -185,16 +194,31 @@ std::size_t read_attributes(const json& entry, Attributes& out) {
     }
   }
   if (auto it = entry.find("MessageSystemAttributes"); it != entry.end() && !it->is_null()) {
+    if (!it->is_object()) fail("InvalidParameterValue", "MessageSystemAttributes must be a map");
     for (const auto& [name, value] : it->items()) {
       if (name != "AWSTraceHeader") {
         fail("InvalidParameterValue",
-             fmt::format("Message system attribute name '{}' is invalid.", name));
+             fmt::format("Message system attribute name '{}' is invalid.", name.substr(0, 64)));
       }
-      if (!value.is_object() || value.value("DataType", "") != "String" ||
-          !value.contains("StringValue")) {
-        fail("InvalidParameterValue", "AWSTraceHeader must be a String");
+      const auto type = value.is_object() ? value.find("DataType") : value.end();
+      const auto text = value.is_object() ? value.find("StringValue") : value.end();
+      if (!value.is_object() || type == value.end() || !type->is_string() ||
+          type->get_ref<const std::string&>() != "String" || text == value.end() ||
+          !text->is_string()) {
+        fail("InvalidParameterValue",
+             "AWSTraceHeader must have DataType String and a string StringValue");
       }
-      out[std::string(kTraceHeaderAttribute)] = {"String", value["StringValue"].get<std::string>()};
+      const std::string& trace = text->get_ref<const std::string&>();
+      // An X-Ray trace header: Root=1-...;Parent=...;Sampled=1, printable ASCII.
+      const bool trace_ok =
+          !trace.empty() && trace.size() <= kMaxTraceHeaderBytes &&
+          std::all_of(trace.begin(), trace.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+      if (!trace_ok) {
+        fail("InvalidParameterValue",
+             fmt::format("AWSTraceHeader must be 1 to {} printable ASCII characters",
+                         kMaxTraceHeaderBytes));
+      }
+      out[std::string(kTraceHeaderAttribute)] = {"String", trace};
     }
   }
   return bytes;
@@ -223,6 +247,28 @@ json user_attributes(const Attributes& attributes, const std::vector<std::string
 }
 
 json user_attributes_all(const Attributes& attributes) { return user_attributes(attributes, {"All"}); }
+
+// The bytes of a send entry as SQS counts them toward a batch's limit: the body and the
+// message attributes' names, types and values (as sent, before any check).
+std::size_t entry_bytes(const json& entry) {
+  const auto text_size = [](const json& v) {
+    return v.is_string() ? v.get_ref<const std::string&>().size() : std::size_t{0};
+  };
+  std::size_t bytes = 0;
+  if (auto body = entry.find("MessageBody"); body != entry.end()) bytes += text_size(*body);
+  for (const char* member : {"MessageAttributes", "MessageSystemAttributes"}) {
+    auto attributes = entry.find(member);
+    if (attributes == entry.end() || !attributes->is_object()) continue;
+    for (const auto& [name, value] : attributes->items()) {
+      bytes += name.size();
+      if (!value.is_object()) continue;
+      for (const char* field : {"DataType", "StringValue", "BinaryValue"}) {
+        if (auto f = value.find(field); f != value.end()) bytes += text_size(*f);
+      }
+    }
+  }
+  return bytes;
+}
 
 bool valid_batch_id(const std::string& id) {
   return !id.empty() && id.size() <= 80 && std::all_of(id.begin(), id.end(), [](char c) {
@@ -284,6 +330,11 @@ Page page_of(const json& input) {
     page.after = std::move(*decoded);
   }
   return page;
+}
+
+bool valid_attempt_id(std::string_view id) {
+  return !id.empty() && id.size() <= 128 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
 std::string queue_name_of_url(std::string_view url) {
@@ -399,7 +450,12 @@ json SqsService::purge_queue(Call& c) {
   {
     std::lock_guard lock(attempts_mutex_);
     for (auto it = receive_attempts_.begin(); it != receive_attempts_.end();) {
-      it = it->first.starts_with(q->name + "\n") ? receive_attempts_.erase(it) : std::next(it);
+      if (!it->first.starts_with(q->name + "\n")) {
+        ++it;
+        continue;
+      }
+      attempts_bytes_ -= it->second.bytes;
+      it = receive_attempts_.erase(it);
     }
   }
   return json::object();
@@ -577,7 +633,7 @@ void SqsService::send_message(const std::shared_ptr<Call>& call) {
   // The digests are made here, on this call's worker, not by the drain, which answers the calls
   // of its group commit one after another (and the message is not copied for them).
   json answer = sent_digests(m);
-  enqueue_send(q->topic, {std::move(m), [this, call, q, answer = std::move(answer)](
+  enqueue_send(q->topic, {call, std::move(m), [this, call, q, answer = std::move(answer)](
                                             std::uint64_t id, std::exception_ptr error) mutable {
                             if (error) return reply_error(*call, error);
                             sent_ids(answer, *q, id);
@@ -596,6 +652,10 @@ void SqsService::drain_sends(const std::string& topic) {
   for (;;) {
     std::vector<PendingSend> group = sends_.next(topic);
     if (group.empty()) return;
+    // Calls answered meanwhile (their deadline passed while the database did not answer) are
+    // not sent: their callers were told to retry.
+    std::erase_if(group, [](const PendingSend& p) { return p.call && p.call->answered; });
+    if (group.empty()) continue;
     counters_.send_groups.fetch_add(1, std::memory_order_relaxed);
     counters_.sends_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     std::vector<OutgoingMessage> messages;
@@ -627,9 +687,7 @@ json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
   check_sendable(*q);
   const json& entries = batch_entries(c.input, max_entries);
   std::size_t total = 0;
-  for (const auto& e : entries) {
-    if (auto b = e.find("MessageBody"); b != e.end() && b->is_string()) total += b->get_ref<const std::string&>().size();
-  }
+  for (const auto& e : entries) total += entry_bytes(e);
   if (max_entries == 10 && total > kMaxBatchBytes) {
     fail("BatchRequestTooLong",
          fmt::format("Batch requests cannot be longer than {} bytes. You have sent {} bytes.",
@@ -673,6 +731,9 @@ struct SqsService::Poll {
   std::chrono::steady_clock::time_point deadline;
   asio::steady_timer timer;
   std::string attempt_key;  // FIFO ReceiveRequestAttemptId, with the queue's name
+  // The attributes asked for, read (and checked) before anything is claimed.
+  std::vector<std::string> system_names;  // AttributeNames and MessageSystemAttributeNames
+  std::vector<std::string> attribute_names;  // MessageAttributeNames
 
   std::mutex mutex;
   Client::Subscription subscription;
@@ -682,17 +743,17 @@ struct SqsService::Poll {
   bool expired = false;   // the wait ended while claiming
 };
 
-json SqsService::message_json(const Call& c, const QueueInfo& q, const Message& m) {
+json SqsService::message_json(const Poll& poll, const Message& m) {
+  const QueueInfo& q = *poll.queue;
   json out;
   const std::string_view id_topic = m.dead_lettered_from ? m.dead_lettered_from->topic : q.topic;
   const std::uint64_t id = m.dead_lettered_from ? m.dead_lettered_from->id : m.id;
   out["MessageId"] = message_id(id_topic, id);
-  out["ReceiptHandle"] = m.receipt;
+  out["ReceiptHandle"] = catalog_.seal(q.name, m.receipt);
   out["MD5OfBody"] = md5_hex(m.payload);
   out["Body"] = m.payload;
 
-  std::vector<std::string> system = string_list(c.input, "AttributeNames");
-  for (auto& n : string_list(c.input, "MessageSystemAttributeNames")) system.push_back(std::move(n));
+  const std::vector<std::string>& system = poll.system_names;
   const bool all = std::find(system.begin(), system.end(), "All") != system.end();
   auto wanted = [&](std::string_view name) {
     return all || std::find(system.begin(), system.end(), name) != system.end();
@@ -723,7 +784,7 @@ json SqsService::message_json(const Call& c, const QueueInfo& q, const Message& 
   }
   if (!attributes.empty()) out["Attributes"] = std::move(attributes);
 
-  const json user = user_attributes(m.attributes, string_list(c.input, "MessageAttributeNames"));
+  const json user = user_attributes(m.attributes, poll.attribute_names);
   if (!user.empty()) {
     out["MD5OfMessageAttributes"] = md5_of_message_attributes(user);
     out["MessageAttributes"] = user;
@@ -742,15 +803,26 @@ void SqsService::receive_message(const std::shared_ptr<Call>& call) {
   poll->options.lease = std::max<Micros>(std::chrono::milliseconds(1), std::chrono::seconds(visibility));
   const std::int64_t wait = int_in(in, "WaitTimeSeconds", 0, 20, q->wait_seconds);
   poll->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait);
+  call->deadline = (poll->deadline + options_.request_timeout).time_since_epoch().count();
+  poll->system_names = string_list(in, "AttributeNames");
+  for (auto& n : string_list(in, "MessageSystemAttributeNames")) {
+    poll->system_names.push_back(std::move(n));
+  }
+  poll->attribute_names = string_list(in, "MessageAttributeNames");
+  const std::string attempt = string_member(in, "ReceiveRequestAttemptId", false);
+  if (!attempt.empty() && !valid_attempt_id(attempt)) {
+    fail("InvalidParameterValue",
+         "Value for parameter ReceiveRequestAttemptId is invalid. Reason: 1 to 128 characters "
+         "of alphanumerics and punctuation (!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~).");
+  }
   if (q->fifo) {
-    const std::string attempt = string_member(in, "ReceiveRequestAttemptId", false);
     if (!attempt.empty()) {
       poll->attempt_key = q->name + "\n" + attempt;
       std::lock_guard lock(attempts_mutex_);
       auto it = receive_attempts_.find(poll->attempt_key);
       if (it != receive_attempts_.end() &&
-          std::chrono::steady_clock::now() - it->second.first < kAttemptIdsKeptFor) {
-        return reply(*call, it->second.second);
+          std::chrono::steady_clock::now() - it->second.at < kAttemptIdsKeptFor) {
+        return reply(*call, it->second.answer);
       }
     }
   }
@@ -848,19 +920,32 @@ void SqsService::finish_poll(const std::shared_ptr<Poll>& poll, std::vector<Mess
   }
   json list = json::array();
   try {
-    for (const Message& m : messages) list.push_back(message_json(*poll->call, *poll->queue, m));
+    for (const Message& m : messages) list.push_back(message_json(*poll, m));
   } catch (...) {
     return reply_error(*poll->call, std::current_exception());
   }
   json out = json::object();
   if (!list.empty()) out["Messages"] = std::move(list);
   if (!poll->attempt_key.empty() && !messages.empty()) {
+    std::size_t bytes = poll->attempt_key.size();
+    for (const Message& m : messages) bytes += m.payload.size() + m.receipt.size() + 256;
     std::lock_guard lock(attempts_mutex_);
     const auto now = std::chrono::steady_clock::now();
     for (auto it = receive_attempts_.begin(); it != receive_attempts_.end();) {
-      it = now - it->second.first >= kAttemptIdsKeptFor ? receive_attempts_.erase(it) : std::next(it);
+      if (now - it->second.at < kAttemptIdsKeptFor) {
+        ++it;
+        continue;
+      }
+      attempts_bytes_ -= it->second.bytes;
+      it = receive_attempts_.erase(it);
     }
-    receive_attempts_[poll->attempt_key] = {now, out};
+    // Bounded: past it, a retry with the same attempt id receives anew (what SQS does after its
+    // 5 minutes), which at-least-once delivery allows.
+    if (receive_attempts_.size() < kMaxAttemptIds && attempts_bytes_ + bytes <= kMaxAttemptBytes &&
+        !receive_attempts_.contains(poll->attempt_key)) {
+      receive_attempts_[poll->attempt_key] = {now, out, bytes};
+      attempts_bytes_ += bytes;
+    }
   }
   reply(*poll->call, out);
 }
@@ -869,14 +954,21 @@ void SqsService::finish_poll(const std::shared_ptr<Poll>& poll, std::vector<Mess
 
 namespace {
 
-void check_receipt(const std::string& receipt) {
+// The library's receipt in a ReceiptHandle that this queue gave out; ReceiptHandleIsInvalid for
+// anything else (forged, altered, another queue's).
+std::string receipt_of(const QueueCatalog& catalog, const QueueInfo& q, const std::string& handle) {
+  std::optional<std::string> receipt = catalog.unseal(q.name, handle);
   try {
-    Receipt::parse(receipt);
+    if (receipt) Receipt::parse(*receipt);
   } catch (const Error&) {
+    receipt.reset();
+  }
+  if (!receipt) {
     fail("ReceiptHandleIsInvalid",
          fmt::format("The input receipt handle \"{}\" is not a valid receipt handle.",
-                     receipt.substr(0, 100)));
+                     handle.substr(0, 100)));
   }
+  return std::move(*receipt);
 }
 
 // SQS: a standard queue's stale handle still deletes (txmq's fencing decides whether the
@@ -892,9 +984,9 @@ std::optional<SqsError> delete_outcome(const QueueInfo& q, Settle outcome) {
 
 void SqsService::delete_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);
-  const std::string receipt = string_member(call->input, "ReceiptHandle", true);
-  check_receipt(receipt);
-  enqueue_delete(q->topic, {receipt, [this, call, q](Settle outcome, std::exception_ptr error) {
+  const std::string receipt =
+      receipt_of(catalog_, *q, string_member(call->input, "ReceiptHandle", true));
+  enqueue_delete(q->topic, {call, receipt, [this, call, q](Settle outcome, std::exception_ptr error) {
                               if (error) return reply_error(*call, error);
                               if (auto e = delete_outcome(*q, outcome)) {
                                 return reply_error(*call, std::make_exception_ptr(*e));
@@ -912,6 +1004,8 @@ void SqsService::drain_deletes(const std::string& topic) {
   for (;;) {
     std::vector<PendingDelete> group = deletes_.next(topic);
     if (group.empty()) return;
+    std::erase_if(group, [](const PendingDelete& p) { return p.call && p.call->answered; });
+    if (group.empty()) continue;
     counters_.delete_groups.fetch_add(1, std::memory_order_relaxed);
     counters_.deletes_grouped.fetch_add(group.size(), std::memory_order_relaxed);
     std::vector<std::string> receipts;
@@ -936,8 +1030,7 @@ json SqsService::delete_message_batch(Call& c) {
   for (const auto& e : entries) {
     const std::string id = e["Id"].get<std::string>();
     try {
-      std::string receipt = string_member(e, "ReceiptHandle", true);
-      check_receipt(receipt);
+      std::string receipt = receipt_of(catalog_, *q, string_member(e, "ReceiptHandle", true));
       receipts.push_back(std::move(receipt));
       ids.push_back(id);
     } catch (const SqsError& error) {
@@ -970,8 +1063,8 @@ std::optional<SqsError> visibility_outcome(Settle outcome) {
 
 json SqsService::change_message_visibility(Call& c) {
   auto q = queue_of(c);
-  const std::string receipt = string_member(c.input, "ReceiptHandle", true);
-  check_receipt(receipt);
+  const std::string receipt =
+      receipt_of(catalog_, *q, string_member(c.input, "ReceiptHandle", true));
   if (!int_member(c.input, "VisibilityTimeout")) {
     fail("MissingParameter", "The request must contain the parameter VisibilityTimeout.");
   }
@@ -990,8 +1083,8 @@ json SqsService::change_message_visibility_batch(Call& c) {
   for (const auto& e : entries) {
     const std::string id = e["Id"].get<std::string>();
     try {
-      const std::string receipt = string_member(e, "ReceiptHandle", true);
-      check_receipt(receipt);
+      const std::string receipt =
+          receipt_of(catalog_, *q, string_member(e, "ReceiptHandle", true));
       const std::int64_t seconds = int_in(e, "VisibilityTimeout", 0, 43200, 0);
       if (auto error =
               visibility_outcome(client_.extend(q->topic, receipt, std::chrono::seconds(seconds)))) {

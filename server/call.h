@@ -14,19 +14,15 @@ namespace txmq::server {
 
 std::string new_request_id();
 
-struct SqsService::Call {
-  enum class Protocol { kQuery, kJson };
-  Protocol protocol = Protocol::kJson;
+struct SqsService::Call : SqsRequest {
   HttpRequest request;
-  std::string action;
-  bool txmq_action = false;  // X-Amz-Target: Txmq.<Action>
-  nlohmann::json input;
-  std::string host;  // the Host header: queue URLs are built from it
-  std::string path;  // the request's path, without its query
   std::string request_id = new_request_id();
   Responder respond;
   std::atomic<bool> answered{false};
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  // When it gets 503 if not answered by then (ServiceOptions::request_timeout), as
+  // steady_clock ticks; a long poll moves it past its wait.
+  std::atomic<std::chrono::steady_clock::rep> deadline{0};
 };
 
 }  // namespace txmq::server

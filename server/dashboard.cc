@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "server/digests.h"
 #include "server/wire.h"
 
 namespace txmq::server {
@@ -55,18 +56,6 @@ std::optional<std::string> base64_decode(std::string_view in) {
     }
   }
   return out;
-}
-
-// Equal contents, in a time that depends on the lengths only.
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
 }
 
 // The length of the valid UTF-8 character at s[i], 0 when there is none.

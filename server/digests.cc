@@ -1,8 +1,12 @@
 #include "server/digests.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
 
 #include <array>
+#include <cerrno>
 #include <stdexcept>
 
 namespace txmq::server {
@@ -40,6 +44,41 @@ constexpr std::string_view kAlphabet =
 std::string md5_hex(std::string_view bytes) { return hex_digest(EVP_md5(), bytes); }
 
 std::string sha256_hex(std::string_view bytes) { return hex_digest(EVP_sha256(), bytes); }
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
+  unsigned int size = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac.data(),
+           &size) == nullptr) {
+    throw std::runtime_error("OpenSSL HMAC failed");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(size * 2, '0');
+  for (unsigned int i = 0; i < size; ++i) {
+    out[2 * i] = kHex[mac[i] >> 4];
+    out[2 * i + 1] = kHex[mac[i] & 15];
+  }
+  return out;
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string random_bytes(std::size_t size) {
+  std::string out(size, '\0');
+  std::size_t filled = 0;
+  while (filled < size) {
+    const ssize_t got = getrandom(out.data() + filled, size - filled, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("getrandom failed");
+    }
+    filled += static_cast<std::size_t>(got);
+  }
+  return out;
+}
 
 std::string md5_of_message_attributes(const nlohmann::json& attributes) {
   std::string buffer;

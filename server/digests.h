@@ -13,6 +13,13 @@ namespace txmq::server {
 
 std::string md5_hex(std::string_view bytes);
 std::string sha256_hex(std::string_view bytes);
+// HMAC-SHA256 of `data` under `key`, in lower-case hex.
+std::string hmac_sha256_hex(std::string_view key, std::string_view data);
+// Whether two strings are equal, in a time that depends on their sizes only (for secrets).
+bool constant_time_equal(std::string_view a, std::string_view b);
+// `size` bytes from the kernel's cryptographic generator (getrandom), for values that must not
+// be guessed.
+std::string random_bytes(std::size_t size);
 // MD5OfMessageAttributes as SQS computes it, over {name: {"DataType", "StringValue" |
 // "BinaryValue" (base64)}}: for each attribute in name order, its name, its DataType (each as a
 // 4-byte big-endian length and the bytes), one byte 1 for a string value or 2 for a binary one,

@@ -19,6 +19,9 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
+// A failed check's body; the reason goes to the log.
+constexpr std::string_view kUnreachable = "database unreachable (the server's log says why)";
+
 HttpResponse text(unsigned status, std::string body, bool head) {
   HttpResponse r = plain_text(status, std::move(body));
   r.headers.emplace_back("Cache-Control", "no-store");
@@ -66,9 +69,9 @@ struct Health::State : std::enable_shared_from_this<Health::State> {
       return waiter->answer(503, "stopping");
     }
     if (checked_at && SteadyClock::now() - *checked_at < options.fresh_for) {
-      const std::string reason = failure;
+      const bool failing = !failure.empty();
       lock.unlock();
-      return reason.empty() ? waiter->answer(200, "ok") : waiter->answer(503, reason);
+      return failing ? waiter->answer(503, std::string(kUnreachable)) : waiter->answer(200, "ok");
     }
     waiters.push_back(waiter);
     if (!checking) {
@@ -95,11 +98,9 @@ struct Health::State : std::enable_shared_from_this<Health::State> {
       try {
         options.check();
       } catch (const std::exception& e) {
+        // For the log only: the error names the database's user, host or socket and schema,
+        // which an unauthenticated probe must not learn.
         reason = fmt::format("database unreachable: {}", e.what());
-        // One line: the reason is the probe's whole body.
-        for (char& c : reason) {
-          if (c == '\n' || c == '\r') c = ' ';
-        }
       }
       lock.lock();
       checking = false;
@@ -116,7 +117,7 @@ struct Health::State : std::enable_shared_from_this<Health::State> {
         log(LogLevel::kInfo, "ready: the database answers again", nullptr);
       }
       for (const auto& w : answered) {
-        reason.empty() ? w->answer(200, "ok") : w->answer(503, reason);
+        reason.empty() ? w->answer(200, "ok") : w->answer(503, std::string(kUnreachable));
       }
       lock.lock();
     }

@@ -4,8 +4,9 @@
 //   GET /healthz  liveness: 200 "ok" while the server runs its event loop; 503 "stopping" once
 //                 it stops.
 //   GET /readyz   readiness: 200 "ok" when the database answered a trivial query within the last
-//                 second; else 503 with a one-line reason ("database unreachable: ...",
-//                 "database did not answer within 2 s", "stopping").
+//                 second; else 503 with a one-line reason ("database unreachable (the
+//                 server's log says why)", "database did not answer within 2 s", "stopping"):
+//                 never the database's error, which names its user, host and schema.
 // HEAD works as GET (without the body). Neither needs credentials: they reveal nothing, and a
 // probe cannot sign.
 //

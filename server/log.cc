@@ -34,10 +34,34 @@ std::string rfc3339_millis(std::chrono::system_clock::time_point t) {
                      static_cast<int>(ms - static_cast<std::int64_t>(seconds) * 1000));
 }
 
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string format_log_line(LogFormat format, LogLevel level,
                             std::chrono::system_clock::time_point t, std::string_view msg,
                             const nlohmann::json& fields) {
-  if (format == LogFormat::kText) return fmt::format("txmq serve: {}\n", msg);
+  // Messages quote what requests carried (a queue name, a credential scope): a newline in them
+  // must not start a line of its own that a reader would take for the server's.
+  if (format == LogFormat::kText) return fmt::format("txmq serve: {}\n", one_line(msg));
   // nlohmann's object is ordered by key; the line is built by hand so that time, level and msg
   // come first, as a person reading the raw log expects.
   const auto dump = [](const nlohmann::json& v) {

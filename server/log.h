@@ -28,7 +28,10 @@ std::optional<LogFormat> parse_log_format(std::string_view name);
 std::string_view level_name(LogLevel level);  // "info", "warning", "error"
 // RFC 3339 in UTC with milliseconds: 2026-11-23T07:50:54.123Z.
 std::string rfc3339_millis(std::chrono::system_clock::time_point t);
-// One line, '\n' included. Fields named time, level or msg are not written over the line's own.
+// `text` with control characters and backslashes escaped (\n, \r, \t, \\, \xNN): one line.
+std::string one_line(std::string_view text);
+// One line, '\n' included; in the text format the message is one_line()'s. Fields named
+// time, level or msg are not written over the line's own.
 std::string format_log_line(LogFormat format, LogLevel level,
                             std::chrono::system_clock::time_point t, std::string_view msg,
                             const nlohmann::json& fields);

@@ -15,6 +15,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr auto kCacheFor = std::chrono::seconds(1);
+constexpr std::size_t kMaxCached = 10000;
 // Beyond SQS's caps, where txmq can do more (README "What differs from SQS").
 constexpr std::int64_t kMaxDelaySeconds = 366LL * 24 * 3600;
 constexpr std::int64_t kMaxRetentionSeconds = 3660LL * 24 * 3600;
@@ -270,17 +271,73 @@ QueueCatalog::QueueCatalog(Client& client, std::string region, std::string accou
       if (e.server_errno() != 1060) throw;  // ER_DUP_FIELDNAME: another server added it
     }
   }
+  receipt_key_ = shared_receipt_key();
+}
+
+// Receipt handles carry a MAC under a key that every txmq serve of the database shares (a
+// client may delete through another server than it received from), made once by the first.
+std::string QueueCatalog::shared_receipt_key() {
+  std::string key;
+  auto read = [&] {
+    client_.transact([&](Transaction& t) {
+      SqlResult r = t.execute("SELECT secret FROM txmq_sqs_secrets WHERE name = 'receipts'");
+      key = r.rows.empty() ? std::string() : r.rows[0].as_string(0);
+    });
+  };
+  try {
+    read();
+  } catch (const Error& e) {
+    if (e.server_errno() != 1146) throw;  // ER_NO_SUCH_TABLE: make it
+    client_.transact([](Transaction& t) {
+      t.execute(
+          "CREATE TABLE IF NOT EXISTS txmq_sqs_secrets ("
+          " name VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
+          " secret VARBINARY(64) NOT NULL) ENGINE=InnoDB");
+    });
+  }
+  if (key.size() < 32) {
+    client_.transact([](Transaction& t) {
+      t.execute("INSERT IGNORE INTO txmq_sqs_secrets (name, secret) VALUES ('receipts', ?)",
+                {random_bytes(32)});
+    });
+    read();  // another server's, when it made one first
+  }
+  if (key.size() < 32) throw std::runtime_error("txmq_sqs_secrets holds no receipt key");
+  return key;
+}
+
+std::string QueueCatalog::seal(std::string_view queue, std::string_view receipt) const {
+  return fmt::format("{}{}{}", receipt, kSealSeparator, receipt_mac(queue, receipt));
+}
+
+std::optional<std::string> QueueCatalog::unseal(std::string_view queue,
+                                                std::string_view handle) const {
+  const std::size_t at = handle.rfind(kSealSeparator);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view receipt = handle.substr(0, at);
+  if (!constant_time_equal(handle.substr(at + 1), receipt_mac(queue, receipt))) {
+    return std::nullopt;
+  }
+  return std::string(receipt);
+}
+
+std::string QueueCatalog::receipt_mac(std::string_view queue, std::string_view receipt) const {
+  // 128 bits: enough that a forged handle is never guessed, short enough for a handle.
+  return hmac_sha256_hex(receipt_key_, fmt::format("{}\n{}", queue, receipt)).substr(0, 32);
+}
+
+bool QueueCatalog::valid_name(std::string_view name) {
+  std::string_view base = name;
+  if (base.ends_with(".fifo")) base.remove_suffix(5);
+  return !name.empty() && name.size() <= 80 && !base.empty() &&
+         std::all_of(base.begin(), base.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_';
+         });
 }
 
 void QueueCatalog::check_name(std::string_view name) {
-  std::string_view base = name;
-  if (base.ends_with(".fifo")) base.remove_suffix(5);
-  const bool ok = !name.empty() && name.size() <= 80 && !base.empty() &&
-                  std::all_of(base.begin(), base.end(), [](char c) {
-                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                           (c >= '0' && c <= '9') || c == '-' || c == '_';
-                  });
-  if (!ok) {
+  if (!valid_name(name)) {
     fail("InvalidParameterValue",
          "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length");
   }
@@ -317,12 +374,20 @@ std::shared_ptr<const QueueInfo> QueueCatalog::load(std::string_view name) {
     q->group = r.rows[0].as_string(6);
   });
   if (q) read_settings(*q);
+  const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
-  cache_[std::string(name)] = {q, std::chrono::steady_clock::now()};
+  // Entries live a second: past the bound, the stale ones go, so that a flood of lookups of
+  // names that do not exist cannot grow the cache beyond about a second's worth of them.
+  if (cache_.size() >= kMaxCached) {
+    std::erase_if(cache_, [&](const auto& entry) { return now - entry.second.loaded >= kCacheFor; });
+    if (cache_.size() >= kMaxCached) cache_.clear();
+  }
+  cache_[std::string(name)] = {q, now};
   return q;
 }
 
 std::shared_ptr<const QueueInfo> QueueCatalog::find(std::string_view name) {
+  if (!valid_name(name)) return nullptr;  // never stored: nothing to look up or remember
   {
     std::lock_guard lock(mutex_);
     auto it = cache_.find(name);

@@ -82,11 +82,19 @@ class QueueCatalog {
   // Creates txmq_sqs_queues when missing (a user without CREATE must find it made).
   QueueCatalog(Client& client, std::string region, std::string account);
 
+  // A ReceiptHandle: the library's receipt with a MAC that binds it to the queue's name, so
+  // that a forged handle, or one of another queue, is told apart from a stale one.
+  std::string seal(std::string_view queue, std::string_view receipt) const;
+  // The library's receipt of a handle seal() made for `queue`; nullopt for any other text.
+  std::optional<std::string> unseal(std::string_view queue, std::string_view handle) const;
+
   // Validates an SQS queue name (throws SqsError InvalidParameterValue).
   static void check_name(std::string_view name);
+  static bool valid_name(std::string_view name);
   static std::string topic_of(std::string_view name);
 
-  // The queue, from a cache of about a second; nullopt when it does not exist.
+  // The queue, from a cache of about a second (bounded); null when it does not exist or the
+  // name is not a valid queue name.
   std::shared_ptr<const QueueInfo> find(std::string_view name);
   // As find, but throws QueueDoesNotExist.
   std::shared_ptr<const QueueInfo> get(std::string_view name);
@@ -127,10 +135,14 @@ class QueueCatalog {
   void check_same(const QueueInfo& existing, const std::map<std::string, std::string>& wanted);
   void make_topic(const QueueInfo& queue);
   void forget(std::string_view name);
+  std::string shared_receipt_key();
+  std::string receipt_mac(std::string_view queue, std::string_view receipt) const;
+  static constexpr char kSealSeparator = ':';
 
   Client& client_;
   const std::string region_;
   const std::string account_;
+  std::string receipt_key_;  // set by the constructor, then read-only
   std::mutex mutex_;
   struct Cached {
     std::shared_ptr<const QueueInfo> queue;  // null: known not to exist

@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
+#include "server/dashboard.h"
 #include "server/digests.h"
 #include "server/fail.h"
 #include "server/wire.h"
@@ -21,13 +22,85 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string_view header(const HttpRequest& r, std::string_view name) {
+std::string_view header(const RequestHeaderView& r, std::string_view name) {
   auto it = r.find(boost::beast::string_view(name.data(), name.size()));
   if (it == r.end()) return {};
   return {it->value().data(), it->value().size()};
 }
 
+// Nesting deeper than any SQS input goes (4 levels) is refused before parsing: a parser builds
+// a value per level, so 8 MiB of '[' would cost hundreds of MiB.
+constexpr int kMaxJsonDepth = 32;
+
+bool json_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+bool has_query_signature(std::string_view target) {
+  const std::size_t q = target.find('?');
+  if (q == std::string_view::npos) return false;
+  const std::string_view query = target.substr(q);
+  for (std::string_view name : {"X-Amz-Signature", "X-Amz-Credential", "X-Amz-Algorithm"}) {
+    for (std::size_t at = query.find(name); at != std::string_view::npos;
+         at = query.find(name, at + 1)) {
+      const char before = query[at - 1];  // query starts with '?': at >= 1
+      if (before == '?' || before == '&') return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+std::optional<SqsError> cross_site_refusal(const RequestHeaderView& r, bool with_credentials) {
+  // With --credentials every request carries a signature made with a secret: a page on another
+  // site cannot make one. Without, any well-formed signature passes, so the server (on loopback)
+  // refuses what only a browser would send: a request under another host name (DNS
+  // rebinding), one that says it comes from another origin or site, and signatures in the
+  // query string (an <img> or a link can carry one; the SDKs sign in the Authorization header,
+  // which a page cannot set on another site's request without CORS, which this server never
+  // allows).
+  if (with_credentials) return std::nullopt;
+  if (!dashboard_internal::loopback_host(header(r, "host"))) {
+    return SqsError::of("AccessDenied",
+                        "Without --credentials txmq serve answers only requests to a loopback "
+                        "host name (localhost, 127.0.0.1, [::1]) in the Host header.");
+  }
+  if (!header(r, "origin").empty()) {
+    return SqsError::of("AccessDenied",
+                        "Without --credentials txmq serve refuses requests that carry an Origin "
+                        "header (a web page's): give --credentials to serve browsers.");
+  }
+  const std::string_view site = header(r, "sec-fetch-site");
+  if (!site.empty() && site != "none" && site != "same-origin") {
+    return SqsError::of("AccessDenied",
+                        "Without --credentials txmq serve refuses requests a browser sends on "
+                        "behalf of another site (Sec-Fetch-Site).");
+  }
+  const std::string_view target(r.target().data(), r.target().size());
+  if (has_query_signature(target)) {
+    return SqsError::of("AccessDenied",
+                        "Without --credentials txmq serve refuses signatures in the query string "
+                        "(presigned URLs): any signature would pass. Sign in the Authorization "
+                        "header, or give --credentials.");
+  }
+  return std::nullopt;
+}
 
 std::string new_request_id() {
   thread_local std::mt19937_64 random{std::random_device{}()};
@@ -42,10 +115,47 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
       io_(io),
       options_(std::move(options)),
       catalog_(client, options_.region, options_.account),
-      workers_(static_cast<std::size_t>(options_.workers)) {
+      workers_(static_cast<std::size_t>(options_.workers)),
+      deadline_timer_(io) {
   if (!options_.credentials_file.empty()) {
     credentials_ = std::make_shared<Credentials>(Credentials::load(options_.credentials_file));
   }
+  watch_deadlines();
+}
+
+void SqsService::track(const std::shared_ptr<Call>& call) {
+  call->deadline = (call->arrived + options_.request_timeout).time_since_epoch().count();
+  std::lock_guard lock(calls_mutex_);
+  calls_.emplace(call.get(), call);
+}
+
+void SqsService::untrack(const Call& call) {
+  std::lock_guard lock(calls_mutex_);
+  calls_.erase(&call);
+}
+
+void SqsService::watch_deadlines() {
+  deadline_timer_.expires_after(std::chrono::milliseconds(250));
+  deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_) return;
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    std::vector<std::shared_ptr<Call>> late;
+    {
+      std::lock_guard lock(calls_mutex_);
+      for (const auto& [raw, weak] : calls_) {
+        if (raw->deadline.load(std::memory_order_relaxed) > now) continue;
+        if (auto call = weak.lock()) late.push_back(std::move(call));
+      }
+    }
+    for (const auto& call : late) {
+      reply_error(*call, std::make_exception_ptr(SqsError::of(
+                             "ServiceUnavailable",
+                             fmt::format("The request was not answered within {} ms (the "
+                                         "database is slow or unreachable); retry it.",
+                                         options_.request_timeout.count()))));
+    }
+    watch_deadlines();
+  });
 }
 
 SqsService::~SqsService() {
@@ -111,77 +221,147 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
   auto call = std::make_shared<Call>();
   call->request = std::move(request);
   call->respond = std::move(respond);
+  track(call);
   asio::post(workers_, [this, call] { execute(call); });
+}
+
+void read_request(const HttpRequest& r, const Credentials* credentials, std::string_view region,
+                  std::chrono::system_clock::time_point now, SqsRequest& out) {
+  if (auto refusal = cross_site_refusal(r, credentials != nullptr)) throw *refusal;
+  const std::string_view target = header(r, "x-amz-target");
+  out.host = std::string(header(r, "host"));
+  const std::string_view raw_target(r.target().data(), r.target().size());
+  out.path = std::string(raw_target.substr(0, raw_target.find('?')));
+  if (!target.empty() || header(r, "content-type").starts_with("application/x-amz-json")) {
+    out.protocol = SqsRequest::Protocol::kJson;
+    const std::size_t dot = target.find('.');
+    const std::string_view service = target.substr(0, dot);
+    if (dot == std::string_view::npos || (service != "AmazonSQS" && service != "Txmq")) {
+      fail("UnknownOperationException",
+           "X-Amz-Target must be AmazonSQS.<Action> (or Txmq.SendMessageBatch)");
+    }
+    out.txmq_action = service == "Txmq";
+    out.action = std::string(target.substr(dot + 1, 64));
+  } else {
+    out.protocol = SqsRequest::Protocol::kQuery;
+  }
+
+  // The signature covers the method, the target (path and query), the signed headers (Host and
+  // X-Amz-Target among them) and the body: everything read below.
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  for (const auto& f : r) {
+    headers.emplace_back(std::string_view(f.name_string().data(), f.name_string().size()),
+                         std::string_view(f.value().data(), f.value().size()));
+  }
+  const SignedRequest signed_request{
+      std::string_view(r.method_string().data(), r.method_string().size()), raw_target,
+      std::move(headers), r.body()};
+  if (auto failure = verify(signed_request, credentials, region, now)) {
+    throw SqsError::of(failure->code, failure->message);
+  }
+
+  if (out.protocol == SqsRequest::Protocol::kJson) {
+    if (r.method() != http::verb::post) {
+      fail("InvalidAction", "The JSON protocol takes POST requests only");
+    }
+    if (json_deeper_than(r.body(), kMaxJsonDepth)) {
+      fail("SerializationException",
+           fmt::format("The request body nests deeper than {} levels", kMaxJsonDepth));
+    }
+    out.input = r.body().empty() ? json::object() : json::parse(r.body(), nullptr, false);
+    if (!out.input.is_object()) {
+      fail("SerializationException", "The request body is not a JSON object");
+    }
+  } else {
+    std::vector<std::pair<std::string, std::string>> params;
+    if (const std::size_t q = raw_target.find('?'); q != std::string_view::npos) {
+      params = parse_form(raw_target.substr(q + 1));
+    }
+    if (r.method() == http::verb::post) {
+      auto body = parse_form(r.body());
+      params.insert(params.end(), std::make_move_iterator(body.begin()),
+                    std::make_move_iterator(body.end()));
+    } else if (r.method() != http::verb::get) {
+      fail("InvalidAction", "The Query protocol takes GET or POST requests");
+    }
+    out.action = query_action(params);
+    out.input = query_input(out.action, params);
+  }
+  // Older Query clients post to the queue's URL instead of naming it.
+  if (!out.input.contains("QueueUrl") && out.path.size() > 1 &&
+      std::count(out.path.begin(), out.path.end(), '/') == 2) {
+    out.input["QueueUrl"] = out.path;
+  }
+}
+
+SqsService::BodyAdmission SqsService::admit_body(const RequestHeaderView& h) const {
+  BodyAdmission admission;
+  const std::string_view target(h.target().data(), h.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  // The probes, /metrics and the dashboard check their own requests (small ones).
+  if (path == "/healthz" || path == "/readyz" || path == "/metrics" || path.starts_with("/ui/") ||
+      (path == "/" && h.method() == http::verb::get && target == "/")) {
+    return admission;
+  }
+  std::shared_ptr<const Credentials> credentials;
+  {
+    std::lock_guard lock(credentials_mutex_);
+    credentials = credentials_;
+  }
+  const std::string_view action_target = header(h, "x-amz-target");
+  admission.json = !action_target.empty() ||
+                   header(h, "content-type").starts_with("application/x-amz-json");
+  if (auto refusal = cross_site_refusal(h, credentials != nullptr)) {
+    admission.refusal = std::move(refusal);
+    return admission;
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  for (const auto& f : h) {
+    headers.emplace_back(std::string_view(f.name_string().data(), f.name_string().size()),
+                         std::string_view(f.value().data(), f.value().size()));
+  }
+  const SignedRequest without_body{
+      std::string_view(h.method_string().data(), h.method_string().size()), target,
+      std::move(headers), {}};
+  if (auto failure = precheck(without_body, credentials.get(), options_.region,
+                              std::chrono::system_clock::now())) {
+    admission.refusal = SqsError::of(failure->code, failure->message);
+    return admission;
+  }
+  // Only Txmq.SendMessageBatch (10,000 messages) needs more than SQS's largest request, and
+  // only once the headers passed the checks above.
+  if (action_target == "Txmq.SendMessageBatch") admission.body_limit = kMaxTxmqBatchBody;
+  return admission;
+}
+
+HttpResponse SqsService::refusal_response(const BodyAdmission& admission) const {
+  const std::string request_id = new_request_id();
+  HttpResponse r;
+  r.status = static_cast<unsigned>(admission.refusal->http_status);
+  r.headers.emplace_back("x-amzn-RequestId", request_id);
+  if (admission.json) {
+    JsonErrorReply j = json_error(*admission.refusal);
+    r.content_type = "application/x-amz-json-1.0";
+    r.body = std::move(j.body);
+    r.headers.emplace_back("x-amzn-query-error", std::move(j.query_error_header));
+  } else {
+    r.content_type = "text/xml";
+    r.body = query_error_xml(*admission.refusal, request_id);
+  }
+  return r;
 }
 
 void SqsService::execute(const std::shared_ptr<Call>& call) {
   Call& c = *call;
-  const HttpRequest& r = c.request;
+  if (c.answered) return;  // its deadline passed while it waited for a worker
   try {
-    const std::string_view target = header(r, "x-amz-target");
-    c.host = std::string(header(r, "host"));
-    const std::string_view raw_target(r.target().data(), r.target().size());
-    c.path = std::string(raw_target.substr(0, raw_target.find('?')));
-    if (!target.empty() || header(r, "content-type").starts_with("application/x-amz-json")) {
-      c.protocol = Call::Protocol::kJson;
-      const std::size_t dot = target.find('.');
-      const std::string_view service = target.substr(0, dot);
-      if (dot == std::string_view::npos || (service != "AmazonSQS" && service != "Txmq")) {
-        fail("UnknownOperationException",
-             "X-Amz-Target must be AmazonSQS.<Action> (or Txmq.SendMessageBatch)");
-      }
-      c.txmq_action = service == "Txmq";
-      c.action = std::string(target.substr(dot + 1));
-    } else {
-      c.protocol = Call::Protocol::kQuery;
-    }
-
-    std::vector<std::pair<std::string_view, std::string_view>> headers;
-    for (const auto& f : r) {
-      headers.emplace_back(std::string_view(f.name_string().data(), f.name_string().size()),
-                           std::string_view(f.value().data(), f.value().size()));
-    }
     std::shared_ptr<const Credentials> credentials;
     {
       std::lock_guard lock(credentials_mutex_);
       credentials = credentials_;
     }
-    const SignedRequest signed_request{std::string_view(r.method_string().data(),
-                                                        r.method_string().size()),
-                                       raw_target, std::move(headers), r.body()};
-    if (auto failure = verify(signed_request, credentials.get(), options_.region,
-                              std::chrono::system_clock::now())) {
-      throw SqsError::of(failure->code, failure->message);
-    }
-
-    if (c.protocol == Call::Protocol::kJson) {
-      if (r.method() != http::verb::post) {
-        fail("InvalidAction", "The JSON protocol takes POST requests only");
-      }
-      c.input = r.body().empty() ? json::object() : json::parse(r.body(), nullptr, false);
-      if (!c.input.is_object()) {
-        fail("SerializationException", "The request body is not a JSON object");
-      }
-    } else {
-      std::vector<std::pair<std::string, std::string>> params;
-      if (const std::size_t q = raw_target.find('?'); q != std::string_view::npos) {
-        params = parse_form(raw_target.substr(q + 1));
-      }
-      if (r.method() == http::verb::post) {
-        auto body = parse_form(r.body());
-        params.insert(params.end(), std::make_move_iterator(body.begin()),
-                      std::make_move_iterator(body.end()));
-      } else if (r.method() != http::verb::get) {
-        fail("InvalidAction", "The Query protocol takes GET or POST requests");
-      }
-      c.action = query_action(params);
-      c.input = query_input(c.action, params);
-    }
-    // Older Query clients post to the queue's URL instead of naming it.
-    if (!c.input.contains("QueueUrl") && c.path.size() > 1 &&
-        std::count(c.path.begin(), c.path.end(), '/') == 2) {
-      c.input["QueueUrl"] = c.path;
-    }
+    read_request(c.request, credentials.get(), options_.region, std::chrono::system_clock::now(),
+                 c);
     dispatch(call);
   } catch (...) {
     reply_error(c, std::current_exception());
@@ -231,6 +411,7 @@ void SqsService::count_request(const Call& c, std::string_view outcome) {
 
 void SqsService::reply(Call& c, const json& output) {
   if (c.answered.exchange(true)) return;
+  untrack(c);
   count_request(c, "ok");
   HttpResponse r;
   r.headers.emplace_back("x-amzn-RequestId", c.request_id);
@@ -246,6 +427,7 @@ void SqsService::reply(Call& c, const json& output) {
 
 void SqsService::reply_error(Call& c, std::exception_ptr error) {
   if (c.answered.exchange(true)) return;
+  untrack(c);
   SqsError e = SqsError::of("InternalError", "internal error");
   try {
     std::rethrow_exception(error);
@@ -267,6 +449,10 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
       default:
         e = SqsError::of("InternalError", txmq.what());
     }
+  } catch (const json::type_error& wrong) {
+    // An input member of the wrong type that an action read without checking: the caller's.
+    e = SqsError::of("InvalidParameterValue",
+                     fmt::format("A parameter has the wrong type: {}", wrong.what()));
   } catch (const std::exception& other) {
     e = SqsError::of("InternalError", other.what());
   }

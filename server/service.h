@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,13 +27,41 @@
 #include "server/metrics.h"
 #include "server/queues.h"
 #include "server/sigv4.h"
+#include "server/wire.h"
 #include "txmq/client.h"
 
 namespace txmq::server {
 
+using RequestHeaderView = boost::beast::http::request_header<>;
+
+// Why a request that a browser on another site could have sent is refused when the server has
+// no --credentials (so that any well-formed signature passes): a Host that is not a loopback
+// name (DNS rebinding), an Origin header, Sec-Fetch-Site other than none or same-origin, or a
+// signature in the query string. nullopt: not refused (always, with credentials).
+std::optional<SqsError> cross_site_refusal(const RequestHeaderView& request, bool with_credentials);
+
 // Takes a request that is not an SQS call (ServiceOptions::web): true when it did.
 using WebHandler = std::function<bool(HttpRequest& request, Responder& respond,
                                       const std::shared_ptr<const Credentials>& credentials)>;
+
+// What an SQS request asks, read only from what its signature covers.
+struct SqsRequest {
+  enum class Protocol { kQuery, kJson };
+  Protocol protocol = Protocol::kJson;
+  std::string action;
+  bool txmq_action = false;  // X-Amz-Target: Txmq.<Action>
+  nlohmann::json input;      // the action's input in the JSON protocol's shape
+  std::string host;          // the Host header: queue URLs are built from it
+  std::string path;          // the request's path, without its query
+};
+
+// Reads an SQS request into `out`: refuses what a browser on another site would send
+// (cross_site_refusal), chooses the protocol (set first, so that a refusal is answered in
+// it), checks the signature (verify(); `credentials` null: any well-formed one), and parses the
+// input with bounded depth and size. Throws SqsError. No database: also run by a fuzzer.
+void read_request(const HttpRequest& request, const Credentials* credentials,
+                  std::string_view region, std::chrono::system_clock::time_point now,
+                  SqsRequest& out);
 
 struct ServiceOptions {
   std::string region = "us-east-1";
@@ -51,6 +80,11 @@ struct ServiceOptions {
   WebHandler web;
   // Where each answered request is counted and timed (GET /metrics); none: not counted.
   RequestMetrics* request_metrics = nullptr;
+  // A request not answered this long after it arrived (a long poll: after its wait) gets 503
+  // ServiceUnavailable, which SDKs retry: a database that stopped answering (frozen, cut off)
+  // must not hold callers for ever. What the late action then does is not reported; a send
+  // may still commit (at-least-once: the retry sends it again).
+  std::chrono::milliseconds request_timeout{10000};
 };
 
 struct Counters {
@@ -68,6 +102,22 @@ class SqsService {
  public:
   SqsService(Client& client, boost::asio::io_context& io, ServiceOptions options);
   ~SqsService();
+
+  // Before a request's body is read (the HTTP layer's admission): an SQS request refused by
+  // what its headers show (cross_site_refusal, precheck: no or a malformed signature, an
+  // unknown key, a stale date) is answered without reading its body; one that passes may send
+  // up to body_limit bytes (SQS's largest request, or Txmq.SendMessageBatch's).
+  struct BodyAdmission {
+    std::size_t body_limit = kMaxSqsBody;
+    std::optional<SqsError> refusal;
+    bool json = false;  // the protocol the refusal is answered in
+  };
+  // A body of SQS's largest message (1 MiB) as the SDKs encode it (percent-encoded or \u-escaped:
+  // up to 3x), with room for its attributes.
+  static constexpr std::size_t kMaxSqsBody = 4u << 20;
+  static constexpr std::size_t kMaxTxmqBatchBody = 64u << 20;  // 10,000 messages
+  BodyAdmission admit_body(const RequestHeaderView& header) const;
+  HttpResponse refusal_response(const BodyAdmission& admission) const;
 
   // Every HTTP request (from the HTTP threads; the work is posted to the workers).
   void handle(HttpRequest&& request, Responder respond);
@@ -87,6 +137,10 @@ class SqsService {
   void reply(Call& call, const nlohmann::json& output);
   void reply_error(Call& call, std::exception_ptr error);
   void count_request(const Call& call, std::string_view outcome);
+  // Deadlines: calls not answered yet, looked at every quarter second.
+  void track(const std::shared_ptr<Call>& call);
+  void untrack(const Call& call);
+  void watch_deadlines();
   // Where each answered request is counted and timed (GET /metrics); none: not counted.
   RequestMetrics* request_metrics = nullptr;
 
@@ -113,16 +167,18 @@ class SqsService {
   // Helpers (actions.cc).
   std::shared_ptr<const QueueInfo> queue_of(Call& call);
   std::string queue_url(const Call& call, std::string_view name) const;
-  nlohmann::json message_json(const Call& call, const QueueInfo& queue, const Message& m);
+  nlohmann::json message_json(const Poll& poll, const Message& m);
   void try_claim(const std::shared_ptr<Poll>& poll);
   void finish_poll(const std::shared_ptr<Poll>& poll, std::vector<Message> messages);
 
   // Group commit of single sends and deletes, per topic.
   struct PendingSend {
+    std::shared_ptr<const Call> call;  // not sent once the call was answered (timed out)
     OutgoingMessage message;
     std::function<void(std::uint64_t id, std::exception_ptr error)> done;
   };
   struct PendingDelete {
+    std::shared_ptr<const Call> call;
     std::string receipt;
     std::function<void(Settle outcome, std::exception_ptr error)> done;
   };
@@ -170,19 +226,27 @@ class SqsService {
   const ServiceOptions options_;
   QueueCatalog catalog_;
   boost::asio::thread_pool workers_;
-  std::mutex credentials_mutex_;
+  mutable std::mutex credentials_mutex_;
   std::shared_ptr<const Credentials> credentials_;  // null: no --credentials
   Counters counters_;
   std::mutex posting_mutex_;  // handle() posts and shutdown() stops under it
   std::atomic<bool> stopping_{false};
+  std::mutex calls_mutex_;
+  std::map<const Call*, std::weak_ptr<Call>> calls_;  // not answered yet
+  boost::asio::steady_timer deadline_timer_;
   std::mutex polls_mutex_;
   std::set<std::shared_ptr<Poll>> polls_;
   Batches<PendingSend> sends_;
   Batches<PendingDelete> deletes_;
   // FIFO ReceiveRequestAttemptId: the answer given, for retries within 5 minutes.
   std::mutex attempts_mutex_;
-  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, nlohmann::json>>
-      receive_attempts_;
+  struct Attempt {
+    std::chrono::steady_clock::time_point at;
+    nlohmann::json answer;
+    std::size_t bytes;  // about what the answer holds in memory
+  };
+  std::map<std::string, Attempt> receive_attempts_;
+  std::size_t attempts_bytes_ = 0;
 };
 
 }  // namespace txmq::server

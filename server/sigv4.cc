@@ -235,14 +235,18 @@ std::string uri_encoded(std::string_view bytes) {
   return out;
 }
 
-// %XX decoded; anything else, '+' and a stray '%' included, kept as it is.
-std::string percent_decoded(std::string_view s) {
+// %XX decoded and '+' a space, as the Query protocol reads the same query string (one decoding
+// for what is signed and what is acted on: a '+' the signer meant as a plus does not verify);
+// anything else, a stray '%' included, kept as it is.
+std::string query_decoded(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
       out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
       i += 2;
+    } else if (s[i] == '+') {
+      out += ' ';
     } else {
       out += s[i];
     }
@@ -310,10 +314,9 @@ QueryParams parse_query(std::string_view query) {
     if (piece.empty()) continue;
     const auto eq = piece.find('=');
     if (eq == std::string_view::npos) {
-      params.emplace_back(percent_decoded(piece), std::string());
+      params.emplace_back(query_decoded(piece), std::string());
     } else {
-      params.emplace_back(percent_decoded(piece.substr(0, eq)),
-                          percent_decoded(piece.substr(eq + 1)));
+      params.emplace_back(query_decoded(piece.substr(0, eq)), query_decoded(piece.substr(eq + 1)));
     }
   }
   return params;
@@ -696,7 +699,7 @@ std::string canonical_request(const SignedRequest& request, std::string_view sig
 
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
                                   std::string_view region, std::string_view service,
-                                  Clock::time_point now) {
+                                  Clock::time_point now, bool signature_too) {
   const auto [raw_path, raw_query] = split_target(request.target);
   const QueryParams query = parse_query(raw_query);
 
@@ -760,6 +763,7 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
   }
   {
     bool has_host = false;
+    bool has_target = false;
     std::string_view names = claim.signed_headers;
     if (names.empty()) return incomplete("SignedHeaders must name the signed headers");
     while (true) {
@@ -767,10 +771,17 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
       const std::string_view name = names.substr(0, semicolon);
       if (name.empty()) return incomplete("SignedHeaders has an empty header name");
       if (iequals(name, "host")) has_host = true;
+      if (iequals(name, "x-amz-target")) has_target = true;
       if (semicolon == std::string_view::npos) break;
       names = names.substr(semicolon + 1);
     }
     if (!has_host) return incomplete("'Host' must be a 'SignedHeader' in the AWS Authorization");
+    // X-Amz-Target names the action: unsigned, it would let a request signed for one action
+    // (a presigned GetQueueAttributes) run another.
+    bool repeated_target = false;
+    if (find_header(request, "x-amz-target", repeated_target) && !has_target) {
+      return incomplete("'X-Amz-Target' must be a 'SignedHeader' when the request has it");
+    }
   }
   const auto signed_at = parse_amz_date(claim.amz_date);
   if (!signed_at) {
@@ -827,7 +838,7 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
         "SignatureDoesNotMatch",
         fmt::format("Credential should be scoped with a valid terminator: '{}'", kTerminator));
   }
-  if (credentials == nullptr) return std::nullopt;  // any well-formed signature
+  if (credentials == nullptr || !signature_too) return std::nullopt;  // any well-formed signature
 
   std::string hash;
   std::string_view alternative;
@@ -854,6 +865,11 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
                                   std::string_view region, Clock::time_point now) {
   return internal::verify(request, credentials, region, "sqs", now);
+}
+
+std::optional<AuthFailure> precheck(const SignedRequest& request, const Credentials* credentials,
+                                    std::string_view region, Clock::time_point now) {
+  return internal::verify(request, credentials, region, "sqs", now, false);
 }
 
 // --- signing -------------------------------------------------------------------------------------

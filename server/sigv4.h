@@ -5,8 +5,8 @@
 // Canonical request as AWS specifies it and as botocore and the JS SDK v3 compute it for services
 // other than S3: the path is normalized (dot segments and repeated slashes removed) and
 // URI-encoded once more as received, so "/a%20b" is signed as "/a%2520b"; query parameters are
-// percent-decoded, re-encoded (RFC 3986 unreserved characters kept; '+' is a literal plus) and
-// sorted by name then value; header values are trimmed, inner whitespace runs collapsed to one
+// percent-decoded ('+' is a space, as the Query protocol reads it: a signer that meant a plus
+// sent %2B), re-encoded (RFC 3986 unreserved characters kept) and sorted by name then value; header values are trimmed, inner whitespace runs collapsed to one
 // space, and repeated headers joined with ','.
 #pragma once
 
@@ -79,13 +79,22 @@ class Credentials {
 //                                     service than the request's.
 // `credentials` nullptr: any access key and any well-formed signature are accepted (the signature
 // is not computed), but the request must still be well-formed, scoped to `region` and "sqs", and
-// within the clock skew. The body is covered by the signature (an x-amz-content-sha256 header,
+// within the clock skew. An X-Amz-Target header, which chooses the action, must be among the
+// signed headers (IncompleteSignature otherwise). The body is covered by the signature (an x-amz-content-sha256 header,
 // when sent, must be the body's SHA-256; UNSIGNED-PAYLOAD is accepted only for a presigned request
 // without a body). X-Amz-Security-Token is signed when the client signed it, not checked otherwise.
 // Thread-safe.
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
                                   std::string_view region,
                                   std::chrono::system_clock::time_point now);
+
+// What verify() can check before the body has arrived, on a request whose body is empty: the
+// form of the signature, its scope, date and expiry, that X-Amz-Target is signed, and (with
+// `credentials`) that the access key is known. The signature itself is not computed. nullopt
+// when verify() may still accept the request once its body is read.
+std::optional<AuthFailure> precheck(const SignedRequest& request, const Credentials* credentials,
+                                    std::string_view region,
+                                    std::chrono::system_clock::time_point now);
 
 // Who signs, for sign() and presign().
 struct SigningKey {
@@ -114,9 +123,11 @@ std::string presign(const SignedRequest& request, const SigningKey& key,
 namespace internal {
 
 // verify() for any service, so that AWS's published test vectors (service "service") run too.
+// `signature_too` false: precheck().
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
                                   std::string_view region, std::string_view service,
-                                  std::chrono::system_clock::time_point now);
+                                  std::chrono::system_clock::time_point now,
+                                  bool signature_too = true);
 
 // The canonical request of `request`, for the headers named in `signed_headers` (as written in
 // SignedHeaders=, "host;x-amz-date") and the given payload hash. `presigned`: X-Amz-Signature is

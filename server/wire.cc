@@ -24,8 +24,8 @@ struct ErrorSpec {
 
 // From SQS's service models: the Query model's error traits (botocore 1.29) and the JSON model's
 // awsQueryError traits (Smithy model, 2025), which add InvalidAddress, InvalidSecurity,
-// RequestThrottled, ResourceNotFoundException, the KMS errors, and give ReceiptHandleIsInvalid
-// 404; then SQS's common errors (the API reference's CommonErrors), which have no shape.
+// RequestThrottled, ResourceNotFoundException and the KMS errors (the model gives
+// ReceiptHandleIsInvalid 404; SQS answers 400, as here); then SQS's common errors (the API reference's CommonErrors), which have no shape.
 constexpr ErrorSpec kErrors[] = {
     {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", 400, true},
     {"QueueNameExists", "QueueAlreadyExists", 400, true},
@@ -43,7 +43,7 @@ constexpr ErrorSpec kErrors[] = {
     {"InvalidAttributeName", "InvalidAttributeName", 400, true},
     {"InvalidAttributeValue", "InvalidAttributeValue", 400, true},
     {"InvalidMessageContents", "InvalidMessageContents", 400, true},
-    {"ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404, true},
+    {"ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 400, true},
     {"InvalidIdFormat", "InvalidIdFormat", 400, true},
     {"InvalidAddress", "InvalidAddress", 404, true},
     {"RequestThrottled", "RequestThrottled", 403, true},
@@ -82,6 +82,12 @@ constexpr ErrorSpec kErrors[] = {
 };
 
 // --- Query input -------------------------------------------------------------------------------
+
+// The deepest name an action has: SendMessageBatchRequestEntry.N.MessageAttribute.N.Value.
+// StringValue is 6 parts.
+constexpr std::size_t kMaxParameterDepth = 6;
+// A Query SendMessageBatch of 10 entries with 10 attributes each has about 500 parameters.
+constexpr std::size_t kMaxFormParameters = 5000;
 
 // Parameters as a tree: "MessageAttribute.1.Value.StringValue" is
 // root["MessageAttribute"]["1"]["Value"]["StringValue"].
@@ -429,6 +435,11 @@ SqsError SqsError::of(std::string_view code, std::string message) {
 std::vector<std::pair<std::string, std::string>> parse_form(std::string_view text) {
   std::vector<std::pair<std::string, std::string>> out;
   while (!text.empty()) {
+    if (out.size() == kMaxFormParameters) {
+      throw SqsError::of("MalformedQueryString",
+                         fmt::format("The request has more than {} parameters.",
+                                     kMaxFormParameters));
+    }
     const std::size_t amp = text.find('&');
     const std::string_view pair = text.substr(0, amp);
     text = amp == std::string_view::npos ? std::string_view{} : text.substr(amp + 1);
@@ -454,8 +465,19 @@ json query_input(std::string_view action,
     throw SqsError::of("InvalidAction", fmt::format("The action {} is not valid for this endpoint.",
                                                     std::string(action).substr(0, 64)));
   }
+  // Only the action's own parameters become part of the tree (Action, Version, the signature's
+  // X-Amz-* and anything else are not looked at), and no deeper than its shapes go.
   Node root;
   for (const auto& [name, value] : params) {
+    const std::string_view first = std::string_view(name).substr(0, name.find('.'));
+    const bool defined = std::any_of(it->second.begin(), it->second.end(),
+                                     [&](const Member& m) { return m.query == first; });
+    if (!defined) continue;
+    if (static_cast<std::size_t>(std::count(name.begin(), name.end(), '.')) >= kMaxParameterDepth) {
+      throw SqsError::of("InvalidParameterValue",
+                         fmt::format("The parameter name '{}...' has more than {} parts.",
+                                     name.substr(0, 64), kMaxParameterDepth));
+    }
     Node* node = &root;
     std::string_view rest = name;
     while (!rest.empty()) {

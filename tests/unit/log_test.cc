@@ -1,4 +1,5 @@
 // txmq serve's log lines (server/log.h). No server, no database.
+#include <algorithm>
 #include "server/log.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +25,14 @@ TEST(Log, Rfc3339InUtcWithMilliseconds) {
 TEST(Log, TextIsTodaysFormat) {
   EXPECT_EQ(format_log_line(LogFormat::kText, LogLevel::kError, kT, "it broke", {{"a", 1}}),
             "txmq serve: it broke\n");
+}
+
+// A message quoting a request (a credential scope with a newline) cannot forge a line.
+TEST(Log, TextEscapesControlCharactersSoThatAMessageIsOneLine) {
+  const std::string line = format_log_line(LogFormat::kText, LogLevel::kWarning, {},
+                                           "scope 'AKID\nFORGED-LINE\r\t\x01\\'", nullptr);
+  EXPECT_EQ(line, "txmq serve: scope 'AKID\\nFORGED-LINE\\r\\t\\x01\\\\'\n");
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1);
 }
 
 TEST(Log, JsonIsOneObjectPerLineWithTheFields) {

@@ -706,6 +706,59 @@ TEST(SigV4, AddedQueryParameterFails) {
   expect_failure(request, &credentials, "SignatureDoesNotMatch", 403);
 }
 
+// The action comes only from what the signature covers: a presigned request (SignedHeaders=host)
+// sent again with an X-Amz-Target header of another action is refused, with and without keys.
+TEST(SigV4, AnUnsignedXAmzTargetIsRefused) {
+  const Credentials credentials = test_credentials();
+  Request request{"POST", "/", {{"Host", "127.0.0.1:9324"}}, ""};
+  request.target = presign(request.view(), test_key(), kNow, std::chrono::seconds(300));
+  EXPECT_FALSE(verify(request.view(), &credentials, "us-east-1", kNow));
+  request.headers.emplace_back("X-Amz-Target", "AmazonSQS.DeleteQueue");
+  expect_failure(request, &credentials, "IncompleteSignature", 400);
+  expect_failure(request, nullptr, "IncompleteSignature", 400);
+  // Signed, as the SDKs do, it is accepted.
+  EXPECT_FALSE(verify(signed_json_request(kNow).view(), &credentials, "us-east-1", kNow));
+}
+
+// One decoding: a raw '+' in a signed query string is a space for the signature as for the
+// Query protocol's reading of the same string, so a signer that meant a plus (and signed %2B)
+// does not verify, and one that meant a space does.
+TEST(SigV4, APlusInTheQueryIsASpace) {
+  const Credentials credentials = test_credentials();
+  const auto presigned = [](std::string_view target) {
+    Request request{"GET", std::string(target), {{"Host", "127.0.0.1:9324"}}, ""};
+    request.target = presign(request.view(), test_key(), kNow, std::chrono::seconds(300));
+    return request;
+  };
+  Request meant_space = presigned("/?Action=SendMessage&MessageBody=1%201%3D2");
+  meant_space.target.replace(meant_space.target.find("1%201"), 5, "1+1");
+  EXPECT_FALSE(verify(meant_space.view(), &credentials, "us-east-1", kNow));
+  Request meant_plus = presigned("/?Action=SendMessage&MessageBody=1%2B1%3D2");
+  meant_plus.target.replace(meant_plus.target.find("1%2B1"), 5, "1+1");
+  expect_failure(meant_plus, &credentials, "SignatureDoesNotMatch", 403);
+}
+
+// Before the body: the form, scope, date and key, but not the signature.
+TEST(SigV4, PrecheckRefusesWhatTheHeadersAloneShowAndLeavesTheRest) {
+  const Credentials credentials = test_credentials();
+  Request request = signed_json_request(kNow);
+  request.body = "{}";  // not what was signed: only verify() can tell
+  EXPECT_FALSE(precheck(request.view(), &credentials, "us-east-1", kNow));
+  expect_failure(request, &credentials, "SignatureDoesNotMatch", 403);
+  const auto unknown = precheck(
+      signed_json_request(kNow, SigningKey{.access_key = "AKIDUNKNOWN", .secret = kSecret}).view(),
+      &credentials, "us-east-1", kNow);
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->code, "InvalidClientTokenId");
+  const auto late = precheck(request.view(), &credentials, "us-east-1", kNow + std::chrono::hours(1));
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->code, "RequestExpired");
+  Request unsigned_request{"POST", "/", {{"Host", "127.0.0.1:9324"}}, ""};
+  const auto missing = precheck(unsigned_request.view(), nullptr, "us-east-1", kNow);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->code, "MissingAuthenticationToken");
+}
+
 TEST(SigV4, UnknownKeyAndWrongSecret) {
   const Credentials credentials = test_credentials();
   expect_failure(

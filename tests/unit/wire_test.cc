@@ -314,6 +314,41 @@ TEST(Wire, QueryInputRefusals) {
   }
 }
 
+// Hostile forms: a name of hundreds of thousands of dots built one tree level per dot (and
+// destroyed them recursively: SIGSEGV); a million parameters held in memory.
+TEST(Wire, QueryInputIsBoundedInDepthAndCount) {
+  std::string dots = "a";
+  for (int i = 0; i < 300000; ++i) dots += ".a";
+  // Not a parameter of the action: ignored, whatever its shape.
+  EXPECT_TRUE(query_input("ListQueues", {{"Action", "ListQueues"}, {dots, "1"}}).empty());
+  // The action's own parameter nested past its shapes: refused, without a tree of that depth.
+  try {
+    query_input("SendMessageBatch", {{"SendMessageBatchRequestEntry." + dots, "1"}});
+    ADD_FAILURE() << "a 300,000-part name accepted";
+  } catch (const SqsError& e) {
+    EXPECT_EQ(e.code, "InvalidParameterValue");
+    EXPECT_LT(std::string_view(e.what()).size(), 200u);
+  }
+  // The deepest name an action has still works.
+  const auto input = query_input(
+      "SendMessageBatch",
+      {{"SendMessageBatchRequestEntry.1.Id", "a"},
+       {"SendMessageBatchRequestEntry.1.MessageAttribute.1.Name", "n"},
+       {"SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.DataType", "String"},
+       {"SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringValue", "v"}});
+  EXPECT_EQ(input["Entries"][0]["MessageAttributes"]["n"]["StringValue"], "v");
+
+  std::string many;
+  for (int i = 0; i < 6000; ++i) many += "x" + std::to_string(i) + "=1&";
+  try {
+    parse_form(many);
+    ADD_FAILURE() << "6,000 parameters accepted";
+  } catch (const SqsError& e) {
+    EXPECT_EQ(e.code, "MalformedQueryString");
+  }
+  EXPECT_EQ(parse_form("a=1+1%3D2").at(0).second, "1 1=2");
+}
+
 TEST(Wire, QueryXmlIsWellFormedAndCarriesTheValues) {
   const std::string body = "a & b <c> \"d\" 'e'\r\n\xc3\xa9\xf0\x9f\x98\x80\t]]>";
   const json received = {
@@ -451,8 +486,8 @@ TEST(Wire, JsonOutputBecomesQueryXml) {
 }
 
 // Each error of SQS's model: its JSON name, the Query code and HTTP status of its awsQueryError
-// trait (botocore's Query model agrees where it has the shape; ReceiptHandleIsInvalid's 404 is
-// the newer model's).
+// trait (botocore's Query model agrees where it has the shape), but ReceiptHandleIsInvalid: the
+// model says 404, SQS answers 400.
 TEST(Wire, ErrorCodesAndStatusesFollowTheModel) {
   struct Expected {
     const char* code;
@@ -472,7 +507,7 @@ TEST(Wire, ErrorCodesAndStatusesFollowTheModel) {
             400},
            {"MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", 400},
            {"UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", 400},
-           {"ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404},
+           {"ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 400},
            {"OverLimit", "OverLimit", 403},
            {"InvalidAddress", "InvalidAddress", 404},
            {"InvalidSecurity", "InvalidSecurity", 403},
