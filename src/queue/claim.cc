@@ -1,6 +1,9 @@
 #include <fmt/format.h>
 
-#include <random>
+#include <sys/random.h>
+
+#include <array>
+#include <cerrno>
 #include <thread>
 
 #include "queue/attributes.h"
@@ -9,11 +12,34 @@
 namespace txmq::internal {
 namespace {
 
+// 64 random bits from the kernel's cryptographic generator, read 64 values at a time: a lease
+// token is the secret half of a receipt, so it must not be guessable from the tokens a consumer
+// saw before (a Mersenne Twister's output is, from 312 of them).
+std::uint64_t secure_random() {
+  struct Buffer {
+    std::array<std::uint64_t, 64> values{};
+    std::size_t used = 64;
+  };
+  thread_local Buffer buffer;
+  if (buffer.used == buffer.values.size()) {
+    auto* bytes = reinterpret_cast<char*>(buffer.values.data());
+    std::size_t filled = 0;
+    const std::size_t size = sizeof(buffer.values);
+    while (filled < size) {
+      const ssize_t got = getrandom(bytes + filled, size - filled, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) throw Error(Errc::kInternal, "getrandom failed: no secure lease token");
+      filled += static_cast<std::size_t>(got);
+    }
+    buffer.used = 0;
+  }
+  return buffer.values[buffer.used++];
+}
+
 // A random token without the keyed bit (claim_once sets it for keyed messages).
 std::uint64_t new_lease_token() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uint64_t token = 0;
-  while (token == 0) token = rng() & ~kKeyedTokenBit;
+  while (token == 0) token = secure_random() & ~kKeyedTokenBit;
   return token;
 }
 
