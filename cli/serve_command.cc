@@ -50,13 +50,25 @@ void add_serve_command(CLI::App& app, Globals& g) {
   CLI::Option* workers = cmd->add_option("--workers", o.workers,
                                          "threads that run requests (16); long polls hold none")
                              ->check(CLI::Range(1, 256));
+  CLI::Option* max_connections =
+      cmd->add_option("--max-connections", o.max_connections,
+                      "client connections held at once (4096); at the cap the longest-idle one "
+                      "is closed for a new one, else it is answered 503. Lowered to fit "
+                      "RLIMIT_NOFILE")
+          ->check(CLI::Range(1, 1'000'000));
+  CLI::Option* max_body_memory =
+      cmd->add_option("--max-body-memory", o.max_body_memory_mib,
+                      "MiB of request bodies read at once over all connections (256); past it "
+                      "requests are answered 503 with Retry-After")
+          ->check(CLI::Range(4, 1 << 20));
   CLI::Option* log_format =
       cmd->add_option("--log-format", a->log_format,
                       "text (default: 'txmq serve: ...' lines) or json (one object per line: "
                       "time, level, msg and the event's fields) on stderr; the listening line "
                       "stays on stdout")
           ->check(CLI::IsMember({"text", "json"}));
-  cmd->callback([&g, a, config, listen, credentials, region, account, workers, log_format] {
+  cmd->callback([&g, a, config, listen, credentials, region, account, workers, max_connections,
+                 max_body_memory, log_format] {
     server::ServeOptions options = a->options;
     try {
       options.log_format = *server::parse_log_format(a->log_format);
@@ -72,6 +84,12 @@ void add_serve_command(CLI::App& app, Globals& g) {
         if (file->account && account->count() == 0) options.account = *file->account;
         if (file->workers && workers->count() == 0) options.workers = *file->workers;
         if (file->log_format && log_format->count() == 0) options.log_format = *file->log_format;
+        if (file->max_connections && max_connections->count() == 0) {
+          options.max_connections = *file->max_connections;
+        }
+        if (file->max_body_memory_mib && max_body_memory->count() == 0) {
+          options.max_body_memory_mib = *file->max_body_memory_mib;
+        }
       }
       // --dsn, then TXMQ_DSN, then the file's dsn, then the local server: the environment over
       // the file, as the AWS CLI and most servers do, so that a unit's EnvironmentFile (or a

@@ -64,8 +64,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 const std::vector<std::string_view>& serve_config_keys() {
-  static const std::vector<std::string_view> keys{"listen",  "credentials", "region", "account-id",
-                                                  "workers", "log-format",  "dsn"};
+  static const std::vector<std::string_view> keys{
+      "listen",     "credentials",     "region",          "account-id", "workers",
+      "log-format", "max-connections", "max-body-memory", "dsn"};
   return keys;
 }
 
@@ -110,6 +111,16 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
         throw std::invalid_argument(fmt::format("{}: {} must not be empty", where, name));
       return *v;
     };
+    const auto integer_value = [&](std::int64_t low, std::int64_t high,
+                                   std::string_view unit) -> std::int64_t {
+      const std::optional<std::int64_t> v = node.value_exact<std::int64_t>();
+      if (!v || *v < low || *v > high) {
+        throw std::invalid_argument(
+            fmt::format("{}: {} must be an integer from {} to {}{}, not {}", where, name, low, high,
+                        unit, v ? std::to_string(*v) : std::string(a_type(node))));
+      }
+      return *v;
+    };
     if (name == "listen") {
       config.listen = string_value();
     } else if (name == "credentials") {
@@ -138,6 +149,10 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
         throw std::invalid_argument(
             fmt::format("{}: log-format must be \"text\" or \"json\", not \"{}\"", where, v));
       }
+    } else if (name == "max-connections") {
+      config.max_connections = static_cast<std::size_t>(integer_value(1, 1'000'000, ""));
+    } else if (name == "max-body-memory") {
+      config.max_body_memory_mib = static_cast<std::size_t>(integer_value(4, 1 << 20, " (MiB)"));
     } else if (name == "dsn") {
       config.dsn = string_value();
     } else {

@@ -8,6 +8,8 @@
 //   account-id = "123456789012"
 //   workers = 32                       # 1 to 256
 //   log-format = "json"                # "text" or "json"
+//   max-connections = 4096             # 1 to 1,000,000
+//   max-body-memory = 256              # MiB, 4 to 1,048,576
 //   dsn = "mysql://txmq@db/txmq"       # allowed; TXMQ_DSN keeps passwords out of the file
 // A key left out keeps the command line's value or default; options given on the command line
 // win over the file (cli/serve_command.cc).
@@ -29,6 +31,8 @@ struct ServeConfig {
   std::optional<std::string> account;
   std::optional<int> workers;
   std::optional<LogFormat> log_format;
+  std::optional<std::size_t> max_connections;
+  std::optional<std::size_t> max_body_memory_mib;
   std::optional<std::string> dsn;
 };
 

@@ -1,5 +1,8 @@
 #include "server/serve.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -67,6 +70,12 @@ tcp::endpoint checked_endpoint(const ServeOptions& options) {
           std::string::npos) {
     throw std::invalid_argument("--region must be a region name such as us-east-1");
   }
+  if (options.max_connections < 1) {
+    throw std::invalid_argument("--max-connections must be at least 1");
+  }
+  if (options.max_body_memory_mib < 4 || options.max_body_memory_mib > (std::size_t{1} << 20)) {
+    throw std::invalid_argument("--max-body-memory must be from 4 to 1048576 (MiB)");
+  }
   if (options.account.size() != 12 ||
       options.account.find_first_not_of("0123456789") != std::string::npos) {
     throw std::invalid_argument("--account-id must be 12 digits");
@@ -79,6 +88,55 @@ ClientOptions client_options(const ServeOptions& options, const Log& log) {
   o.dsn = options.dsn;
   o.pool_size = options.workers + 8;
   o.on_warning = [log](std::string_view w) { log(LogLevel::kWarning, w, nullptr); };
+  return o;
+}
+
+// Descriptors kept for all but client connections: the database pool (workers + 8) and 64 for
+// the rest (listening socket, event loop, log, config and credentials files, the reserve
+// descriptor, the health check's and dashboard's work), generous so that EMFILE stays rare.
+std::size_t descriptors_kept(const ServeOptions& options) {
+  return static_cast<std::size_t>(options.workers) + 8 + 64;
+}
+
+// options.max_connections, or fewer when RLIMIT_NOFILE cannot hold them besides the descriptors
+// kept. The soft limit is raised towards the hard one first (as nginx and Go do): systemd's
+// default soft limit is 1,024 while its hard one is 512Ki.
+std::size_t connection_cap(const ServeOptions& options, const Log& log) {
+  const std::size_t kept = descriptors_kept(options);
+  const rlim_t wanted = static_cast<rlim_t>(options.max_connections + kept);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return options.max_connections;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    if (raised.rlim_cur > limit.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      limit = raised;
+    }
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted) return options.max_connections;
+  // Fewer than 8 client connections would not be a server (a probe and a few clients).
+  if (limit.rlim_cur < kept + 8) {
+    throw std::invalid_argument(fmt::format(
+        "RLIMIT_NOFILE is {}: too few file descriptors for {} database connections, files and "
+        "clients (at least {}); raise it (LimitNOFILE= in the unit, ulimit -n)",
+        limit.rlim_cur, options.workers + 8, kept + 8));
+  }
+  const std::size_t cap = static_cast<std::size_t>(limit.rlim_cur) - kept;
+  log(LogLevel::kWarning,
+      fmt::format("--max-connections {} lowered to {}: RLIMIT_NOFILE is {} and {} descriptors "
+                  "are kept for the database pool and files; raise it (LimitNOFILE= in the "
+                  "unit, ulimit -n)",
+                  options.max_connections, cap, limit.rlim_cur, kept),
+      {{"max_connections", cap}, {"rlimit_nofile", limit.rlim_cur}});
+  return cap;
+}
+
+HttpServerOptions http_options(const ServeOptions& options, const Log& log,
+                               std::size_t max_connections) {
+  HttpServerOptions o;
+  o.max_connections = max_connections;
+  o.body_memory_budget = options.max_body_memory_mib << 20;
+  o.warn = [log](std::string_view w) { log(LogLevel::kWarning, w, nullptr); };
   return o;
 }
 
@@ -134,6 +192,7 @@ struct Server::Impl {
         log([writer = writer](LogLevel level, std::string_view msg, const nlohmann::json& fields) {
           writer(level, msg, fields);
         }),
+        max_connections(connection_cap(options, log)),
         client(client_options(options, log)),
         health(
             io,
@@ -144,9 +203,12 @@ struct Server::Impl {
         dashboard(client, DashboardOptions{.log = log}),
         service(client, io,
                 with_web(service_options(options, log), health, metrics, dashboard, requests)),
-        http(io, endpoint, [this](HttpRequest&& r, Responder respond) {
-          service.handle(std::move(r), std::move(respond));
-        }) {
+        http(
+            io, endpoint,
+            [this](HttpRequest&& r, Responder respond) {
+              service.handle(std::move(r), std::move(respond));
+            },
+            http_options(options, log, max_connections)) {
     http.start();
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
   }
@@ -178,6 +240,7 @@ struct Server::Impl {
   const tcp::endpoint endpoint;
   const LogWriter writer;
   const Log log;
+  const std::size_t max_connections;  // after RLIMIT_NOFILE; refused before anything starts
   asio::io_context io;
   // Keeps the io threads running until stop() has seen every connection close: once the
   // acceptor is closed, a moment with no operation pending (a long poll's timer cancelled,
@@ -205,6 +268,8 @@ std::string Server::address() const {
                                                    : bound.address().to_string();
   return fmt::format("{}:{}", host, bound.port());
 }
+
+std::size_t Server::max_connections() const { return impl_->max_connections; }
 
 std::uint16_t Server::port() const { return impl_->http.local_endpoint().port(); }
 
@@ -234,6 +299,7 @@ int serve(const ServeOptions& options) {
                         {"region", options.region},
                         {"account", options.account},
                         {"workers", options.workers},
+                        {"max_connections", server.max_connections()},
                         {"credentials", options.credentials_file}};
   if (!options.dsn_source.empty()) fields["dsn_source"] = options.dsn_source;
   // On stdout, as scripts wait for it there; the rest of the log is on stderr.

@@ -16,6 +16,13 @@ struct ServeOptions {
   std::string region = "us-east-1";
   std::string account = "000000000000";
   int workers = 16;  // threads running actions; long polls hold none
+  // Client connections held at once (--max-connections); at the cap the longest-idle one is
+  // closed for a new one. Lowered at start to what RLIMIT_NOFILE leaves after the database
+  // pool and files (server/serve.cc); each connection is one descriptor.
+  std::size_t max_connections = 4096;
+  // MiB of request bodies being read at once over all connections (--max-body-memory); past it
+  // a request is answered 503 with Retry-After, so unauthenticated uploads cannot exhaust memory.
+  std::size_t max_body_memory_mib = 256;
   // The log's format on stderr (and of the "listening on" line on stdout): server/log.h.
   LogFormat log_format = LogFormat::kText;
   // Where the DSN came from ("--dsn", "TXMQ_DSN", "the config file", "the local server"), for
@@ -40,6 +47,8 @@ class Server {
   // "127.0.0.1:9324" as bound (the port is known also when 0 was asked for).
   std::string address() const;
   std::uint16_t port() const;
+  // The connection cap in force: --max-connections, or less under a low RLIMIT_NOFILE.
+  std::size_t max_connections() const;
   SqsService& service();
   void reload_credentials();
   void stop();

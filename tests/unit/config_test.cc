@@ -30,6 +30,8 @@ region = "eu-west-1"
 account-id = "123456789012"
 workers = 32
 log-format = "json"
+max-connections = 10000
+max-body-memory = 512
 dsn = "mysql://txmq@db.example/txmq"
 )",
                                            "/etc/txmq/serve.conf");
@@ -40,13 +42,16 @@ dsn = "mysql://txmq@db.example/txmq"
   EXPECT_EQ(c.account, "123456789012");
   EXPECT_EQ(c.workers, 32);
   EXPECT_EQ(c.log_format, LogFormat::kJson);
+  EXPECT_EQ(c.max_connections, 10000u);
+  EXPECT_EQ(c.max_body_memory_mib, 512u);
   EXPECT_EQ(c.dsn, "mysql://txmq@db.example/txmq");
 }
 
 TEST(ServeConfig, KeysLeftOutAreUnset) {
   const ServeConfig c = parse_serve_config("workers = 1\n", "serve.conf");
   EXPECT_EQ(c.workers, 1);
-  EXPECT_FALSE(c.listen || c.credentials_file || c.region || c.account || c.log_format || c.dsn);
+  EXPECT_FALSE(c.listen || c.credentials_file || c.region || c.account || c.log_format || c.dsn ||
+               c.max_connections || c.max_body_memory_mib);
   EXPECT_FALSE(parse_serve_config("", "serve.conf").workers);
 }
 
@@ -85,11 +90,11 @@ TEST(ServeConfig, UnknownKeysSuggestTheNearestKnownOne) {
             "/etc/txmq/serve.conf:1: unknown key 'Region' (did you mean 'region'?)");
   EXPECT_EQ(error_of("port = 9324\n"),
             "/etc/txmq/serve.conf:1: unknown key 'port' (known keys: listen, credentials, "
-            "region, account-id, workers, log-format, dsn)");
+            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn)");
   EXPECT_EQ(error_of("workers = 2\n[serve]\nlisten = \"127.0.0.1:1\"\n"),
             "/etc/txmq/serve.conf:2: unknown key 'serve' (known keys: listen, credentials, "
-            "region, account-id, workers, log-format, dsn; the file has no [tables]: keys go at "
-            "its top)");
+            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn; the "
+            "file has no [tables]: keys go at its top)");
 }
 
 TEST(ServeConfig, WrongTypesNameTheKeyAndWhatItGot) {
@@ -117,6 +122,14 @@ TEST(ServeConfig, ValuesOutOfRangeAreRefused) {
             "/etc/txmq/serve.conf:1: log-format must be \"text\" or \"json\", not \"xml\"");
   EXPECT_EQ(parse_serve_config("log-format = \"text\"\n", "f").log_format, LogFormat::kText);
   EXPECT_EQ(error_of("region = \"\"\n"), "/etc/txmq/serve.conf:1: region must not be empty");
+  EXPECT_EQ(error_of("max-connections = 0\n"),
+            "/etc/txmq/serve.conf:1: max-connections must be an integer from 1 to 1000000, not 0");
+  EXPECT_EQ(error_of("max-body-memory = \"1G\"\n"),
+            "/etc/txmq/serve.conf:1: max-body-memory must be an integer from 4 to 1048576 (MiB), "
+            "not a string");
+  EXPECT_EQ(error_of("max_connection = 5\n"),
+            "/etc/txmq/serve.conf:1: unknown key 'max_connection' (did you mean "
+            "'max-connections'?)");
 }
 
 TEST(ServeConfig, UnreadableFilesAreNamed) {
