@@ -98,7 +98,10 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
 
   ServeConfig config;
   config.path = path;
-  for (auto&& [key, node] : table) {
+  for (auto&& entry : table) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the lambdas.
+    const auto& key = entry.first;
+    const auto& node = entry.second;
     const std::string_view name = key.str();
     const std::string where = fmt::format("{}:{}", path, key.source().begin.line);
     const auto string_value = [&]() -> std::string {

@@ -140,6 +140,12 @@ HttpServerOptions http_options(const ServeOptions& options, const Log& log,
   return o;
 }
 
+// SQS requests are refused or sized from their headers, before their bodies are read.
+HttpServerOptions with_admission(HttpServerOptions o, const SqsService& service) {
+  o.admission = [&service](const RequestHeader& header) { return service.admit(header); };
+  return o;
+}
+
 ServiceOptions service_options(const ServeOptions& options, const Log& log) {
   ServiceOptions o;
   o.region = options.region;
@@ -208,7 +214,7 @@ struct Server::Impl {
             [this](HttpRequest&& r, Responder respond) {
               service.handle(std::move(r), std::move(respond));
             },
-            http_options(options, log, max_connections)) {
+            with_admission(http_options(options, log, max_connections), service)) {
     http.start();
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
   }

@@ -22,7 +22,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string_view header(const RequestHeaderView& r, std::string_view name) {
+std::string_view header(const RequestHeader& r, std::string_view name) {
   auto it = r.find(boost::beast::string_view(name.data(), name.size()));
   if (it == r.end()) return {};
   return {it->value().data(), it->value().size()};
@@ -67,7 +67,7 @@ bool has_query_signature(std::string_view target) {
 
 }  // namespace
 
-std::optional<SqsError> cross_site_refusal(const RequestHeaderView& r, bool with_credentials) {
+std::optional<SqsError> cross_site_refusal(const RequestHeader& r, bool with_credentials) {
   // With --credentials every request carries a signature made with a secret: a page on another
   // site cannot make one. Without, any well-formed signature passes, so the server (on loopback)
   // refuses what only a browser would send: a request under another host name (DNS
@@ -294,7 +294,7 @@ void read_request(const HttpRequest& r, const Credentials* credentials, std::str
   }
 }
 
-SqsService::BodyAdmission SqsService::admit_body(const RequestHeaderView& h) const {
+SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
   BodyAdmission admission;
   const std::string_view target(h.target().data(), h.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
@@ -331,6 +331,18 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeaderView& h) con
   // Only Txmq.SendMessageBatch (10,000 messages) needs more than SQS's largest request, and
   // only once the headers passed the checks above.
   if (action_target == "Txmq.SendMessageBatch") admission.body_limit = kMaxTxmqBatchBody;
+  return admission;
+}
+
+Admission SqsService::admit(const RequestHeader& header) const {
+  BodyAdmission checked = admit_body(header);
+  Admission admission;
+  admission.body_limit = checked.body_limit;
+  if (checked.refusal) {
+    counters_.requests.fetch_add(1, std::memory_order_relaxed);
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    admission.refuse = refusal_response(checked);
+  }
   return admission;
 }
 

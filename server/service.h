@@ -32,13 +32,11 @@
 
 namespace txmq::server {
 
-using RequestHeaderView = boost::beast::http::request_header<>;
-
 // Why a request that a browser on another site could have sent is refused when the server has
 // no --credentials (so that any well-formed signature passes): a Host that is not a loopback
 // name (DNS rebinding), an Origin header, Sec-Fetch-Site other than none or same-origin, or a
 // signature in the query string. nullopt: not refused (always, with credentials).
-std::optional<SqsError> cross_site_refusal(const RequestHeaderView& request, bool with_credentials);
+std::optional<SqsError> cross_site_refusal(const RequestHeader& request, bool with_credentials);
 
 // Takes a request that is not an SQS call (ServiceOptions::web): true when it did.
 using WebHandler = std::function<bool(HttpRequest& request, Responder& respond,
@@ -108,16 +106,15 @@ class SqsService {
   // unknown key, a stale date) is answered without reading its body; one that passes may send
   // up to body_limit bytes (SQS's largest request, or Txmq.SendMessageBatch's).
   struct BodyAdmission {
-    std::size_t body_limit = kMaxSqsBody;
+    std::size_t body_limit = kDefaultBodyLimit;
     std::optional<SqsError> refusal;
     bool json = false;  // the protocol the refusal is answered in
   };
-  // A body of SQS's largest message (1 MiB) as the SDKs encode it (percent-encoded or \u-escaped:
-  // up to 3x), with room for its attributes.
-  static constexpr std::size_t kMaxSqsBody = 4u << 20;
   static constexpr std::size_t kMaxTxmqBatchBody = 64u << 20;  // 10,000 messages
-  BodyAdmission admit_body(const RequestHeaderView& header) const;
+  BodyAdmission admit_body(const RequestHeader& header) const;
   HttpResponse refusal_response(const BodyAdmission& admission) const;
+  // admit_body() as the HTTP layer's AdmissionCheck (HttpServerOptions::admission).
+  Admission admit(const RequestHeader& header) const;
 
   // Every HTTP request (from the HTTP threads; the work is posted to the workers).
   void handle(HttpRequest&& request, Responder respond);
@@ -228,7 +225,7 @@ class SqsService {
   boost::asio::thread_pool workers_;
   mutable std::mutex credentials_mutex_;
   std::shared_ptr<const Credentials> credentials_;  // null: no --credentials
-  Counters counters_;
+  mutable Counters counters_;  // admit() counts refusals too
   std::mutex posting_mutex_;  // handle() posts and shutdown() stops under it
   std::atomic<bool> stopping_{false};
   std::mutex calls_mutex_;

@@ -52,7 +52,7 @@ void read(const txmq::server::HttpRequest& request, const txmq::server::Credenti
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   http::request_parser<http::string_body> parser;
   parser.header_limit(64 * 1024);
-  parser.body_limit(txmq::server::SqsService::kMaxSqsBody);
+  parser.body_limit(txmq::server::kDefaultBodyLimit);
   parser.eager(true);
   boost::beast::error_code ec;
   const std::size_t used = parser.put(boost::asio::buffer(data, size), ec);

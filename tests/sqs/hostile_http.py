@@ -25,8 +25,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRATCH = tempfile.mkdtemp(prefix="txmq-hostile-")
 MiB = 1 << 20
 # Signed-looking, not signed: the server must bound what it reads before it can tell.
-FAKE_AUTH = ("AWS4-HMAC-SHA256 Credential=AKIDHOSTILE/20240101/us-east-1/sqs/aws4_request, "
-             "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64)
+def fake_auth():
+    """A well-formed signature of now (without --credentials any such one passes the checks
+    made from the header: the body is then read, up to its limit)."""
+    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return date, (f"AWS4-HMAC-SHA256 Credential=AKIDHOSTILE/{date[:8]}/us-east-1/sqs/aws4_request, "
+                  "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=" + "0" * 64)
 
 # Hundreds of sockets on this side too.
 _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -113,11 +117,12 @@ def status_of(head):
     return int(m.group(1)) if m else None
 
 
-def post_head(length, auth=None, extra=""):
+def post_head(length, signed=False, extra=""):
     lines = ["POST / HTTP/1.1", "Host: 127.0.0.1", "X-Amz-Target: AmazonSQS.SendMessage",
              "Content-Type: application/x-amz-json-1.0", f"Content-Length: {length}"]
-    if auth:
-        lines += [f"Authorization: {auth}", "X-Amz-Date: 20240101T000000Z"]
+    if signed:
+        date, auth = fake_auth()
+        lines += [f"Authorization: {auth}", f"X-Amz-Date: {date}"]
     return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode()
 
 
@@ -139,14 +144,22 @@ class HostileHttp(unittest.TestCase):
         try:
             with s.connect() as c:
                 # 60 MiB declared, 1 MiB sent: the answer comes without the rest.
-                c.sendall(post_head(60 * MiB) + b"A" * MiB)
+                c.sendall(post_head(60 * MiB, signed=True) + b"A" * MiB)
                 head = read_head(c, 5)
                 self.assertEqual(status_of(head), 413, head)
                 self.assertIn(b"Connection: close", head)
+            with s.connect() as c:
+                # Unsigned: refused from the header alone, whatever its size.
+                c.sendall(post_head(60 * MiB) + b"A" * MiB)
+                head = read_head(c, 5)
+                self.assertEqual(status_of(head), 403, head)
             # Chunked: refused once past the limit (4 MiB), not read to its end.
             with s.connect() as c:
+                date, auth = fake_auth()
                 c.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-                          b"X-Amz-Target: AmazonSQS.SendMessage\r\n\r\n")
+                          b"Content-Type: application/x-amz-json-1.0\r\n"
+                          b"X-Amz-Target: AmazonSQS.SendMessage\r\n"
+                          + f"X-Amz-Date: {date}\r\nAuthorization: {auth}\r\n\r\n".encode())
                 chunk = b"%x\r\n" % MiB + b"B" * MiB + b"\r\n"
                 sent = 0
                 try:
@@ -165,11 +178,11 @@ class HostileHttp(unittest.TestCase):
         s = Serve()
         try:
             with s.connect() as c:
-                c.sendall(post_head(60 * MiB, extra="Expect: 100-continue\r\n"))
+                c.sendall(post_head(60 * MiB, signed=True, extra="Expect: 100-continue\r\n"))
                 self.assertEqual(status_of(read_head(c, 5)), 413)
             with s.connect() as c:
                 body = b'{"QueueUrl": "nowhere"}'
-                c.sendall(post_head(len(body), extra="Expect: 100-continue\r\n"))
+                c.sendall(post_head(len(body), signed=True, extra="Expect: 100-continue\r\n"))
                 self.assertEqual(read_head(c, 5), b"HTTP/1.1 100 Continue\r\n\r\n")
                 c.sendall(body)
                 self.assertIsNotNone(status_of(read_head(c, 10)))  # answered (unsigned: 4xx)
@@ -188,7 +201,7 @@ class HostileHttp(unittest.TestCase):
                 status = None
                 try:
                     with s.connect(30) as c:
-                        c.sendall(post_head(60 * MiB, auth=FAKE_AUTH if i % 2 else None))
+                        c.sendall(post_head(60 * MiB, signed=bool(i % 2)))
                         block = b"C" * MiB
                         for _ in range(60):
                             c.sendall(block)

@@ -7,16 +7,16 @@
 namespace txmq::server {
 namespace {
 
-RequestHeaderView request(std::string target,
+RequestHeader request(std::string target,
                           std::vector<std::pair<std::string, std::string>> headers) {
-  RequestHeaderView r;
+  RequestHeader r;
   r.method(boost::beast::http::verb::post);
   r.target(target);
   for (const auto& [name, value] : headers) r.set(name, value);
   return r;
 }
 
-std::string refusal(const RequestHeaderView& r, bool with_credentials = false) {
+std::string refusal(const RequestHeader& r, bool with_credentials = false) {
   const auto refused = cross_site_refusal(r, with_credentials);
   return refused ? refused->code + " " + std::to_string(refused->http_status) : "accepted";
 }
