@@ -547,11 +547,11 @@ std::optional<AuthFailure> parse_query_claim(const QueryParams& params, Claim& c
   claim.signature = values[5];
   const std::string_view expires = values[3];
   std::int64_t seconds = 0;
-  bool numeric = !expires.empty() && expires.size() <= 7;
-  for (const char c : expires) {
-    if (c < '0' || c > '9') numeric = false;
-    seconds = seconds * 10 + (c - '0');
-  }
+  // At most 7 digits are read: a longer value overflowed (found by fuzz_http).
+  const bool numeric = !expires.empty() && expires.size() <= 7 &&
+                       std::all_of(expires.begin(), expires.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; });
+  for (const char c : numeric ? expires : std::string_view()) seconds = seconds * 10 + (c - '0');
   if (!numeric || seconds < 1 || seconds > kMaxExpiresSeconds) {
     return incomplete(fmt::format("X-Amz-Expires must be a number of seconds from 1 to {} (7 days)",
                                   kMaxExpiresSeconds));

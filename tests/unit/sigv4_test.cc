@@ -816,7 +816,8 @@ TEST(SigV4, PresignedRequestWithABodySignsTheBody) {
 TEST(SigV4, PresignedExpiresMustBeWithinAWeek) {
   const Credentials credentials = test_credentials();
   const Request base{"GET", "/", {{"Host", "h"}}, ""};
-  for (const std::string_view expires : {"0", "604801", "-5", "abc", ""}) {
+  // 19 digits overflowed the parse (found by fuzz_http).
+  for (const std::string_view expires : {"0", "604801", "-5", "abc", "", "2455555555555555561"}) {
     SCOPED_TRACE(expires);
     Request request = base;
     request.target = presign(base.view(), test_key(), kNow, seconds(60));
