@@ -130,6 +130,9 @@ class Session : public std::enable_shared_from_this<Session> {
       header_deadline_ = Clock::now() + options_.header_timeout;
       return read_header();
     }
+    // An idle connection keeps no buffer: a body's read may have grown it to 64 KiB, times
+    // thousands of connections.
+    buffer_.shrink_to_fit();
     // A new connection has header_timeout from its accept for its whole first header; a
     // keep-alive one may wait idle_timeout for a first byte, then has header_timeout.
     const Clock::time_point deadline = first_request_ ? accepted_at_ + options_.header_timeout

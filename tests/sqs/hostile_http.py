@@ -277,6 +277,47 @@ class HostileHttp(unittest.TestCase):
                 c.close()
             s.stop()
 
+    def test_g_bodies_past_the_memory_budget_are_answered_503_and_the_budget_comes_back(self):
+        s = Serve("--max-body-memory", "4")
+        chunk = b"%x\r\n" % (256 << 10) + b"D" * (256 << 10) + b"\r\n"
+        head = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+                b"X-Amz-Target: AmazonSQS.SendMessage\r\n\r\n")
+        uploads = []
+        try:
+            # Eight chunked bodies of 1.5 MiB each, held open: 12 MiB against a 4 MiB budget.
+            for _ in range(8):
+                c = s.connect()
+                uploads.append(c)
+                try:
+                    c.sendall(head + chunk * 6)
+                except OSError:
+                    pass
+            time.sleep(0.5)
+            refused = []
+            for c in uploads:
+                c.settimeout(0.5)
+                try:
+                    answer = c.recv(4096)
+                except (socket.timeout, OSError):
+                    continue
+                if status_of(answer) == 503:
+                    refused.append(answer)
+            self.assertTrue(refused, "no 503 past the budget")
+            self.assertIn(b"Retry-After: 1", refused[0])
+            for c in uploads:
+                c.close()
+            # Once they are gone, their share of the budget is back: a 3 MiB body is read whole.
+            time.sleep(0.5)
+            with s.connect() as c:
+                c.sendall(head + chunk * 12 + b"0\r\n\r\n")
+                status = status_of(read_head(c, 10))
+            self.assertIsNotNone(status)
+            self.assertNotIn(status, (413, 503))
+        finally:
+            for c in uploads:
+                c.close()
+            s.stop()
+
     def test_e_the_unit_raises_the_descriptor_limit(self):
         with open(os.path.join(ROOT, "packaging", "txmq-serve.service.in")) as f:
             unit = f.read()
