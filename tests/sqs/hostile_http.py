@@ -280,8 +280,11 @@ class HostileHttp(unittest.TestCase):
     def test_g_bodies_past_the_memory_budget_are_answered_503_and_the_budget_comes_back(self):
         s = Serve("--max-body-memory", "4")
         chunk = b"%x\r\n" % (256 << 10) + b"D" * (256 << 10) + b"\r\n"
+        date, auth = fake_auth()
         head = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-                b"X-Amz-Target: AmazonSQS.SendMessage\r\n\r\n")
+                b"Content-Type: application/x-amz-json-1.0\r\n"
+                b"X-Amz-Target: AmazonSQS.SendMessage\r\n"
+                + f"X-Amz-Date: {date}\r\nAuthorization: {auth}\r\n\r\n".encode())
         uploads = []
         try:
             # Eight chunked bodies of 1.5 MiB each, held open: 12 MiB against a 4 MiB budget.
