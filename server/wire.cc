@@ -317,7 +317,9 @@ void element(std::string& out, std::string_view name, std::string_view text) {
 std::string scalar_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  return v.dump();
+  // A structure where a scalar was expected holds a client's strings, which may not be UTF-8
+  // (dump() would throw: found by fuzz_http); xml_escape replaces what is left.
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 void write_value(std::string& out, std::string_view action, std::string_view name, const json& v);
