@@ -69,6 +69,8 @@ struct HttpServerOptions {
   // 4 of Txmq.SendMessageBatch's 64 MiB.
   std::size_t body_memory_budget = std::size_t{256} << 20;
   // Sizes (or refuses) each request's body from its header; empty: kDefaultBodyLimit for all.
+  // Called on an I/O thread, before anything is authenticated: it must be quick and not block.
+  // A body_limit over body_memory_budget could never be read: such a request gets 503.
   AdmissionCheck admission;
   // A new connection must send its whole first request header within this; a later request's
   // header must arrive within it once its first byte has. Slow-header (slowloris) clients hold
