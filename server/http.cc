@@ -125,6 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Checked against the admission's limit once the header is in. (Boost 1.74 treats "no
     // limit" as a limit of zero for a Content-Length, hence the largest value.)
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    declared_length_.reset();
     if (buffer_.size() > 0) {  // the next request came with the last one (pipelining)
       phase_.store(kActive);
       header_deadline_ = Clock::now() + options_.header_timeout;
