@@ -125,6 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Checked against the admission's limit once the header is in. (Boost 1.74 treats "no
     // limit" as a limit of zero for a Content-Length, hence the largest value.)
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    declared_length_.reset();
     if (buffer_.size() > 0) {  // the next request came with the last one (pipelining)
       phase_.store(kActive);
       header_deadline_ = Clock::now() + options_.header_timeout;
@@ -391,12 +392,16 @@ void HttpServer::accept() {
   acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (ec) return on_accept_error(ec);
-    if (accept_backoff_.count() > 0) {
-      accept_backoff_ = std::chrono::milliseconds(0);
-      if (options_.warn) options_.warn("accepting connections again");
-    }
+    accept_backoff_ = std::chrono::milliseconds(0);
+    // Without its reserve the table is full: the connection taken closes an idle one, so that
+    // the reserve and the next connection find a descriptor.
     if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    take_connection(std::move(socket));
+    if (accept_failing_ && reserve_fd_ >= 0) {  // the episode is over
+      accept_failing_ = false;
+      if (accept_failure_said_ && options_.warn) options_.warn("accepting connections again");
+      accept_failure_said_ = false;
+    }
+    take_connection(std::move(socket), /*make_room=*/reserve_fd_ < 0);
     accept();
   });
 }
@@ -404,26 +409,41 @@ void HttpServer::accept() {
 void HttpServer::on_accept_error(const boost::system::error_code& ec) {
   const bool out_of_descriptors =
       ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
-  if (accept_backoff_.count() == 0 && options_.warn) {  // once per episode
-    options_.warn(fmt::format(
-        "accepting a connection failed: {}; retrying after pauses of {} ms doubling to {} ms "
-        "until one succeeds{}",
-        ec.message(), kAcceptBackoffMin.count(), kAcceptBackoffMax.count(),
-        out_of_descriptors ? " (raise LimitNOFILE, or lower --max-connections)" : ""));
+  if (!accept_failing_) {  // once per episode, and at most once a minute
+    accept_failure_said_ = warn_at_most_once_a_minute(
+        last_accept_warning_,
+        fmt::format("accepting a connection failed: {}; retrying after pauses of {} ms doubling "
+                    "to {} ms until one succeeds{}",
+                    ec.message(), kAcceptBackoffMin.count(), kAcceptBackoffMax.count(),
+                    out_of_descriptors ? " (raise LimitNOFILE, or lower --max-connections)" : ""));
   }
+  accept_failing_ = true;
+  bool took_one = false;
   if (out_of_descriptors) {
+    // Fails while the table is still full: a connection closed since frees the descriptor.
+    if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (reserve_fd_ >= 0) {
-      // Give up the reserve to take one waiting connection: an idle connection is closed to
-      // make room for it, else it is answered 503; either way it is not left hanging.
+      // Give up the reserve to take one waiting connection (a probe, say) and close the
+      // longest-idle one for it, below the cap too: that frees a descriptor for the reserve
+      // and the next waiting connection. With none idle it is answered 503. Either way the
+      // connections waiting in the listen queue are not left hanging.
       ::close(reserve_fd_);
       reserve_fd_ = -1;
       tcp::socket socket(asio::make_strand(io_));
       beast::error_code accept_ec;
       acceptor_.accept(socket, accept_ec);
-      if (!accept_ec) take_connection(std::move(socket));
+      if (!accept_ec) {
+        take_connection(std::move(socket), /*make_room=*/true);
+        took_one = true;
+      }
+      reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
-    // Fails while the table is still full; retried after each accept.
-    reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  // A connection taken is progress: the next try at once (it cannot spin: each round takes a
+  // connection, or finds no reserve and pauses); else the pause doubles.
+  if (took_one) {
+    accept_backoff_ = std::chrono::milliseconds(0);
+    return asio::post(acceptor_.get_executor(), [this] { accept(); });
   }
   accept_backoff_ = accept_backoff_.count() == 0 ? kAcceptBackoffMin
                                                  : std::min(accept_backoff_ * 2, kAcceptBackoffMax);
@@ -434,7 +454,7 @@ void HttpServer::on_accept_error(const boost::system::error_code& ec) {
   });
 }
 
-void HttpServer::take_connection(tcp::socket socket) {
+void HttpServer::take_connection(tcp::socket socket, bool make_room) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   auto session = std::make_shared<Session>(std::move(socket), *this);
@@ -444,14 +464,14 @@ void HttpServer::take_connection(tcp::socket socket) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
-    if (sessions_.size() >= options_.max_connections) {
+    if (make_room || sessions_.size() >= options_.max_connections) {
       evicted = evict_longest_idle_locked();
       full = evicted == nullptr;
     }
     if (!full) sessions_.emplace(session.get(), session);
     open = sessions_.size();
   }
-  if (evicted || full) {
+  if ((evicted || full) && !make_room) {  // out of descriptors: said by on_accept_error
     warn_at_most_once_a_minute(
         last_cap_warning_, fmt::format("{} connections open, the cap (--max-connections {}): {}",
                                        open, options_.max_connections,
@@ -497,15 +517,16 @@ bool HttpServer::reserve_body_memory(std::size_t bytes) {
 
 void HttpServer::release_body_memory(std::size_t bytes) { body_bytes_reserved_ -= bytes; }
 
-void HttpServer::warn_at_most_once_a_minute(Clock::time_point& last, std::string text) {
-  if (!options_.warn) return;
+bool HttpServer::warn_at_most_once_a_minute(Clock::time_point& last, std::string text) {
+  if (!options_.warn) return false;
   {
     std::lock_guard lock(mutex_);
     const Clock::time_point now = Clock::now();
-    if (last != Clock::time_point{} && now - last < std::chrono::minutes(1)) return;
+    if (last != Clock::time_point{} && now - last < std::chrono::minutes(1)) return false;
     last = now;
   }
   options_.warn(text);
+  return true;
 }
 
 void HttpServer::shutdown(std::function<void()> done) {

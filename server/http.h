@@ -69,6 +69,8 @@ struct HttpServerOptions {
   // 4 of Txmq.SendMessageBatch's 64 MiB.
   std::size_t body_memory_budget = std::size_t{256} << 20;
   // Sizes (or refuses) each request's body from its header; empty: kDefaultBodyLimit for all.
+  // Called on an I/O thread, before anything is authenticated: it must be quick and not block.
+  // A body_limit over body_memory_budget could never be read: such a request gets 503.
   AdmissionCheck admission;
   // A new connection must send its whole first request header within this; a later request's
   // header must arrive within it once its first byte has. Slow-header (slowloris) clients hold
@@ -106,7 +108,9 @@ class HttpServer {
   friend class Session;
   void accept();
   void on_accept_error(const boost::system::error_code& ec);
-  void take_connection(boost::asio::ip::tcp::socket socket);
+  // Starts a session for `socket`. At the cap, or when `make_room` (out of descriptors), the
+  // longest-idle connection is closed for it; with none idle it is answered 503 and closed.
+  void take_connection(boost::asio::ip::tcp::socket socket, bool make_room = false);
   // The longest-idle connection, already marked so that it will not start a request; the
   // caller closes it. Null when no connection is idle. Called with mutex_ held.
   std::shared_ptr<Session> evict_longest_idle_locked();
@@ -114,7 +118,9 @@ class HttpServer {
   // Reserves `bytes` of the body memory budget; false when that would pass it.
   bool reserve_body_memory(std::size_t bytes);
   void release_body_memory(std::size_t bytes);
-  void warn_at_most_once_a_minute(std::chrono::steady_clock::time_point& last, std::string text);
+  // Says `text` unless `last` (the time this kind was last said) is under a minute ago; true
+  // when said.
+  bool warn_at_most_once_a_minute(std::chrono::steady_clock::time_point& last, std::string text);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
@@ -130,6 +136,10 @@ class HttpServer {
   // so that a full descriptor table does not spin a core; reset by a successful accept.
   boost::asio::steady_timer accept_retry_;
   std::chrono::milliseconds accept_backoff_{0};
+  // Accept failing, said once until an accept succeeds with the reserve descriptor held.
+  bool accept_failing_ = false;
+  bool accept_failure_said_ = false;
+  std::chrono::steady_clock::time_point last_accept_warning_{};
   // A descriptor on /dev/null, given up when accept fails with EMFILE to take one waiting
   // connection (a probe, say) and make room for it by closing an idle one; then reopened.
   int reserve_fd_ = -1;

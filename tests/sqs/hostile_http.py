@@ -1,7 +1,9 @@
 """txmq serve against hostile HTTP clients (issue 31), with raw sockets, no SDK: an oversized
-body is refused from its header, sixteen 60 MiB uploads cannot exhaust memory, a flood of idle
-connections cannot keep /healthz out, a full descriptor table neither spins the accept loop nor
-silences /healthz, a silent connection is not kept, and the systemd unit raises LimitNOFILE.
+body is refused from its header, sixteen 60 MiB uploads cannot exhaust memory, bodies past the
+memory budget are answered 503, a flood of idle connections cannot keep /healthz out, a low
+RLIMIT_NOFILE (at start, or lowered under a running server until accept meets EMFILE) neither
+spins the accept loop nor silences /healthz, silent and slow-header connections are not kept,
+and the systemd unit raises LimitNOFILE.
 
     /usr/bin/python3 tests/sqs/hostile_http.py TXMQ_BINARY
 
@@ -318,6 +320,32 @@ class HostileHttp(unittest.TestCase):
             self.assertNotIn(status, (413, 503))
         finally:
             for c in uploads:
+                c.close()
+            s.stop()
+
+    def test_d_emfile_itself_neither_spins_nor_silences_healthz(self):
+        # The limit lowered under a running server, below its connection cap: accept meets
+        # EMFILE, which the cap otherwise prevents.
+        s = Serve()
+        held = []
+        try:
+            open_now = len(os.listdir(f"/proc/{s.pid}/fd"))
+            resource.prlimit(s.pid, resource.RLIMIT_NOFILE, (open_now + 40, open_now + 40))
+            for _ in range(100):
+                held.append(s.connect())
+            time.sleep(1)
+            before = s.cpu_seconds()
+            time.sleep(3)
+            spent = s.cpu_seconds() - before
+            probes = [s.healthz(3) for _ in range(3)]
+            print(f"\n  EMFILE with 100 connections: {spent:.2f} s of CPU in 3 s; /healthz {probes}",
+                  file=sys.stderr)
+            self.assertLess(spent, 0.3)
+            for status, seconds in probes:
+                self.assertEqual(status, 200)
+            self.assertIn("accepting a connection failed", s.stderr())
+        finally:
+            for c in held:
                 c.close()
             s.stop()
 
