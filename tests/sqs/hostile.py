@@ -580,6 +580,70 @@ class FrozenDatabase(unittest.TestCase):
             serve.stop()
 
 
+class ManyLongPolls(ServeCase):
+    """Finding 11: long polls on many queues cost serve a bounded number of threads and database
+    connections, not one each (500 queues polled took 525 threads and 517 connections), and are
+    still woken at once."""
+
+    QUEUES = 200
+
+    def threads(self):
+        with open(f"/proc/{self.serve.proc.pid}/status") as f:
+            return int(re.search(r"Threads:\s+(\d+)", f.read()).group(1))
+
+    def database_connections(self):
+        out = subprocess.run(["mariadb", "--socket", local_status()["socket"], "-uroot", "-N", "-e",
+                              "SHOW GLOBAL STATUS LIKE 'Threads_connected'"],
+                             capture_output=True, text=True, timeout=60)
+        return int(out.stdout.split()[1])
+
+    def test_long_polls_on_many_queues_hold_no_thread_or_connection_each(self):
+        urls = [self.sqs.create_queue(QueueName=f"hostile-poll-{i:03d}")["QueueUrl"]
+                for i in range(self.QUEUES)]
+        # A first poll (one queue) sets the server's baseline: its pools and one watch.
+        base_answer = {}
+        first = threading.Thread(target=lambda: base_answer.update(r=json_call(
+            self.serve, "ReceiveMessage", {"QueueUrl": urls[0], "WaitTimeSeconds": 20},
+            timeout=60)))
+        first.start()
+        time.sleep(2)
+        threads_one, connections_one = self.threads(), self.database_connections()
+        answers = {}
+
+        def poll(url):
+            answers[url] = json_call(self.serve, "ReceiveMessage",
+                                     {"QueueUrl": url, "WaitTimeSeconds": 20}, timeout=60)
+            answers[url + " at"] = time.monotonic()
+
+        pollers = [threading.Thread(target=poll, args=(u,)) for u in urls[1:]]
+        for p in pollers:
+            p.start()
+        time.sleep(6)
+        threads_all, connections_all = self.threads(), self.database_connections()
+        print(f"\n  long polls on 1 queue: {threads_one} threads, {connections_one} database "
+              f"connections; on {self.QUEUES}: {threads_all} threads, {connections_all} database "
+              f"connections", file=sys.stderr)
+        # A send to a polled queue answers its poll within a second.
+        woken = urls[-10:]
+        late = []
+        for url in woken:
+            self.sqs.send_message(QueueUrl=url, MessageBody="wake")
+            sent_at = time.monotonic()
+            while url + " at" not in answers and time.monotonic() - sent_at < 5:
+                time.sleep(0.001)
+            late.append(answers.get(url + " at", float("inf")) - sent_at)
+        for p in pollers:
+            p.join(40)
+        first.join(40)
+        self.assertLess(threads_all - threads_one, 20, "threads grow with the queues polled")
+        self.assertLess(connections_all - connections_one, 20,
+                        "database connections grow with the queues polled")
+        self.assertLess(max(late), 1.0, f"wake-ups took {sorted(late)} s")
+        for url in woken:
+            self.assertEqual(answers[url].status, 200)
+            self.assertEqual(len(json.loads(answers[url].body)["Messages"]), 1)
+
+
 class MalformedReceive(ServeCase):
     """Finding 9: a ReceiveMessage refused for its input has received nothing."""
 
