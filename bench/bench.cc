@@ -327,7 +327,9 @@ class Bench {
       accumulate(sent, http_send_rate(srv.port(), url, 16, seconds / sizes_.rounds, kSmall));
       client.purge(topic);
       accumulate(deleted, http_delete_rate(srv.port(), client, topic, url, 16,
-                                           backlog / sizes_.rounds));
+                                           backlog / sizes_.rounds, [&](const std::string& r) {
+                                             return srv.service().receipt_handle(name, r);
+                                           }));
     }
     client.purge(topic);
     report_.add(row("serve.raw.insert.16", "raw INSERT, 16 threads (for single calls)"),

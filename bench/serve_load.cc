@@ -174,7 +174,8 @@ Measured http_send_rate(std::uint16_t port, const std::string& queue_url, int cl
 }
 
 Measured http_delete_rate(std::uint16_t port, Client& client, const std::string& topic,
-                          const std::string& queue_url, int clients, int count) {
+                          const std::string& queue_url, int clients, int count,
+                          const std::function<std::string(const std::string&)>& handle_of) {
   fill(client, topic, count, 100);
   std::vector<std::vector<std::string>> receipts(static_cast<std::size_t>(clients));
   ReceiveOptions options;
@@ -184,7 +185,9 @@ Measured http_delete_rate(std::uint16_t port, Client& client, const std::string&
   for (int got = 0; got < count;) {
     const std::vector<Message> ms = client.receive(topic, options);
     if (ms.empty()) break;
-    for (const Message& m : ms) receipts[next++ % receipts.size()].push_back(m.receipt);
+    for (const Message& m : ms) {
+      receipts[next++ % receipts.size()].push_back(handle_of(m.receipt));
+    }
     got += static_cast<int>(ms.size());
   }
   return run_threads(clients, [&](int t, Latencies& lat) {

@@ -3,6 +3,7 @@
 // SigV4-signed AWS JSON 1.0 requests from keep-alive connections, one per client thread, against
 // the library doing the same batches in the same run.
 
+#include <functional>
 #include <cstdint>
 #include <string>
 
@@ -43,9 +44,11 @@ Measured http_drain(std::uint16_t port, const std::string& queue_url, int client
 Measured http_send_rate(std::uint16_t port, const std::string& queue_url, int clients,
                         double seconds, std::size_t payload);
 // Single-message DeleteMessage calls from `clients` connections, of `count` messages leased
-// beforehand through the library (not timed).
+// beforehand through the library (not timed); `handle_of` makes a receipt the server's
+// ReceiptHandle.
 Measured http_delete_rate(std::uint16_t port, Client& client, const std::string& topic,
-                          const std::string& queue_url, int clients, int count);
+                          const std::string& queue_url, int clients, int count,
+                          const std::function<std::string(const std::string&)>& handle_of);
 
 }  // namespace txmq::bench
 

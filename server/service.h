@@ -124,6 +124,11 @@ class SqsService {
   // workers to finish what they run.
   void shutdown();
   const Counters& counters() const { return counters_; }
+  // The ReceiptHandle this server gives for a library receipt of `queue` (for a load generator
+  // that leases through the library and deletes over HTTP).
+  std::string receipt_handle(std::string_view queue, std::string_view receipt) const {
+    return catalog_.seal(queue, receipt);
+  }
 
   struct Call;
   struct Poll;
