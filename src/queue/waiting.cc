@@ -17,10 +17,12 @@
 //    in a loop: one statement a second while idle, however many channels and threads wait on
 //    it. Why shared: a thread and a connection per channel cost a server that long-polls 1,000
 //    queues 1,000 connections, past max_connections.
-//  - When that look returns 2 or is interrupted, a second statement,
+//  - When that look returns 2 or is interrupted, a pass of statements
 //        SELECT CONCAT_WS(',', IF(EXISTS(<channel 1>), '0', NULL), IF(..., '1', NULL), ...)
-//    says which channels have something claimable: only their receivers are woken, the others
-//    are known empty.
+//    (32 channels each) says which channels have something claimable: only their receivers are
+//    woken, the others are known empty. Short statements, and a pass that a KILL restarts from
+//    where it was, because KILLs come every 5 ms while senders send: one statement for hundreds
+//    of channels could be interrupted every time, and wake nobody.
 //  - After a sender's commit, the client's announcer thread runs
 //        DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT n RETURNING ...
 //    (one cheap statement on a tiny in-memory table; it deletes nothing when nobody waits),
@@ -32,23 +34,27 @@
 //    reads the registrations *after* its commit. Either the look sees the message, or the sender
 //    sees the registration and interrupts the watch. Whatever statement a KILL interrupts (the
 //    SLEEP, or the statements that handle an earlier KILL: a second sender, on another channel,
-//    may kill the watch meanwhile), the watch then registers its channels again and runs the
-//    which-statement, which starts after the sender's commit and so sees its message, whichever
-//    channel it is on. A KILL QUERY that lands between two statements is dropped by the server:
-//    harmless before a look, which comes after the commit, so the watch looks in every
-//    statement that sleeps, but a pause after a busy look (below), which is at most 250 ms. And
+//    may kill the watch meanwhile), the watch then registers its channels again and runs a
+//    pass, which starts after the sender's commit and so sees its message, whichever channel
+//    it is on. A KILL QUERY that lands between two statements is dropped by the server:
+//    harmless before a look, which comes after the commit, so every statement that sleeps looks
+//    at every channel, but at hot ones (below), which are checked again within 250 ms. And
 //    the sender puts the registration back itself: when the watch's own re-registration had to
 //    follow a KILL it never saw, it used to sleep through the next sends, unregistered, until a
 //    look found them (up to a second; 4 of 1,000 wake-ups under ASan).
 //  - Channels join a watch when a receiver first waits on them, and leave it 10 s after their
 //    last receiver; the statements are prepared again only then. Until a watch registered and
 //    looks for a new channel, its receivers poll every quarter second; the announcer interrupts
-//    the watch's statement, so that this lasts milliseconds. A channel that leaves deletes its
-//    row; a row a sender put back meanwhile is deleted at the next renewal (10 s); until then
-//    it may cost another process's receiver a wake-up, which its next look makes up for.
-//  - Rows locked by an exactly-once transaction look claimable: after a which-statement found
-//    something, the watch pauses (10 ms, doubling up to 250 ms) and then runs the
-//    which-statement again instead of the look, until it finds nothing.
+//    the watch's look (only its look, which the watch does not start while a channel waits to
+//    join: a burst of joins would interrupt every rebuild), so that this lasts milliseconds.
+//    A channel that leaves deletes its row; a row a sender put back meanwhile is deleted at the
+//    next renewal (10 s); until then it may cost another process's receiver a wake-up, which
+//    its next look makes up for.
+//  - Rows locked by an exactly-once transaction look claimable, and so do messages nobody is
+//    waiting for on a channel that lingers: after a pass found such *hot* channels, the next
+//    look leaves them out (a parameter per channel) and sleeps only 10 ms, doubling up to
+//    250 ms, and the pass after it checks them again, so that they neither spin nor keep the
+//    watch from looking at the other channels.
 //  - Messages that become claimable by time alone (a delay that falls due, a lease that runs
 //    out, an exactly-once transaction rolled back) and sends nobody announced (an Outbox on the
 //    application's connection, another program's INSERT) are seen by the next look: within a
@@ -372,10 +378,14 @@ bool Watch::add(std::shared_ptr<TopicWaiter> waiter) {
     if (ending_ || stopping_) return false;
     joining_.push_back(std::move(waiter));
     ++channels_;
-    if (connection_ != nullptr) running = connection_id_;
+    if (connection_ != nullptr && looking_) {
+      running = connection_id_;
+      looking_ = false;  // one KILL ends the look
+    }
   }
-  // Its statement does not look at the new channel: interrupt it (a KILL that lands between
-  // two statements is dropped, which leaves the channel's receivers polling for up to a look).
+  // The look it sleeps in does not cover the new channel: interrupt it. (Not its other
+  // statements: joins that come fast would interrupt every rebuild of the statements. The watch
+  // takes joins in before each look.)
   if (running != 0) poke_(running);
   return true;
 }
@@ -439,11 +449,14 @@ void Watch::run() {
   constexpr std::size_t kAll = SIZE_MAX;
   std::size_t pass_left = 0;
   std::size_t next_chunk = 0;
-  bool found_in_pass = false;
+  // Channels the last check found claimable: the look after a pass that found some leaves
+  // them out and sleeps only a pause, after which they are checked again.
+  std::vector<bool> hot;
+  std::vector<Param> look_params;
   SteadyClock::time_point registered_at;
   auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
       kFirstPauseAfterReady);
-  std::chrono::microseconds pause_next{0};  // a plain SLEEP before the next which-statement
+  std::chrono::microseconds pause_next{0};  // the next look's SLEEP when channels are hot
   int failures = 0;
   std::vector<std::uint64_t> generations;
   for (;;) {
@@ -502,7 +515,7 @@ void Watch::run() {
         channel_params.clear();
         for (std::size_t i = 0; i < watched.size(); ++i) {
           const std::string claimable_here = claimable(watched[i]->tables());
-          any += fmt::format("{}{}", i == 0 ? "" : " OR ", claimable_here);
+          any += fmt::format("{}(? = 0 AND ({}))", i == 0 ? "" : " OR ", claimable_here);
           each += fmt::format(", IF({}, '{}', NULL)", claimable_here, i);
           if ((i + 1) % kChannelsPerCheck == 0 || i + 1 == watched.size()) {
             which.push_back(
@@ -515,6 +528,8 @@ void Watch::run() {
         look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
         next_chunk = 0;
         if (pass_left != 0) pass_left = kAll;
+        hot.assign(watched.size(), false);
+        pause_next = {};
         // IGNORE: a row that is there keeps its place in the order of wake-ups.
         enroll = std::make_unique<Statement>(
             *c, "INSERT IGNORE INTO txmq_waiters (connection_id, topic, registered_at) VALUES " +
@@ -542,7 +557,7 @@ void Watch::run() {
       }
       for (std::size_t i = 0; i < watched.size(); ++i) generations[i] = watched[i]->watching();
       failures = 0;
-      if (pass_left != 0 && pause_next.count() == 0) {
+      if (pass_left != 0) {
         pass_left = std::min(pass_left, which.size());
         const std::size_t chunk = next_chunk % which.size();
         const std::string found = which[chunk]->execute({}).rows.at(0).bytes(0);
@@ -557,26 +572,25 @@ void Watch::run() {
           at = static_cast<std::size_t>(end - found.data()) + 1;
         }
         for (std::size_t i = first; i < last; ++i) {
+          hot[i] = is_claimable[i];
           if (is_claimable[i]) {
             watched[i]->saw_claimable();
-            found_in_pass = true;
           } else {
             watched[i]->set_empty(generations[i]);
           }
         }
         next_chunk = chunk + 1;
         if (--pass_left == 0) {
-          if (found_in_pass) {
-            // Rows locked by an exactly-once transaction look claimable too: pause before the
-            // next pass, longer each time, so that they do not spin.
-            pass_left = kAll;
+          if (std::find(hot.begin(), hot.end(), true) != hot.end()) {
+            // Rows locked by an exactly-once transaction look claimable too: check them again
+            // after a pause, longer each time, so that they do not spin.
             pause_next = pause_after_ready;
             pause_after_ready = std::min<std::chrono::microseconds>(pause_after_ready * 2,
                                                                     kMaxPauseAfterReady);
           } else {
             pause_after_ready = kFirstPauseAfterReady;
+            pause_next = {};
           }
-          found_in_pass = false;
         }
         continue;
       }
@@ -585,11 +599,21 @@ void Watch::run() {
         // statements, and been dropped. Take it in before sleeping.
         std::lock_guard lock(mutex_);
         if (!joining_.empty()) continue;
+        looking_ = true;
       }
-      // Every statement that sleeps looks, but a pause: see the top of this file.
+      // Every statement that sleeps looks, at every channel but the hot ones during a pause:
+      // see the top of this file.
       const bool pausing = pause_next.count() != 0;
-      Result r = pausing ? c->execute("SELECT SLEEP(?)", {seconds(pause_next)})
-                         : look->execute(std::vector<Param>{seconds(kLook)});
+      look_params.clear();
+      for (std::size_t i = 0; i < watched.size(); ++i) {
+        look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
+      }
+      look_params.emplace_back(seconds(pausing ? pause_next : kLook));
+      Result r = look->execute(look_params);
+      {
+        std::lock_guard lock(mutex_);
+        looking_ = false;
+      }
       pause_next = {};
       const std::int64_t outcome = r.rows.at(0).i64(0);
       if (outcome == 1) {
@@ -598,13 +622,19 @@ void Watch::run() {
         pass_left = kAll;
         registered = false;
       } else if (outcome == 2 || pausing) {
-        pass_left = kAll;  // which channels?
+        pass_left = kAll;  // which channels? (after a pause: are the hot ones still?)
+        if (outcome == 0) {
+          for (std::size_t i = 0; i < watched.size(); ++i) {
+            if (!hot[i]) watched[i]->set_empty(generations[i]);
+          }
+        }
       } else {
         for (std::size_t i = 0; i < watched.size(); ++i) watched[i]->set_empty(generations[i]);
       }
     } catch (const Error& e) {
       {
         std::lock_guard lock(mutex_);
+        looking_ = false;
         if (stopping_) break;
       }
       if (e.server_errno() == kQueryInterrupted) {

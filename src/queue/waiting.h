@@ -175,6 +175,7 @@ class Watch {
   std::size_t channels_ = 0;  // watched and joining
   bool stopping_ = false;
   bool ending_ = false;
+  bool looking_ = false;  // in its look, which sleeps: a join must interrupt it
   Connection* connection_ = nullptr;  // the running watch connection, for stop() to cancel
   std::uint64_t connection_id_ = 0;
   std::thread thread_;
