@@ -114,6 +114,7 @@ double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count
 
 // Whether any of a channel's tables holds a claimable message.
 std::string claimable(const std::vector<std::string>& tables) {
+  if (tables.empty()) return "FALSE";  // never a syntax error that stops the whole watch
   std::string any;
   for (const std::string& table : tables) {
     if (!any.empty()) any += " OR ";

@@ -145,7 +145,7 @@ class TopicWaiter {
 // of channels (their TopicWaiters), registered once per channel in txmq_waiters.
 class Watch {
  public:
-  // `poke` interrupts the watch's running statement from another connection (a channel joined).
+  // `poke` interrupts the watch's look from another connection (a channel joined).
   Watch(Pool& pool, std::shared_ptr<TopicWaiter> first,
         std::function<void(std::uint64_t connection_id)> poke);
   ~Watch();
