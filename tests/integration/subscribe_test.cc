@@ -546,5 +546,61 @@ TEST(Subscribe, NoWakeUpIsLostWhileChannelsJoinAndLeaveTheWatch) {
   for (const std::string& t : churn) test::drop_topic_if_exists(*c, t);
 }
 
+// Sends to one channel KILL its watch every announcer round (5 ms), faster than a pass over a
+// full watch's channels: the pass resumes where the KILL stopped it, so the watch's other channels
+// are still woken within milliseconds.
+TEST(Subscribe, AStormOfSendsToOneChannelDoesNotStarveTheOtherChannelsOfItsWatch) {
+  auto c = client();
+  // 64: one full watch (TXMQ_STORM_TOPICS=1000 for the figures: 4 watches of about 250).
+  const int topic_count =
+      std::getenv("TXMQ_STORM_TOPICS") ? std::atoi(std::getenv("TXMQ_STORM_TOPICS")) : 64;
+  const std::vector<std::string> topics = topics_for_test(*c, "t_watch_storm_", topic_count);
+  for (const std::string& t : topics) c->create_topic(t);
+  std::vector<std::unique_ptr<Signal>> woken;
+  std::vector<Client::Subscription> subscriptions;
+  for (const std::string& t : topics) {
+    woken.push_back(std::make_unique<Signal>());
+    Signal* signal = woken.back().get();
+    subscriptions.push_back(c->subscribe(t, "", [signal] { signal->raise(); }));
+  }
+  std::this_thread::sleep_for(1500ms);
+  std::atomic<bool> storming{true};
+  std::atomic<int> stormed{0};
+  std::thread storm([&] {
+    auto producer = client();
+    while (storming) {
+      producer->send(topics[0], "storm");
+      ++stormed;
+    }
+  });
+  auto producer = client();
+  std::mt19937 random(11);
+  std::vector<double> latencies;
+  for (int n = 0; n < 30; ++n) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 30));
+    const std::size_t i = 1 + random() % (topics.size() - 1);
+    const int before = woken[i]->count();
+    subscriptions[i] = {};
+    Signal* signal = woken[i].get();
+    subscriptions[i] = c->subscribe(topics[i], "", [signal] { signal->raise(); });
+    for (const Message& m : c->receive(topics[i], {.max_messages = 10})) {
+      c->ack(topics[i], m.receipt);
+    }
+    const auto sent_at = Clock::now();
+    producer->send(topics[i], "m");
+    ASSERT_TRUE(woken[i]->wait_past(before, 3s)) << topics[i];
+    latencies.push_back(std::chrono::duration<double>(woken[i]->last() - sent_at).count());
+  }
+  storming = false;
+  storm.join();
+  std::printf("%zu wake-ups during a storm of %d sends to one channel of the watch: p50 %.1f ms, "
+              "p99 %.1f ms, max %.1f ms\n",
+              latencies.size(), stormed.load(), percentile(latencies, 0.5) * 1e3,
+              percentile(latencies, 0.99) * 1e3, percentile(latencies, 1.0) * 1e3);
+  EXPECT_LT(percentile(latencies, 1.0), 1.0) << "a wake-up waited for a look";
+  subscriptions.clear();
+  for (const std::string& t : topics) c->drop_topic(t);
+}
+
 }  // namespace
 }  // namespace txmq
