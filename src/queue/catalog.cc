@@ -574,6 +574,21 @@ void migrate_from_10(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 11, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
+// Version 11 -> 12: a watch registers once per channel it watches (waiting.cc), so txmq_waiters
+// is keyed by (connection_id, topic); its rows are kept (ALTER copies a MEMORY table). A
+// version-11 client still running registers one channel per connection, which fits the new key,
+// and its deletes by topic or by connection id work as before.
+void migrate_from_11(Connection& c) {
+  Result key = c.execute(
+      "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = 'txmq_waiters' AND INDEX_NAME = 'PRIMARY'",
+      {});
+  if (key.rows.at(0).i64(0) == 1) {
+    c.query("ALTER TABLE txmq_waiters DROP PRIMARY KEY, ADD PRIMARY KEY (connection_id, topic)");
+  }
+  c.execute("UPDATE txmq_schema SET version = 12, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
 // --- Claims ------------------------------------------------------------------------------------
 //
 // What must not run twice at once between clients (a schema migration; a change of one topic's
@@ -809,13 +824,15 @@ void TopicCatalog::bootstrap() {
         " name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
         " seen_at DATETIME(6) NOT NULL,"
         " UNIQUE KEY (name)) ENGINE=InnoDB");
-    // Consumers waiting for messages (waiting.cc). MEMORY: a registration is a connection id,
-    // which means nothing after a server restart, when the table starts empty.
+    // Channels watched for waiting consumers, one row per watch connection and channel
+    // (waiting.cc). MEMORY: a registration is a connection id, which means nothing after a
+    // server restart, when the table starts empty.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_waiters ("
-        " connection_id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+        " connection_id BIGINT UNSIGNED NOT NULL,"
         " topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
         " registered_at DATETIME(6) NOT NULL,"
+        " PRIMARY KEY (connection_id, topic),"
         " KEY (topic)) ENGINE=MEMORY");
     // Totals that every client adds to (metrics.cc): counters, and histograms by bucket.
     c.query(
@@ -864,6 +881,7 @@ void TopicCatalog::bootstrap() {
       step(8, migrate_from_8);
       step(9, migrate_from_9);
       step(10, migrate_from_10);
+      step(11, migrate_from_11);
     } catch (...) {
       release_claim(c, kSchemaClaim, key, token);
       throw;

@@ -250,7 +250,7 @@ inline bool past_max_attempts(const TopicOptions& options, std::int64_t attempts
   return options.max_attempts > 0 && attempts >= options.max_attempts;
 }
 
-constexpr int kSchemaVersion = 11;
+constexpr int kSchemaVersion = 12;
 constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 constexpr std::size_t kMaxKeyBytes = 255;
 constexpr int kMaxReceive = 10000;

@@ -584,7 +584,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
   // Version 11: the topic's send fence (it has one group).
   // COUNT(*) of an information_schema query about the migrated database.
   const auto count = [&](const char* sql) { return a->execute(sql, {db}).rows.at(0).i64(0); };
@@ -605,10 +605,34 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 10");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
     EXPECT_EQ(views(), 0);
     EXPECT_EQ(fences(), 1);
     upgraded.send("old", "after 11");
+  }
+  // Version 11 -> 12: txmq_waiters keyed by (connection_id, topic), its rows kept; a
+  // registration of a version-11 client (one channel per connection) still fits.
+  const auto key_columns = [&] {
+    return count("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND "
+                 "TABLE_NAME = 'txmq_waiters' AND INDEX_NAME = 'PRIMARY'");
+  };
+  EXPECT_EQ(key_columns(), 2);
+  a->query("ALTER TABLE txmq_waiters DROP PRIMARY KEY, ADD PRIMARY KEY (connection_id)");
+  a->query("INSERT INTO txmq_waiters VALUES (4242, 'old', NOW(6))");
+  a->query("UPDATE txmq_schema SET version = 11");
+  {
+    Client upgraded(options);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
+    EXPECT_EQ(key_columns(), 2);
+    EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_waiters WHERE connection_id = 4242", {})
+                  .rows.at(0)
+                  .i64(0),
+              1);
+    a->query("REPLACE INTO txmq_waiters VALUES (4242, 'old', NOW(6))");  // a version-11 renewal
+    a->query("INSERT INTO txmq_waiters VALUES (4242, 'old$1', NOW(6))");  // a watch's second
+    a->query("DELETE FROM txmq_waiters WHERE connection_id = 4242");
+    EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_waiters", {}).rows.at(0).i64(0), 0);
+    upgraded.send("old", "after 12");
   }
   // Version 5: one partition, no archive, the group "default" with the topic's old tables;
   // version 6: messages without attributes, no dead-letter topic, no retention.
@@ -679,7 +703,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 11);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.
