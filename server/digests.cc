@@ -12,19 +12,23 @@
 namespace txmq::server {
 namespace {
 
+std::string lower_hex(const unsigned char* bytes, unsigned int size) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(size * 2, '0');
+  for (unsigned int i = 0; i < size; ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
 std::string hex_digest(const EVP_MD* md, std::string_view bytes) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int size = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size, md, nullptr) != 1) {
     throw std::runtime_error("OpenSSL digest failed");
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(size * 2, '0');
-  for (unsigned int i = 0; i < size; ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 15];
-  }
-  return out;
+  return lower_hex(digest.data(), size);
 }
 
 void append_length_prefixed(std::string& out, std::string_view bytes) {
@@ -53,13 +57,7 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
            &size) == nullptr) {
     throw std::runtime_error("OpenSSL HMAC failed");
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(size * 2, '0');
-  for (unsigned int i = 0; i < size; ++i) {
-    out[2 * i] = kHex[mac[i] >> 4];
-    out[2 * i + 1] = kHex[mac[i] & 15];
-  }
-  return out;
+  return lower_hex(mac.data(), size);
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

@@ -51,6 +51,17 @@ bool json_deeper_than(std::string_view text, int limit) {
   return false;
 }
 
+// Views into `r`: the request as SigV4 reads it.
+SignedRequest signed_request_of(const RequestHeader& r, std::string_view body) {
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  for (const auto& f : r) {
+    headers.emplace_back(std::string_view(f.name_string().data(), f.name_string().size()),
+                         std::string_view(f.value().data(), f.value().size()));
+  }
+  return {std::string_view(r.method_string().data(), r.method_string().size()),
+          std::string_view(r.target().data(), r.target().size()), std::move(headers), body};
+}
+
 bool has_query_signature(std::string_view target) {
   const std::size_t q = target.find('?');
   if (q == std::string_view::npos) return false;
@@ -248,15 +259,7 @@ void read_request(const HttpRequest& r, const Credentials* credentials, std::str
 
   // The signature covers the method, the target (path and query), the signed headers (Host and
   // X-Amz-Target among them) and the body: everything read below.
-  std::vector<std::pair<std::string_view, std::string_view>> headers;
-  for (const auto& f : r) {
-    headers.emplace_back(std::string_view(f.name_string().data(), f.name_string().size()),
-                         std::string_view(f.value().data(), f.value().size()));
-  }
-  const SignedRequest signed_request{
-      std::string_view(r.method_string().data(), r.method_string().size()), raw_target,
-      std::move(headers), r.body()};
-  if (auto failure = verify(signed_request, credentials, region, now)) {
+  if (auto failure = verify(signed_request_of(r, r.body()), credentials, region, now)) {
     throw SqsError::of(failure->code, failure->message);
   }
 
@@ -315,14 +318,7 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
     admission.refusal = std::move(refusal);
     return admission;
   }
-  std::vector<std::pair<std::string_view, std::string_view>> headers;
-  for (const auto& f : h) {
-    headers.emplace_back(std::string_view(f.name_string().data(), f.name_string().size()),
-                         std::string_view(f.value().data(), f.value().size()));
-  }
-  const SignedRequest without_body{
-      std::string_view(h.method_string().data(), h.method_string().size()), target,
-      std::move(headers), {}};
+  const SignedRequest without_body = signed_request_of(h, {});
   if (auto failure = precheck(without_body, credentials.get(), options_.region,
                               std::chrono::system_clock::now())) {
     admission.refusal = SqsError::of(failure->code, failure->message);

@@ -429,15 +429,18 @@ void Watch::run() {
   std::unique_ptr<Statement> enroll;   // registers every channel
   std::unique_ptr<Statement> unenroll; // deletes this connection's rows of other channels
   std::vector<Param> channel_params;
-  const auto drop_connection = [&] {
+  // The statements go before the connection they were prepared on, and stop() no longer sees
+  // a connection to cancel.
+  const auto forget_statements = [&] {
     look.reset();
     which.clear();
     enroll.reset();
     unenroll.reset();
-    {
-      std::lock_guard lock(mutex_);
-      connection_ = nullptr;
-    }
+    std::lock_guard lock(mutex_);
+    connection_ = nullptr;
+  };
+  const auto drop_connection = [&] {
+    forget_statements();
     c.reset();
   };
   bool changed = true;       // the statements do not match `watched`
@@ -695,14 +698,7 @@ void Watch::run() {
       ++failures;
     }
   }
-  look.reset();
-  which.clear();
-  enroll.reset();
-  unenroll.reset();
-  {
-    std::lock_guard lock(mutex_);
-    connection_ = nullptr;
-  }
+  forget_statements();
   if (c && !c->broken()) {
     try {
       c->execute("DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID()", {});
