@@ -327,8 +327,8 @@ class Bench {
       accumulate(sent, http_send_rate(srv.port(), url, 16, seconds / sizes_.rounds, kSmall));
       client.purge(topic);
       accumulate(deleted, http_delete_rate(srv.port(), client, topic, url, 16,
-                                           backlog / sizes_.rounds, [&](const std::string& r) {
-                                             return srv.service().receipt_handle(name, r);
+                                           backlog / sizes_.rounds, [&](const std::string& receipt) {
+                                             return srv.service().receipt_handle(name, receipt);
                                            }));
     }
     client.purge(topic);

@@ -809,7 +809,8 @@ void SqsService::receive_message(const std::shared_ptr<Call>& call) {
     poll->system_names.push_back(std::move(n));
   }
   poll->attribute_names = string_list(in, "MessageAttributeNames");
-  const std::string attempt = string_member(in, "ReceiveRequestAttemptId", false);
+  // SQS ignores an attempt id on a standard queue.
+  const std::string attempt = q->fifo ? string_member(in, "ReceiveRequestAttemptId", false) : "";
   if (!attempt.empty() && !valid_attempt_id(attempt)) {
     fail("InvalidParameterValue",
          "Value for parameter ReceiveRequestAttemptId is invalid. Reason: 1 to 128 characters "
@@ -917,6 +918,19 @@ void SqsService::finish_poll(const std::shared_ptr<Poll>& poll, std::vector<Mess
   {
     std::lock_guard lock(polls_mutex_);
     if (polls_.erase(poll) > 0) counters_.polls_held.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (poll->call->answered && !messages.empty()) {
+    // The caller was answered already (503 at its deadline) and will never see these: they are
+    // made visible again at once instead of when their lease ends (up to 12 hours; a FIFO
+    // queue's group would wait as long).
+    for (const Message& m : messages) {
+      try {
+        client_.extend(poll->queue->topic, m.receipt, std::chrono::seconds(0));
+      } catch (const std::exception&) {
+        // The lease runs out by itself.
+      }
+    }
+    return;
   }
   json list = json::array();
   try {

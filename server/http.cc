@@ -32,9 +32,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // A request header's largest size: SigV4 headers and cookies fit many times over.
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
-// What the body memory budget holds for a chunked body before its size is known; it grows with
-// the body (each step reserved before the bytes are kept).
-constexpr std::size_t kChunkedStep = 64 * 1024;
+// A body is reserved against the memory budget a step ahead of what has arrived, and must keep
+// arriving at the minimum rate: a step's worth of time after its last bytes, it is cut off.
+constexpr std::size_t kBodyStep = 256 * 1024;
 // After a refusal the server stops sending and reads (and drops) what the client still sends,
 // for up to this long or this much, before closing: closing with unread bytes resets the
 // connection, and the client could lose the answer. Dropped bytes cost no memory.
@@ -192,10 +192,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     body_limit_ = admission.body_limit;
     parser_->body_limit(admission.body_limit);
-    if (!reserve_body_memory(declared_length_ ? *declared_length_
-                                              : std::min(kChunkedStep, body_limit_))) {
-      return refuse_over_budget();
-    }
+    // Reserved as the body arrives, a step ahead of it, not all at once from the declared
+    // length: a client that declares 4 MiB and sends nothing holds one step.
+    if (!reserve_body_memory(std::min(kBodyStep, next_body_step()))) return refuse_over_budget();
     body_started_ = Clock::now();
     // Sent only now that the body is wanted: a client that waits for it (curl with a large
     // body) sends nothing that would be refused.
@@ -211,12 +210,21 @@ class Session : public std::enable_shared_from_this<Session> {
     read_body();
   }
 
-  // header_timeout, then the body at min_body_rate: a slow trickle is cut off, not waited for.
+  // The most the body can still need, up to one step: what its declared length or its limit
+  // leaves beyond what is held.
+  std::size_t next_body_step() const {
+    const std::size_t bound = declared_length_ ? *declared_length_ : body_limit_;
+    const std::size_t held = parser_->get().body().size();
+    return bound > held ? std::min(kBodyStep, bound - held) : 0;
+  }
+
+  // header_timeout, then the body at min_body_rate, counted on what has arrived (re-armed at
+  // each read): a client that stops sending is cut off a step's time later, whatever length it
+  // declared.
   Clock::time_point body_deadline() const {
-    const std::uint64_t expected =
-        declared_length_ ? *declared_length_ : parser_->get().body().size() + kChunkedStep;
+    const std::uint64_t due = parser_->get().body().size() + kBodyStep;
     const auto allowance = std::chrono::milliseconds(
-        expected * 1000 / std::max<std::size_t>(options_.min_body_rate, 1));
+        due * 1000 / std::max<std::size_t>(options_.min_body_rate, 1));
     return body_started_ + options_.header_timeout + allowance;
   }
 
@@ -233,15 +241,12 @@ class Session : public std::enable_shared_from_this<Session> {
                                                 byte_size(body_limit_))));
     }
     if (ec) return close();
-    if (!declared_length_) {
-      // A chunked body: what its string holds is reserved before more is read.
-      const std::size_t held = parser_->get().body().capacity();
-      if (held > body_bytes_reserved_ &&
-          !reserve_body_memory(std::max(held, 2 * body_bytes_reserved_) - body_bytes_reserved_)) {
-        return refuse_over_budget();
-      }
-    }
     if (parser_->is_done()) return dispatch();
+    // What arrived is reserved, and a step more before the next read.
+    const std::size_t wanted = parser_->get().body().size() + next_body_step();
+    if (wanted > body_bytes_reserved_ && !reserve_body_memory(wanted - body_bytes_reserved_)) {
+      return refuse_over_budget();
+    }
     read_body();
   }
 
@@ -250,11 +255,29 @@ class Session : public std::enable_shared_from_this<Session> {
     busy_ = true;
     HttpRequest request = parser_->release();
     auto self = shared_from_this();
-    server_.handler_(std::move(request), [self](HttpResponse response) {
+    // The body's share of the budget goes with the request: it is released when the handler
+    // lets go of its responder (the request with it), not when the answer is written, so that
+    // requests answered early (a deadline) but still queued keep counting.
+    auto hold = std::make_shared<BodyHold>(server_.body_bytes_reserved_, body_bytes_reserved_);
+    body_bytes_reserved_ = 0;
+    server_.handler_(std::move(request), [self, hold](HttpResponse response) {
       asio::post(self->stream_.get_executor(),
                  [self, r = std::move(response)]() mutable { self->write(std::move(r)); });
     });
   }
+
+  // A dispatched body's reservation, released when the last responder copy goes.
+  struct BodyHold {
+    BodyHold(std::shared_ptr<std::atomic<std::size_t>> total, std::size_t bytes)
+        : total_(std::move(total)), bytes_(bytes) {}
+    ~BodyHold() { *total_ -= bytes_; }
+    BodyHold(const BodyHold&) = delete;
+    BodyHold& operator=(const BodyHold&) = delete;
+
+   private:
+    std::shared_ptr<std::atomic<std::size_t>> total_;
+    std::size_t bytes_;
+  };
 
   bool reserve_body_memory(std::size_t bytes) {
     if (!server_.reserve_body_memory(bytes)) return false;
@@ -506,16 +529,16 @@ std::shared_ptr<Session> HttpServer::evict_longest_idle_locked() {
 }
 
 bool HttpServer::reserve_body_memory(std::size_t bytes) {
-  std::size_t reserved = body_bytes_reserved_.load();
+  std::size_t reserved = body_bytes_reserved_->load();
   do {
     if (bytes > options_.body_memory_budget - std::min(reserved, options_.body_memory_budget)) {
       return false;
     }
-  } while (!body_bytes_reserved_.compare_exchange_weak(reserved, reserved + bytes));
+  } while (!body_bytes_reserved_->compare_exchange_weak(reserved, reserved + bytes));
   return true;
 }
 
-void HttpServer::release_body_memory(std::size_t bytes) { body_bytes_reserved_ -= bytes; }
+void HttpServer::release_body_memory(std::size_t bytes) { *body_bytes_reserved_ -= bytes; }
 
 bool HttpServer::warn_at_most_once_a_minute(Clock::time_point& last, std::string text) {
   if (!options_.warn) return false;

@@ -130,7 +130,9 @@ class HttpServer {
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   bool stopping_ = false;
   std::function<void()> on_all_closed_;
-  std::atomic<std::size_t> body_bytes_reserved_{0};
+  // Shared with the holds of bodies handed to the handler (they may outlive this server).
+  const std::shared_ptr<std::atomic<std::size_t>> body_bytes_reserved_ =
+      std::make_shared<std::atomic<std::size_t>>(0);
 
   // Accept errors (EMFILE above all) are retried after a pause that doubles from 10 ms to 1 s,
   // so that a full descriptor table does not spin a core; reset by a successful accept.

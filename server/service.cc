@@ -62,20 +62,6 @@ SignedRequest signed_request_of(const RequestHeader& r, std::string_view body) {
           std::string_view(r.target().data(), r.target().size()), std::move(headers), body};
 }
 
-bool has_query_signature(std::string_view target) {
-  const std::size_t q = target.find('?');
-  if (q == std::string_view::npos) return false;
-  const std::string_view query = target.substr(q);
-  for (std::string_view name : {"X-Amz-Signature", "X-Amz-Credential", "X-Amz-Algorithm"}) {
-    for (std::size_t at = query.find(name); at != std::string_view::npos;
-         at = query.find(name, at + 1)) {
-      const char before = query[at - 1];  // query starts with '?': at >= 1
-      if (before == '?' || before == '&') return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 std::optional<SqsError> cross_site_refusal(const RequestHeader& r, bool with_credentials) {
@@ -137,7 +123,7 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
 void SqsService::track(const std::shared_ptr<Call>& call) {
   call->deadline = (call->arrived + options_.request_timeout).time_since_epoch().count();
   std::lock_guard lock(calls_mutex_);
-  calls_.emplace(call.get(), call);
+  calls_.insert_or_assign(call.get(), call);
 }
 
 void SqsService::untrack(const Call& call) {
@@ -147,24 +133,25 @@ void SqsService::untrack(const Call& call) {
 
 void SqsService::watch_deadlines() {
   deadline_timer_.expires_after(std::chrono::milliseconds(250));
+  // Also while shutdown() waits for workers held by a database that does not answer: their
+  // callers still get their 503. The timer goes (cancelled) once the io_context has stopped.
   deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || stopping_) return;
+    if (ec) return;
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
     std::vector<std::shared_ptr<Call>> late;
     {
       std::lock_guard lock(calls_mutex_);
-      for (const auto& [raw, weak] : calls_) {
-        if (raw->deadline.load(std::memory_order_relaxed) > now) continue;
-        if (auto call = weak.lock()) late.push_back(std::move(call));
+      for (auto it = calls_.begin(); it != calls_.end();) {
+        std::shared_ptr<Call> call = it->second.lock();
+        if (!call) {
+          it = calls_.erase(it);  // gone unanswered (it never is, but its key must not stay)
+          continue;
+        }
+        if (call->deadline.load(std::memory_order_relaxed) <= now) late.push_back(std::move(call));
+        ++it;
       }
     }
-    for (const auto& call : late) {
-      reply_error(*call, std::make_exception_ptr(SqsError::of(
-                             "ServiceUnavailable",
-                             fmt::format("The request was not answered within {} ms (the "
-                                         "database is slow or unreachable); retry it.",
-                                         options_.request_timeout.count()))));
-    }
+    for (const auto& call : late) reply_timeout(*call);
     watch_deadlines();
   });
 }
@@ -301,9 +288,15 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
   BodyAdmission admission;
   const std::string_view target(h.target().data(), h.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  // The probes, /metrics and the dashboard check their own requests (small ones).
-  if (path == "/healthz" || path == "/readyz" || path == "/metrics" || path.starts_with("/ui/") ||
+  // The probes, /metrics and the dashboard check their own requests: small ones (the
+  // dashboard's changes name a few hundred messages at most).
+  if (path == "/healthz" || path == "/readyz" || path == "/metrics" ||
       (path == "/" && h.method() == http::verb::get && target == "/")) {
+    admission.body_limit = kMaxWebBody;
+    return admission;
+  }
+  if (path.starts_with("/ui/")) {
+    admission.body_limit = kMaxDashboardBody;
     return admission;
   }
   std::shared_ptr<const Credentials> credentials;
@@ -337,13 +330,13 @@ Admission SqsService::admit(const RequestHeader& header) const {
   if (checked.refusal) {
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    admission.refuse = refusal_response(checked);
+    admission.refuse = refusal_response(checked, new_request_id());
   }
   return admission;
 }
 
-HttpResponse SqsService::refusal_response(const BodyAdmission& admission) const {
-  const std::string request_id = new_request_id();
+HttpResponse SqsService::refusal_response(const BodyAdmission& admission,
+                                          const std::string& request_id) const {
   HttpResponse r;
   r.status = static_cast<unsigned>(admission.refusal->http_status);
   r.headers.emplace_back("x-amzn-RequestId", request_id);
@@ -408,6 +401,39 @@ void SqsService::dispatch(const std::shared_ptr<Call>& call) {
     fail("InvalidAction", fmt::format("The action {} is not valid for this endpoint.", a));
   }
   reply(c, out);
+}
+
+// The watchdog's answer. A worker may be filling in the call's protocol and action right now,
+// so neither is read: the protocol is chosen from the request's header, as admit_body does.
+void SqsService::reply_timeout(Call& c) {
+  if (c.answered.exchange(true)) return;
+  untrack(c);
+  const SqsError e = SqsError::of(
+      "ServiceUnavailable",
+      fmt::format("The request was not answered within {} ms (the database is slow or "
+                  "unreachable); retry it.",
+                  options_.request_timeout.count()));
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  if (options_.request_metrics != nullptr) {
+    options_.request_metrics->record(
+        "unknown", false, e.code,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - c.arrived).count());
+  }
+  if (options_.log) {
+    options_.log(LogLevel::kError,
+                 fmt::format("request {}: {} {}: {}", c.request_id, e.http_status, e.code, e.what()),
+                 {{"request_id", c.request_id},
+                  {"status", e.http_status},
+                  {"code", e.code},
+                  {"error", e.what()}});
+  }
+  BodyAdmission refused;
+  refused.json = !header(c.request, "x-amz-target").empty() ||
+                 header(c.request, "content-type").starts_with("application/x-amz-json");
+  refused.refusal = e;
+  HttpResponse r = refusal_response(refused, c.request_id);
+  r.headers.emplace_back("Retry-After", "1");
+  c.respond(std::move(r));
 }
 
 void SqsService::count_request(const Call& c, std::string_view outcome) {

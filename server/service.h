@@ -111,8 +111,11 @@ class SqsService {
     bool json = false;  // the protocol the refusal is answered in
   };
   static constexpr std::size_t kMaxTxmqBatchBody = 64u << 20;  // 10,000 messages
+  static constexpr std::size_t kMaxWebBody = 64u << 10;         // probes, /metrics, GET /
+  static constexpr std::size_t kMaxDashboardBody = 1u << 20;    // /ui/
   BodyAdmission admit_body(const RequestHeader& header) const;
-  HttpResponse refusal_response(const BodyAdmission& admission) const;
+  HttpResponse refusal_response(const BodyAdmission& admission,
+                                const std::string& request_id) const;
   // admit_body() as the HTTP layer's AdmissionCheck (HttpServerOptions::admission).
   Admission admit(const RequestHeader& header) const;
 
@@ -143,6 +146,7 @@ class SqsService {
   void track(const std::shared_ptr<Call>& call);
   void untrack(const Call& call);
   void watch_deadlines();
+  void reply_timeout(Call& call);
   // Where each answered request is counted and timed (GET /metrics); none: not counted.
   RequestMetrics* request_metrics = nullptr;
 

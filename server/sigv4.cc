@@ -870,6 +870,13 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
   return internal::verify(request, credentials, region, "sqs", now);
 }
 
+bool has_query_signature(std::string_view target) {
+  const QueryParams query = parse_query(split_target(target).second);
+  return find_param(query, "X-Amz-Algorithm") != nullptr ||
+         find_param(query, "X-Amz-Credential") != nullptr ||
+         find_param(query, "X-Amz-Signature") != nullptr;
+}
+
 std::optional<AuthFailure> precheck(const SignedRequest& request, const Credentials* credentials,
                                     std::string_view region, Clock::time_point now) {
   return internal::verify(request, credentials, region, "sqs", now, false);

@@ -96,6 +96,10 @@ std::optional<AuthFailure> precheck(const SignedRequest& request, const Credenti
                                     std::string_view region,
                                     std::chrono::system_clock::time_point now);
 
+// Whether the request target carries the query-string (presigned) form of a signature, read
+// with the same decoding as verify() reads it (so "X%2DAmz%2DSignature" is one too).
+bool has_query_signature(std::string_view target);
+
 // Who signs, for sign() and presign().
 struct SigningKey {
   std::string_view access_key;

@@ -2,7 +2,6 @@
 
 #include <sys/random.h>
 
-#include <array>
 #include <cerrno>
 #include <thread>
 
@@ -12,28 +11,21 @@
 namespace txmq::internal {
 namespace {
 
-// 64 random bits from the kernel's cryptographic generator, read 64 values at a time: a lease
-// token is the secret half of a receipt, so it must not be guessable from the tokens a consumer
-// saw before (a Mersenne Twister's output is, from 312 of them).
+// 64 random bits from the kernel's cryptographic generator: a lease token is the secret half of
+// a receipt, so it must not be guessable from the tokens a consumer saw before (a Mersenne
+// Twister's output is, from 312 of them). One call per claim, not buffered: a buffer would be
+// copied into a forked child, which would then hand out its parent's tokens.
 std::uint64_t secure_random() {
-  struct Buffer {
-    std::array<std::uint64_t, 64> values{};
-    std::size_t used = 64;
-  };
-  thread_local Buffer buffer;
-  if (buffer.used == buffer.values.size()) {
-    auto* bytes = reinterpret_cast<char*>(buffer.values.data());
-    std::size_t filled = 0;
-    const std::size_t size = sizeof(buffer.values);
-    while (filled < size) {
-      const ssize_t got = getrandom(bytes + filled, size - filled, 0);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) throw Error(Errc::kInternal, "getrandom failed: no secure lease token");
-      filled += static_cast<std::size_t>(got);
-    }
-    buffer.used = 0;
+  std::uint64_t value = 0;
+  auto* bytes = reinterpret_cast<char*>(&value);
+  std::size_t filled = 0;
+  while (filled < sizeof(value)) {
+    const ssize_t got = getrandom(bytes + filled, sizeof(value) - filled, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(Errc::kInternal, "getrandom failed: no secure lease token");
+    filled += static_cast<std::size_t>(got);
   }
-  return buffer.values[buffer.used++];
+  return value;
 }
 
 // A random token without the keyed bit (claim_once sets it for keyed messages).

@@ -279,6 +279,30 @@ class HostileHttp(unittest.TestCase):
                 c.close()
             s.stop()
 
+    def test_h_declared_bodies_that_never_come_hold_only_a_step_of_the_budget(self):
+        # Eight connections declare 4 MiB each (32 MiB against a 4 MiB budget) and send nothing:
+        # the budget is held as bytes arrive, so a real request still gets through, and the
+        # silent ones are cut off a step's time after the header timeout.
+        s = Serve("--max-body-memory", "4")
+        silent = []
+        try:
+            for _ in range(8):
+                c = s.connect()
+                c.sendall(post_head(4 * MiB, signed=True))
+                silent.append(c)
+            time.sleep(0.5)
+            body = b'{"QueueUrl": "http://127.0.0.1/000000000000/nowhere", "MessageBody": "x"}'
+            with s.connect() as c:
+                c.sendall(post_head(len(body), signed=True) + body)
+                status = status_of(read_head(c, 10))
+            self.assertIsNotNone(status)
+            self.assertNotEqual(status, 503, "a small request refused: the budget is held by "
+                                             "bodies that never came")
+        finally:
+            for c in silent:
+                c.close()
+            s.stop()
+
     def test_g_bodies_past_the_memory_budget_are_answered_503_and_the_budget_comes_back(self):
         s = Serve("--max-body-memory", "4")
         chunk = b"%x\r\n" % (256 << 10) + b"D" * (256 << 10) + b"\r\n"

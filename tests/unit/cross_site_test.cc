@@ -51,6 +51,10 @@ TEST(CrossSite, WhatOnlyABrowserOnAnotherSiteSendsIsRefused) {
             "AccessDenied 403");
   EXPECT_EQ(refusal(request("/?X-Amz-Credential=a", {{"Host", "127.0.0.1:9324"}})),
             "AccessDenied 403");
+  // Read as verify() reads the query: percent-encoded names are signatures too.
+  EXPECT_EQ(refusal(request("/?Action=SendMessage&X%2DAmz%2DSignature=00&X%2DAmz%2DAlgorithm=x",
+                            {{"Host", "127.0.0.1:9324"}})),
+            "AccessDenied 403");
   // A parameter that only ends with the name is not a signature.
   EXPECT_EQ(refusal(request("/?MyX-Amz-Signature=1", {{"Host", "127.0.0.1:9324"}})), "accepted");
 }
