@@ -5,6 +5,7 @@
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME txmq)
 set(CPACK_PACKAGE_VENDOR "txmq maintainers")
+set(CPACK_RESOURCE_FILE_LICENSE "${PROJECT_SOURCE_DIR}/LICENSE")  # Apache License 2.0
 set(CPACK_PACKAGE_CONTACT "txmq maintainers <maintainers@users.noreply.a-seed-6a05e169.example>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "durable, transactional message queue in MariaDB/MySQL")
 set(CPACK_PACKAGE_DESCRIPTION "\
