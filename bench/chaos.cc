@@ -53,7 +53,7 @@ constexpr double kLeaseSeconds = 10;
 constexpr std::size_t kPayloadSize = 256;
 constexpr double kHighLoadMultiplier = 1.5;
 constexpr int kReaders = 4;
-// Targets of issue 20.
+// The cells' targets (docs/benchmarks.md, "Chaos and pressure").
 constexpr double kAfterTarget = 0.95;
 constexpr double kDuringPressureTarget = 0.90;
 constexpr double kRecoveredShare = 0.90;  // "time back to 90 % of clean"

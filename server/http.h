@@ -4,7 +4,7 @@
 // keep-alive. Each request is handed to a handler that answers it once, from any thread, now or
 // later (a long poll answers when messages arrive or its wait ends).
 //
-// What a client can make the server hold is bounded before anyone is authenticated (issue 31):
+// What a client can make the server hold is bounded before anyone is authenticated:
 // a request's header is read first and an admission check decides how much body to read; the
 // bodies being read share one memory budget; connections are capped, the longest-idle one
 // closed to make room; a client must send its header and body at a minimum pace.

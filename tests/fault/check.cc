@@ -96,8 +96,8 @@ Service service_after(const std::vector<std::int64_t>& times, std::int64_t at, s
   return s;
 }
 
-// Clients must have service again this soon after any node fault (issue 17: within 25 s of
-// the writer's death).
+// Clients must have service again this soon after any node fault (docs/faults.md: within 25 s
+// of the writer's death).
 constexpr double kServiceBackSeconds = 25;
 // Conflicts (certification failures, BF aborts) are expected only this near a change of writer.
 constexpr std::int64_t kWriterChangeWindowUs = 30'000'000;

@@ -66,7 +66,7 @@ class GaleraCluster {
   bool settled();
 
   // The writer the client library records (txmq_cluster_writer.node_uuid), as a node number;
-  // node 1 when the table does not exist (a library before issue 17's failover), 0 when the
+  // node 1 when the table does not exist (a library from before writer failover), 0 when the
   // row names no node that answers. `uuid` gets the row's value ("" without one).
   int writer(std::string* uuid = nullptr);
   // evs.suspect_timeout of node 1, from wsrep_provider_options.

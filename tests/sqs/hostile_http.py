@@ -1,4 +1,4 @@
-"""txmq serve against hostile HTTP clients (issue 31), with raw sockets, no SDK: an oversized
+"""txmq serve against hostile HTTP clients, with raw sockets, no SDK: an oversized
 body is refused from its header, sixteen 60 MiB uploads cannot exhaust memory, bodies past the
 memory budget are answered 503, a flood of idle connections cannot keep /healthz out, a low
 RLIMIT_NOFILE (at start, or lowered under a running server until accept meets EMFILE) neither
