@@ -140,9 +140,15 @@ void initialize_data(const Layout& l) {
   if (fs::exists(l.data / "mysql")) return;
   fs::path staging = l.home / "data.init";
   fs::remove_all(staging);
+  // A temporary folder of its own: bootstraps running at once (tests start several servers)
+  // made temporary tables of the same name in /tmp and broke each other.
+  const fs::path tmp = l.home / "install.tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
   std::vector<std::string> argv = {find_program({"mariadb-install-db", "mysql_install_db"},
                                                 "TXMQ_MARIADB_INSTALL_DB"),
                                    "--no-defaults", "--datadir=" + staging.string(),
+                                   "--tmpdir=" + tmp.string(),
                                    "--auth-root-authentication-method=normal", "--skip-test-db",
                                    "--skip-name-resolve"};
   if (geteuid() == 0) argv.push_back("--user=root");
@@ -156,6 +162,7 @@ void initialize_data(const Layout& l) {
                             log_tail(l.home / "install.log")));
   }
   fs::rename(staging, l.data);  // only a complete data folder ever appears under its name
+  fs::remove_all(tmp);
 }
 
 class FileLock {
