@@ -2,7 +2,9 @@
 
 // SQS's digests and encodings: MD5OfMessageBody, MD5OfMessageAttributes, the SHA-256 of
 // content-based deduplication, base64 for binary values, and the body character rule.
+#include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +12,14 @@
 #include <nlohmann/json.hpp>
 
 namespace txmq::server {
+
+using Sha256 = std::array<unsigned char, 32>;
+// SHA-256 of the concatenation of `parts`, and HMAC-SHA256 as RFC 2104 defines it, on an
+// algorithm fetched from OpenSSL once and a context per thread (SigV4 and receipt handles run
+// them on every request).
+Sha256 sha256(std::initializer_list<std::string_view> parts);
+Sha256 hmac_sha256(std::string_view key, std::string_view data);
+std::string hex_of(const Sha256& digest);  // lower-case
 
 std::string md5_hex(std::string_view bytes);
 std::string sha256_hex(std::string_view bytes);
