@@ -332,7 +332,9 @@ Page page_of(const json& input) {
   return page;
 }
 
-bool valid_attempt_id(std::string_view id) {
+// SQS's rule for MessageGroupId, MessageDeduplicationId and ReceiveRequestAttemptId: 1 to 128
+// alphanumerics and punctuation.
+bool punctuation_id(std::string_view id) {
   return !id.empty() && id.size() <= 128 &&
          std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
@@ -558,13 +560,9 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
     }
   }
   m.delay = std::chrono::seconds(delay.value_or(q.delay_seconds));
-  auto punctuation_id = [&](const char* name) -> std::string {
+  auto id_member = [&](const char* name) -> std::string {
     std::string v = string_member(entry, name, false);
-    if (v.empty()) return v;
-    const bool ok = v.size() <= 128 && std::all_of(v.begin(), v.end(), [](char ch) {
-                      return ch > 0x20 && ch < 0x7f;
-                    });
-    if (!ok) {
+    if (!v.empty() && !punctuation_id(v)) {
       fail("InvalidParameterValue",
            fmt::format("Value for parameter {} is invalid: 1 to 128 characters of "
                        "alphanumerics and punctuation",
@@ -572,8 +570,8 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
     }
     return v;
   };
-  const std::string group = punctuation_id("MessageGroupId");
-  std::string dedup = punctuation_id("MessageDeduplicationId");
+  const std::string group = id_member("MessageGroupId");
+  std::string dedup = id_member("MessageDeduplicationId");
   if (q.fifo) {
     if (group.empty()) {
       fail("MissingParameter", "The request must contain the parameter MessageGroupId.");
@@ -811,7 +809,7 @@ void SqsService::receive_message(const std::shared_ptr<Call>& call) {
   poll->attribute_names = string_list(in, "MessageAttributeNames");
   // SQS ignores an attempt id on a standard queue.
   const std::string attempt = q->fifo ? string_member(in, "ReceiveRequestAttemptId", false) : "";
-  if (!attempt.empty() && !valid_attempt_id(attempt)) {
+  if (!attempt.empty() && !punctuation_id(attempt)) {
     fail("InvalidParameterValue",
          "Value for parameter ReceiveRequestAttemptId is invalid. Reason: 1 to 128 characters "
          "of alphanumerics and punctuation (!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~).");

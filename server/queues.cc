@@ -228,27 +228,19 @@ TopicOptions topic_options(const QueueInfo& q, const std::string& dead_letter_to
 
 QueueCatalog::QueueCatalog(Client& client, std::string region, std::string account)
     : client_(client), region_(std::move(region)), account_(std::move(account)) {
-  try {
-    client_.transact([](Transaction& t) {
-      t.execute("SELECT 1 FROM txmq_sqs_queues LIMIT 0");
-    });
-  } catch (const Error& e) {
-    if (e.server_errno() != 1146) throw;  // ER_NO_SUCH_TABLE: make it
-    client_.transact([](Transaction& t) {
-      t.execute(
-          "CREATE TABLE IF NOT EXISTS txmq_sqs_queues ("
-          " name VARBINARY(80) NOT NULL PRIMARY KEY,"
-          " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
-          " consumer_group VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',"
-          " fifo TINYINT UNSIGNED NOT NULL,"
-          " attributes MEDIUMTEXT NOT NULL,"
-          " tags MEDIUMTEXT NOT NULL,"
-          " created_at BIGINT NOT NULL,"
-          " modified_at BIGINT NOT NULL,"
-          " UNIQUE KEY topic (topic, consumer_group)"
-          ") ENGINE=InnoDB");
-    });
-  }
+  make_table_if_missing("txmq_sqs_queues",
+                        "CREATE TABLE IF NOT EXISTS txmq_sqs_queues ("
+                        " name VARBINARY(80) NOT NULL PRIMARY KEY,"
+                        " topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+                        " consumer_group VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT "
+                        "NULL DEFAULT '',"
+                        " fifo TINYINT UNSIGNED NOT NULL,"
+                        " attributes MEDIUMTEXT NOT NULL,"
+                        " tags MEDIUMTEXT NOT NULL,"
+                        " created_at BIGINT NOT NULL,"
+                        " modified_at BIGINT NOT NULL,"
+                        " UNIQUE KEY topic (topic, consumer_group)"
+                        ") ENGINE=InnoDB");
   // A catalog made before consumer-group queues gains their column (servers starting together:
   // the one that loses the race finds the column there).
   for (int round = 0;; ++round) {
@@ -274,6 +266,18 @@ QueueCatalog::QueueCatalog(Client& client, std::string region, std::string accou
   receipt_key_ = shared_receipt_key();
 }
 
+// Looked for first, so that a user without CREATE finds it made (by a server that had it).
+void QueueCatalog::make_table_if_missing(std::string_view table, std::string_view create) {
+  try {
+    client_.transact([&](Transaction& t) {
+      t.execute(fmt::format("SELECT 1 FROM {} LIMIT 0", table));
+    });
+  } catch (const Error& e) {
+    if (e.server_errno() != 1146) throw;  // ER_NO_SUCH_TABLE: make it
+    client_.transact([&](Transaction& t) { t.execute(create); });
+  }
+}
+
 // Receipt handles carry a MAC under a key that every txmq serve of the database shares (a
 // client may delete through another server than it received from), made once by the first.
 std::string QueueCatalog::shared_receipt_key() {
@@ -284,17 +288,12 @@ std::string QueueCatalog::shared_receipt_key() {
       key = r.rows.empty() ? std::string() : r.rows[0].as_string(0);
     });
   };
-  try {
-    read();
-  } catch (const Error& e) {
-    if (e.server_errno() != 1146) throw;  // ER_NO_SUCH_TABLE: make it
-    client_.transact([](Transaction& t) {
-      t.execute(
-          "CREATE TABLE IF NOT EXISTS txmq_sqs_secrets ("
-          " name VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
-          " secret VARBINARY(64) NOT NULL) ENGINE=InnoDB");
-    });
-  }
+  make_table_if_missing("txmq_sqs_secrets",
+                        "CREATE TABLE IF NOT EXISTS txmq_sqs_secrets ("
+                        " name VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY "
+                        "KEY,"
+                        " secret VARBINARY(64) NOT NULL) ENGINE=InnoDB");
+  read();
   if (key.size() < 32) {
     client_.transact([](Transaction& t) {
       t.execute("INSERT IGNORE INTO txmq_sqs_secrets (name, secret) VALUES ('receipts', ?)",

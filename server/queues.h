@@ -135,6 +135,8 @@ class QueueCatalog {
   void check_same(const QueueInfo& existing, const std::map<std::string, std::string>& wanted);
   void make_topic(const QueueInfo& queue);
   void forget(std::string_view name);
+  // `table` (a constant name) made with `create` unless it exists.
+  void make_table_if_missing(std::string_view table, std::string_view create);
   std::string shared_receipt_key();
   std::string receipt_mac(std::string_view queue, std::string_view receipt) const;
   static constexpr char kSealSeparator = ':';

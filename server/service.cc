@@ -51,6 +51,30 @@ bool json_deeper_than(std::string_view text, int limit) {
   return false;
 }
 
+// The AWS JSON 1.0 protocol (else the Query protocol): what the header says, which is all a
+// refusal before the body or at a deadline can go by.
+bool json_protocol(const RequestHeader& r) {
+  return !header(r, "x-amz-target").empty() ||
+         header(r, "content-type").starts_with("application/x-amz-json");
+}
+
+// An SQS error in the protocol's shape.
+HttpResponse error_response(const SqsError& e, bool json, const std::string& request_id) {
+  HttpResponse r;
+  r.status = static_cast<unsigned>(e.http_status);
+  r.headers.emplace_back("x-amzn-RequestId", request_id);
+  if (json) {
+    JsonErrorReply j = json_error(e);
+    r.content_type = "application/x-amz-json-1.0";
+    r.body = std::move(j.body);
+    r.headers.emplace_back("x-amzn-query-error", std::move(j.query_error_header));
+  } else {
+    r.content_type = "text/xml";
+    r.body = query_error_xml(e, request_id);
+  }
+  return r;
+}
+
 // Views into `r`: the request as SigV4 reads it.
 SignedRequest signed_request_of(const RequestHeader& r, std::string_view body) {
   std::vector<std::pair<std::string_view, std::string_view>> headers;
@@ -118,6 +142,11 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
     credentials_ = std::make_shared<Credentials>(Credentials::load(options_.credentials_file));
   }
   watch_deadlines();
+}
+
+std::shared_ptr<const Credentials> SqsService::current_credentials() const {
+  std::lock_guard lock(credentials_mutex_);
+  return credentials_;
 }
 
 void SqsService::track(const std::shared_ptr<Call>& call) {
@@ -209,12 +238,7 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
     return;
   }
   if (options_.web) {
-    std::shared_ptr<const Credentials> credentials;
-    {
-      std::lock_guard credentials_lock(credentials_mutex_);
-      credentials = credentials_;
-    }
-    if (options_.web(request, respond, credentials)) return;
+    if (options_.web(request, respond, current_credentials())) return;
   }
   auto call = std::make_shared<Call>();
   call->request = std::move(request);
@@ -230,7 +254,7 @@ void read_request(const HttpRequest& r, const Credentials* credentials, std::str
   out.host = std::string(header(r, "host"));
   const std::string_view raw_target(r.target().data(), r.target().size());
   out.path = std::string(raw_target.substr(0, raw_target.find('?')));
-  if (!target.empty() || header(r, "content-type").starts_with("application/x-amz-json")) {
+  if (json_protocol(r)) {
     out.protocol = SqsRequest::Protocol::kJson;
     const std::size_t dot = target.find('.');
     const std::string_view service = target.substr(0, dot);
@@ -299,14 +323,8 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
     admission.body_limit = kMaxDashboardBody;
     return admission;
   }
-  std::shared_ptr<const Credentials> credentials;
-  {
-    std::lock_guard lock(credentials_mutex_);
-    credentials = credentials_;
-  }
-  const std::string_view action_target = header(h, "x-amz-target");
-  admission.json = !action_target.empty() ||
-                   header(h, "content-type").starts_with("application/x-amz-json");
+  const std::shared_ptr<const Credentials> credentials = current_credentials();
+  admission.json = json_protocol(h);
   if (auto refusal = cross_site_refusal(h, credentials != nullptr)) {
     admission.refusal = std::move(refusal);
     return admission;
@@ -319,7 +337,9 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
   }
   // Only Txmq.SendMessageBatch (10,000 messages) needs more than SQS's largest request, and
   // only once the headers passed the checks above.
-  if (action_target == "Txmq.SendMessageBatch") admission.body_limit = kMaxTxmqBatchBody;
+  if (header(h, "x-amz-target") == "Txmq.SendMessageBatch") {
+    admission.body_limit = kMaxTxmqBatchBody;
+  }
   return admission;
 }
 
@@ -330,38 +350,16 @@ Admission SqsService::admit(const RequestHeader& header) const {
   if (checked.refusal) {
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    admission.refuse = refusal_response(checked, new_request_id());
+    admission.refuse = error_response(*checked.refusal, checked.json, new_request_id());
   }
   return admission;
-}
-
-HttpResponse SqsService::refusal_response(const BodyAdmission& admission,
-                                          const std::string& request_id) const {
-  HttpResponse r;
-  r.status = static_cast<unsigned>(admission.refusal->http_status);
-  r.headers.emplace_back("x-amzn-RequestId", request_id);
-  if (admission.json) {
-    JsonErrorReply j = json_error(*admission.refusal);
-    r.content_type = "application/x-amz-json-1.0";
-    r.body = std::move(j.body);
-    r.headers.emplace_back("x-amzn-query-error", std::move(j.query_error_header));
-  } else {
-    r.content_type = "text/xml";
-    r.body = query_error_xml(*admission.refusal, request_id);
-  }
-  return r;
 }
 
 void SqsService::execute(const std::shared_ptr<Call>& call) {
   Call& c = *call;
   if (c.answered) return;  // its deadline passed while it waited for a worker
   try {
-    std::shared_ptr<const Credentials> credentials;
-    {
-      std::lock_guard lock(credentials_mutex_);
-      credentials = credentials_;
-    }
-    read_request(c.request, credentials.get(), options_.region, std::chrono::system_clock::now(),
+    read_request(c.request, current_credentials().get(), options_.region, std::chrono::system_clock::now(),
                  c);
     dispatch(call);
   } catch (...) {
@@ -427,11 +425,7 @@ void SqsService::reply_timeout(Call& c) {
                   {"code", e.code},
                   {"error", e.what()}});
   }
-  BodyAdmission refused;
-  refused.json = !header(c.request, "x-amz-target").empty() ||
-                 header(c.request, "content-type").starts_with("application/x-amz-json");
-  refused.refusal = e;
-  HttpResponse r = refusal_response(refused, c.request_id);
+  HttpResponse r = error_response(e, json_protocol(c.request), c.request_id);
   r.headers.emplace_back("Retry-After", "1");
   c.respond(std::move(r));
 }
@@ -503,19 +497,7 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
          {"code", e.code},
          {"error", e.what()}});
   }
-  HttpResponse r;
-  r.status = static_cast<unsigned>(e.http_status);
-  r.headers.emplace_back("x-amzn-RequestId", c.request_id);
-  if (c.protocol == Call::Protocol::kJson) {
-    JsonErrorReply j = json_error(e);
-    r.content_type = "application/x-amz-json-1.0";
-    r.body = std::move(j.body);
-    r.headers.emplace_back("x-amzn-query-error", std::move(j.query_error_header));
-  } else {
-    r.content_type = "text/xml";
-    r.body = query_error_xml(e, c.request_id);
-  }
-  c.respond(std::move(r));
+  c.respond(error_response(e, c.protocol == Call::Protocol::kJson, c.request_id));
 }
 
 }  // namespace txmq::server

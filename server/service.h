@@ -114,8 +114,6 @@ class SqsService {
   static constexpr std::size_t kMaxWebBody = 64u << 10;         // probes, /metrics, GET /
   static constexpr std::size_t kMaxDashboardBody = 1u << 20;    // /ui/
   BodyAdmission admit_body(const RequestHeader& header) const;
-  HttpResponse refusal_response(const BodyAdmission& admission,
-                                const std::string& request_id) const;
   // admit_body() as the HTTP layer's AdmissionCheck (HttpServerOptions::admission).
   Admission admit(const RequestHeader& header) const;
 
@@ -147,6 +145,8 @@ class SqsService {
   void untrack(const Call& call);
   void watch_deadlines();
   void reply_timeout(Call& call);
+  // The keys in force (SIGHUP may replace them); null without --credentials.
+  std::shared_ptr<const Credentials> current_credentials() const;
   // Where each answered request is counted and timed (GET /metrics); none: not counted.
   RequestMetrics* request_metrics = nullptr;
 
