@@ -398,7 +398,11 @@ HttpServer::HttpServer(asio::io_context& io, const tcp::endpoint& endpoint, Requ
   acceptor_.listen(asio::socket_base::max_listen_connections);
   // The reserve descriptor's accept (on EMFILE) must not block; async_accept is unaffected.
   acceptor_.non_blocking(true);
-  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  keep_reserve();
+}
+
+void HttpServer::keep_reserve() {
+  if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 HttpServer::~HttpServer() {
@@ -418,7 +422,7 @@ void HttpServer::accept() {
     accept_backoff_ = std::chrono::milliseconds(0);
     // Without its reserve the table is full: the connection taken closes an idle one, so that
     // the reserve and the next connection find a descriptor.
-    if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    keep_reserve();
     if (accept_failing_ && reserve_fd_ >= 0) {  // the episode is over
       accept_failing_ = false;
       if (accept_failure_said_ && options_.warn) options_.warn("accepting connections again");
@@ -444,7 +448,7 @@ void HttpServer::on_accept_error(const boost::system::error_code& ec) {
   bool took_one = false;
   if (out_of_descriptors) {
     // Fails while the table is still full: a connection closed since frees the descriptor.
-    if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    keep_reserve();
     if (reserve_fd_ >= 0) {
       // Give up the reserve to take one waiting connection (a probe, say) and close the
       // longest-idle one for it, below the cap too: that frees a descriptor for the reserve
@@ -459,7 +463,7 @@ void HttpServer::on_accept_error(const boost::system::error_code& ec) {
         take_connection(std::move(socket), /*make_room=*/true);
         took_one = true;
       }
-      reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      keep_reserve();
     }
   }
   // A connection taken is progress: the next try at once (it cannot spin: each round takes a

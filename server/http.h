@@ -145,6 +145,7 @@ class HttpServer {
   // A descriptor on /dev/null, given up when accept fails with EMFILE to take one waiting
   // connection (a probe, say) and make room for it by closing an idle one; then reopened.
   int reserve_fd_ = -1;
+  void keep_reserve();  // reopens reserve_fd_ when it is not open (and the table has room)
   std::chrono::steady_clock::time_point last_cap_warning_{};
   std::chrono::steady_clock::time_point last_budget_warning_{};
 };
