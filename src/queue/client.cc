@@ -215,7 +215,7 @@ struct Client::Impl {
     }
     // A statement must fit in one packet; keep a margin for the protocol's own bytes.
     context.max_statement_bytes = std::max<std::size_t>(row.u64(3) / 2, 64 * 1024);
-    check_galera(queue);
+    check_galera(context);
   }
 
   // What a Galera cluster promises depends on every node's settings (docs/galera.md,
