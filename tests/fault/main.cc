@@ -267,7 +267,49 @@ class Orchestrator {
     std::string dsn = client_dsn_;
     dsn.replace(dsn.find(at), at.size(), fmt::format("{}:{}@", kUser, kPasswordEscaped));
     setenv("TXMQ_DSN", dsn.c_str(), 1);  // the children's; never on a command line
-    if (options_.cluster) check_after_set_up();
+    if (options_.cluster) {
+      check_shard_on_a_galera_node();
+      check_after_set_up();
+    }
+  }
+
+  // A topic sharded onto one node of the cluster: the client checks the Galera settings of that
+  // shard's own connection (here: one node of three listed, which it must warn about), not those
+  // of its catalog's connection (every node listed, nothing to warn about).
+  void check_shard_on_a_galera_node() {
+    const std::string shard_database = cluster_->database() + "_shard";
+    admin().query(fmt::format("CREATE DATABASE IF NOT EXISTS `{}`", shard_database));
+    std::string shard_dsn = cluster_->dsn(2, "root");
+    const std::string catalog_database = "/" + cluster_->database() + "?";
+    shard_dsn.replace(shard_dsn.find(catalog_database), catalog_database.size(),
+                      "/" + shard_database + "?");
+    std::vector<std::string> warnings;
+    {
+      ClientOptions o;
+      o.dsn = client_dsn_;
+      o.on_warning = [&warnings](std::string_view text) { warnings.emplace_back(text); };
+      Client catalog(o);
+      catalog.add_server("catalog", client_dsn_);
+      catalog.add_server("node2", shard_dsn);
+      TopicOptions t;
+      t.partitions = 2;
+      t.servers = {"catalog", "node2"};
+      catalog.create_topic("sharded_on_a_node", t);
+      catalog.drop_topic("sharded_on_a_node");
+      catalog.remove_server("node2");
+      catalog.remove_server("catalog");
+    }
+    admin().query(fmt::format("DROP DATABASE `{}`", shard_database));
+    const bool warned = std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
+      return w.find("is one node of a Galera cluster") != std::string::npos;
+    });
+    fmt::print("  a shard on one node of the cluster: {}\n",
+               warned ? "warned about" : "NOT warned about");
+    if (!warned) {
+      record_.cluster.problems.push_back(
+          "a topic sharded onto one Galera node gave no warning: the client did not check the "
+          "shard's own connection");
+    }
   }
 
   // The shards mode: on every server the user and the application's tables; the servers
