@@ -1,4 +1,5 @@
-// txmq bench: see bench/bench.h and docs/benchmarks.md.
+// txmq-bench's commands: the bench (bench/bench.h, docs/benchmarks.md) and the consumer
+// processes its sections start.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -13,12 +14,18 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "cli.h"
+#include "bench/command.h"
+#include "cli/cli.h"
 #include "txmq/local.h"
 #include "txmq/worker.h"
 
-namespace txmq::cli {
+namespace txmq::bench {
 namespace {
+
+using cli::connect;
+using cli::Globals;
+using cli::resolve_dsn;
+using cli::seconds_to_micros;
 
 long long monotonic_ns() {
   timespec now{};
@@ -47,7 +54,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_flag("--quick", a->quick, "smaller sizes: about a minute");
   bench->add_flag("--huge", a->huge, "also drain at a 10M backlog (adds several minutes)");
   std::string sections;
-  for (const std::string& s : bench::bench_sections()) sections += (sections.empty() ? "" : ",") + s;
+  for (const std::string& s : bench_sections()) sections += (sections.empty() ? "" : ",") + s;
   bench->add_option("--only", a->only,
                     "comma-separated sections to run: " + sections +
                         " (chaos and pressure run only when named: they restart the local "
@@ -74,7 +81,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
                   "replicated production servers run (in TXMQ_HOME-binlog, stopped at the end); "
                   "every ratio is then against raw INSERTs on that server");
   bench->callback([&g, a] {
-    bench::BenchOptions o;
+    BenchOptions o;
     // Whether the queue's server is the embedded default, asked before resolve_dsn starts it.
     const char* env_dsn = std::getenv("TXMQ_DSN");
     const bool local = g.dsn.empty() && (env_dsn == nullptr || *env_dsn == '\0');
@@ -139,7 +146,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
       }
       o.cpu_pids.emplace_back(s.substr(0, eq), pid);
     }
-    g.exit_code = bench::run_bench(o);
+    g.exit_code = run_bench(o);
   });
 }
 
@@ -153,7 +160,7 @@ void add_bench_consumer_command(CLI::App& app, Globals& g) {
     double wait = 20;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("bench-consumer", "");  // hidden: for txmq bench
+  CLI::App* cmd = app.add_subcommand("bench-consumer", "");  // hidden: for the bench itself
   cmd->group("");
   cmd->add_option("topic", a->topic)->required();
   cmd->add_option("--threads", a->threads);
@@ -201,7 +208,7 @@ void add_bench_worker_command(CLI::App& app, Globals& g) {
     double lease = 10;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("bench-worker", "");  // hidden: for txmq bench
+  CLI::App* cmd = app.add_subcommand("bench-worker", "");  // hidden: for the bench itself
   cmd->group("");
   cmd->add_option("topic", a->topic)->required();
   cmd->add_option("--threads", a->threads);
@@ -251,4 +258,4 @@ void add_bench_worker_command(CLI::App& app, Globals& g) {
   });
 }
 
-}  // namespace txmq::cli
+}  // namespace txmq::bench

@@ -29,6 +29,12 @@ struct Globals {
 // --dsn, else TXMQ_DSN, else the embedded default (started when needed, with a note on stderr).
 std::string resolve_dsn(const Globals& globals);
 std::unique_ptr<Client> connect(const Globals& globals, const std::string& consumer_name = {});
+// --dsn and --json, which every subcommand accepts too.
+void add_global_options(CLI::App& app, Globals& globals);
+// Parses and runs the command line (with --dsn passwords blanked in argv, so that `ps` does not
+// show them); returns the exit code: the command's, or the one of the error that stopped it.
+int run_command_line(CLI::App& app, Globals& globals, std::string_view program, int argc,
+                     char** argv);
 
 void add_topic_commands(CLI::App& app, Globals& globals);
 void add_message_commands(CLI::App& app, Globals& globals);
@@ -39,9 +45,8 @@ void add_group_commands(CLI::App& app, Globals& globals);
 void add_archive_commands(CLI::App& app, Globals& globals);
 void add_consume_command(CLI::App& app, Globals& globals);
 void add_demo_command(CLI::App& app, Globals& globals);
+// `txmq bench`: runs txmq-bench, the separate benchmark program (docs/benchmarks.md).
 void add_bench_command(CLI::App& app, Globals& globals);
-void add_bench_consumer_command(CLI::App& app, Globals& globals);
-void add_bench_worker_command(CLI::App& app, Globals& globals);
 void add_serve_command(CLI::App& app, Globals& globals);
 void add_metrics_command(CLI::App& app, Globals& globals);
 void add_cluster_command(CLI::App& app, Globals& globals);

@@ -16,7 +16,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 set(TXMQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/txmq)
 
-install(TARGETS txmq_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS txmq_cli txmq_bench_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS txmq_shared EXPORT txmqTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Unspecified)
 install(TARGETS txmq EXPORT txmqStaticTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

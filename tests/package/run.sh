@@ -31,7 +31,7 @@ expect_in() {  # expect_in TEXT PATTERN WHAT
 step "cmake --install into $PREFIX"
 cmake --install "$BUILD" --prefix "$PREFIX" >"$SCRATCH/install.log"
 LIBDIR="$(dirname "$(find "$PREFIX" -name libtxmq.a)")"
-for f in bin/txmq include/txmq/client.h include/txmq/transaction.h share/man/man1/txmq.1.gz \
+for f in bin/txmq bin/txmq-bench include/txmq/client.h include/txmq/transaction.h share/man/man1/txmq.1.gz \
          share/bash-completion/completions/txmq share/doc/txmq/copyright \
          lib/systemd/system/txmq-serve.service etc/txmq/serve.conf etc/txmq/txmq.env; do
   [ -e "$PREFIX/$f" ] || fail "not installed: $f"
@@ -132,7 +132,7 @@ step "cpack -G DEB"
   || { cat "$SCRATCH/cpack.log" >&2; fail "cpack"; }
 DEB="$(ls "$SCRATCH"/deb/txmq_*.deb)"
 CONTENTS="$(dpkg-deb -c "$DEB")"
-for f in ./usr/bin/txmq ./usr/include/txmq/client.h ./usr/share/man/man1/txmq.1.gz \
+for f in ./usr/bin/txmq ./usr/bin/txmq-bench ./usr/include/txmq/client.h ./usr/share/man/man1/txmq.1.gz \
          ./usr/share/bash-completion/completions/txmq ./usr/share/doc/txmq/copyright \
          ./usr/share/doc/txmq/changelog.gz ./lib/systemd/system/txmq-serve.service \
          ./etc/txmq/serve.conf ./etc/txmq/txmq.env \
