@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "queue/context.h"
-#include "queue/names.h"
+#include "engine/partitions.h"
+#include "catalog/names.h"
 #include "support.h"
 #include "txmq/local.h"
 
