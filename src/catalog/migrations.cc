@@ -117,9 +117,9 @@ void migrate_from_6(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 7, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
-// Version 7 -> 8: a topic's partitions may be spread over several servers (placement.h). Each
+// Version 7 -> 8: a topic's partitions may be sharded over several servers (shard_map.h). Each
 // server's row says which of the topic's partitions live there (`placed`, NULL: all); the
-// catalog records the servers and the placement (txmq_servers, txmq_placements, created by
+// catalog records the servers and the shard map (txmq_servers, txmq_placements, created by
 // bootstrap).
 void migrate_from_7(Connection& c) {
   c.query("ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS placed BIGINT UNSIGNED NULL");
@@ -171,7 +171,7 @@ void migrate_from_10(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 11, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
-// Version 11 -> 12: a watch registers once per channel it watches (waiting.cc), so txmq_waiters
+// Version 11 -> 12: a watch registers once per channel it watches (waiters.cc), so txmq_waiters
 // is keyed by (connection_id, topic); its rows are kept (ALTER copies a MEMORY table). A
 // version-11 client still running registers one channel per connection, which fits the new key,
 // and its deletes by topic or by connection id work as before.

@@ -47,14 +47,14 @@ TopicTables topic_tables(std::string_view name, unsigned group = 0, unsigned par
 
 // The column of a queue table that single sends and one-statement batches name while the topic
 // has one group and the partition is placed on this server: its existence is their guard
-// against a change of groups or placement (catalog.cc, "Send fences"). Always NULL.
+// against a change of groups or shard map (the catalog, "Send fences"). Always NULL.
 inline constexpr std::string_view kSendFence = "send_fence";
 
 // The view over a partition's queue table that schema version 10 guarded sends with
 // (`txmq_sv_NAME`, `txmq_sv_NAME$PARTITION`): named only to drop it when migrating.
 std::string send_view(std::string_view topic, unsigned partition);
 
-// What waiting consumers of one group register under (waiting.cc): the topic's name for group
+// What waiting consumers of one group register under (waiters.cc): the topic's name for group
 // 0, NAME$GROUP for others.
 std::string wait_channel(std::string_view topic, unsigned group);
 

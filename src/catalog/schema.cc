@@ -82,8 +82,8 @@ void TopicCatalog::bootstrap() {
         " layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
         " layout_claimed_until DATETIME(6) NULL,"
         " placed BIGINT UNSIGNED NULL) ENGINE=InnoDB");
-    // Servers that topics may be spread over, and where each spread topic's partitions live
-    // (placement.cc). Passwords are never stored: a DSN names a password file or variable.
+    // Servers that topics may be sharded over, and where each sharded topic's partitions live
+    // (shard_map.cc). Passwords are never stored: a DSN names a password file or variable.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_servers ("
         " name VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
@@ -112,7 +112,7 @@ void TopicCatalog::bootstrap() {
         " seen_at DATETIME(6) NOT NULL,"
         " UNIQUE KEY (name)) ENGINE=InnoDB");
     // Channels watched for waiting consumers, one row per watch connection and channel
-    // (waiting.cc). MEMORY: a registration is a connection id, which means nothing after a
+    // (waiters.cc). MEMORY: a registration is a connection id, which means nothing after a
     // server restart, when the table starts empty.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_waiters ("

@@ -22,7 +22,7 @@ namespace txmq::internal {
 // Such sends name a column of the partition's queue table, `send_fence` (kSendFence, always
 // NULL), which exists only while the topic has one group and the partition is placed on this
 // server. Its existence is the guard:
-//  - a change of groups or placement drops the column first (drop_send_fences). ALTER TABLE
+//  - a change of groups or shard map drops the column first (drop_send_fences). ALTER TABLE
 //    takes the table's exclusive metadata lock, so it waits until every INSERT naming the column
 //    has committed (an autocommit INSERT holds the table's shared lock until then), and later
 //    ones fail with 1054, unknown column (send.cc then takes the checked statement or the
@@ -35,7 +35,7 @@ namespace txmq::internal {
 // that touched the table (locks, exactly-once handlers, an application's open Transaction), and
 // the table's statements queue behind it meanwhile. Each ALTER waits at most kFenceWaitSeconds
 // (MariaDB's ALTER TABLE ... WAIT), then lets the topic run and tries again, up to
-// kFenceAttempts times, then fails the change before it changed any group or placement (the
+// kFenceAttempts times, then fails the change before it changed any group or shard map (the
 // fences it dropped are added back). The lock is renewed before each try, and a change that
 // lost it stops. Both ALTERs are
 // instant in InnoDB (metadata only) on MariaDB 10.4+; a server that allows no instant ALTER

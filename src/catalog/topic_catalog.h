@@ -31,7 +31,7 @@ struct GroupEntry {
 // A topic's settings, groups and partitions. `version` changes with every change of groups or
 // partitions; sends check it inside their statement or transaction (send.cc), so that no send
 // misses a group created since this copy was read.
-// Whether a placement mask (TopicLayout::placed, txmq_topics.placed) holds `partition`.
+// Whether a shard map mask (TopicLayout::placed, txmq_topics.placed) holds `partition`.
 inline bool placed_in(std::uint64_t placed, unsigned partition) {
   return partition < 64 && ((placed >> partition) & 1) != 0;
 }
@@ -41,9 +41,9 @@ struct TopicLayout {
   std::vector<GroupEntry> groups;  // by number; never empty
   std::uint64_t version = 0;
   // The partitions that live on this server, one bit each: all of them unless the topic is
-  // spread over several servers (placement.h), where each server holds some.
+  // sharded over several servers (shard_map.h), where each server holds some.
   std::uint64_t placed = ~std::uint64_t{0};
-  // Whether single sends try the topic's send fences first (catalog.cc, "Send fences"): false
+  // Whether single sends try the topic's send fences first (the catalog, "Send fences"): false
   // in the cached copy once a send found them missing, until the layout is read again.
   bool send_fences = true;
 
@@ -70,14 +70,14 @@ class TopicCatalog {
   TopicLayout layout(std::string_view name, Connection& c);
   // Reads the layout through c (inside the caller's transaction) and caches it.
   TopicLayout reload(Connection& c, std::string_view name);
-  // `placed`: the partitions that live on this server (a spread topic's member, placement.h).
+  // `placed`: the partitions that live on this server (a sharded topic's member, shard_map.h).
   bool create(std::string_view name, const TopicOptions& options,
               std::uint64_t placed = ~std::uint64_t{0});
   void update(std::string_view name, const TopicOptions& options,
               std::optional<std::uint64_t> placed = std::nullopt);
   // Changes which partitions live on this server, fenced against sends in progress (they hold
   // the topic row's shared lock) and bumping the layout version, which sends check: a send that
-  // read the old placement reads it again.
+  // read the old shard map reads it again.
   void set_placed(std::string_view name, std::uint64_t placed);
   void drop(std::string_view name);
   std::vector<TopicInfo> list();
@@ -86,7 +86,7 @@ class TopicCatalog {
   // until it is read again, so that the next sends go straight to the checked statement.
   void no_send_fences(std::string_view name);
 
-  // Consumer groups (catalog.cc). create_group returns false when the group existed.
+  // Consumer groups (the catalog). create_group returns false when the group existed.
   bool create_group(std::string_view topic, std::string_view group, GroupStart start);
   void drop_group(std::string_view topic, std::string_view group);
 

@@ -67,8 +67,8 @@ struct Client::Impl {
         queue(resolve_dsn(options.dsn), options.pool_size,
               options.consumer_name.empty() ? default_consumer_name() : options.consumer_name,
               options.record_metrics),
-        shards(queue, [this](const internal::Dsn& dsn) { return connect_server(dsn); }),
-        spread(shards) {}
+        registry(queue, [this](const internal::Dsn& dsn) { return connect_server(dsn); }),
+        router(registry) {}
 
   // Reports and checks of a context, as for the client's own database.
   void prepare(QueueContext& context) {
@@ -88,7 +88,7 @@ struct Client::Impl {
     context.catalog.bootstrap();
   }
 
-  // Another server that topics are spread over (placement.h).
+  // Another server that topics are sharded over (shard_map.h).
   std::unique_ptr<QueueContext> connect_server(const internal::Dsn& dsn) {
     auto context = std::make_unique<QueueContext>(dsn, options.pool_size, queue.owner,
                                                   options.record_metrics);
@@ -96,24 +96,24 @@ struct Client::Impl {
     return context;
   }
 
-  // Runs `local` for a topic of the client's own database, `spread` for one spread over
-  // servers. A topic that another client spread moments ago (this client's placement cache
+  // Runs `local` for a topic of the client's own database, `spread` for one sharded over
+  // servers. A topic that another client spread moments ago (this client's shard map cache
   // says "not spread" for up to 5 s) is looked up again when the local call finds no topic.
-  template <typename Local, typename Spread>
-  auto route(std::string_view topic, Local&& local, Spread&& spread_fn) -> decltype(local()) {
-    if (std::optional<internal::Placement> p = shards.placement(topic)) return spread_fn(*p);
+  template <typename Local, typename ShardRouter>
+  auto route(std::string_view topic, Local&& local, ShardRouter&& sharded) -> decltype(local()) {
+    if (std::optional<internal::ShardMap> p = registry.shard_map(topic)) return sharded(*p);
     try {
       return local();
     } catch (const Error& e) {
       if (e.code() != Errc::kNotFound) throw;
-      std::optional<internal::Placement> fresh;
+      std::optional<internal::ShardMap> fresh;
       try {
-        fresh = shards.reload(topic);
+        fresh = registry.reload(topic);
       } catch (const Error&) {
         throw e;
       }
       if (!fresh) throw;
-      return spread_fn(*fresh);
+      return sharded(*fresh);
     }
   }
 
@@ -235,8 +235,8 @@ struct Client::Impl {
   ClientOptions options;
   QueueContext queue;
   internal::XaSites xa;  // process_xa's resources (xa_process.cc)
-  internal::Shards shards;
-  internal::Spread spread;
+  internal::ShardRegistry registry;
+  internal::ShardRouter router;
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -258,8 +258,8 @@ Client::~Client() = default;
 
 bool Client::create_topic(std::string_view name, const TopicOptions& options) {
   Impl& i = *impl_;
-  if (!options.servers.empty()) return i.spread.create_topic(name, options);
-  if (i.shards.reload(name)) {
+  if (!options.servers.empty()) return i.router.create_topic(name, options);
+  if (i.registry.reload(name)) {
     throw Error(Errc::kAlreadyExists,
                 fmt::format("topic '{}' exists, spread over servers (txmq topic show {})", name,
                             name));
@@ -269,7 +269,7 @@ bool Client::create_topic(std::string_view name, const TopicOptions& options) {
 void Client::drop_topic(std::string_view name) {
   Impl& i = *impl_;
   i.route(name, [&] { i.queue.catalog.drop(name); },
-          [&](const internal::Placement& p) { i.spread.drop_topic(p); });
+          [&](const internal::ShardMap& p) { i.router.drop_topic(p); });
 }
 void Client::update_topic(std::string_view name, const TopicOptions& options) {
   Impl& i = *impl_;
@@ -281,25 +281,25 @@ void Client::update_topic(std::string_view name, const TopicOptions& options) {
                               name));
     }
     i.queue.catalog.update(name, options);
-  }, [&](const internal::Placement& p) { i.spread.update_topic(p, options); });
+  }, [&](const internal::ShardMap& p) { i.router.update_topic(p, options); });
 }
 std::vector<TopicInfo> Client::list_topics() {
   Impl& i = *impl_;
-  std::vector<internal::Placement> spread = i.shards.all();
+  std::vector<internal::ShardMap> spread = i.registry.all();
   std::vector<TopicInfo> out;
   for (TopicInfo& t : i.queue.catalog.list()) {
-    // The catalog's database may hold partitions of a spread topic: listed once, below.
+    // The catalog's database may hold partitions of a sharded topic: listed once, below.
     const bool is_spread = std::any_of(spread.begin(), spread.end(), [&](const auto& p) {
       return p.topic == t.name;
     });
     if (!is_spread) out.push_back(std::move(t));
   }
-  for (const internal::Placement& p : spread) {
+  for (const internal::ShardMap& p : spread) {
     try {
-      out.push_back(i.spread.topic(p));
+      out.push_back(i.router.topic(p));
     } catch (const Error& e) {
       if (e.code() != Errc::kUnavailable && e.code() != Errc::kNotFound) throw;
-      TopicInfo t;  // no server of it answers: its placement only
+      TopicInfo t;  // no server of it answers: its shard map only
       t.name = p.topic;
       t.options.servers = p.servers;
       t.options.partitions = static_cast<int>(p.partitions.size());
@@ -314,16 +314,16 @@ std::vector<TopicInfo> Client::list_topics() {
 TopicInfo Client::topic(std::string_view name) {
   Impl& i = *impl_;
   return i.route(name, [&] { return i.queue.catalog.get(name); },
-                 [&](const internal::Placement& p) { return i.spread.topic(p); });
+                 [&](const internal::ShardMap& p) { return i.router.topic(p); });
 }
 
 void Client::add_server(std::string_view name, std::string_view dsn) {
-  impl_->shards.add_server(name, dsn);
+  impl_->registry.add_server(name, dsn);
 }
-std::vector<ServerInfo> Client::list_servers() { return impl_->shards.list_servers(); }
-void Client::remove_server(std::string_view name) { impl_->shards.remove_server(name); }
+std::vector<ServerInfo> Client::list_servers() { return impl_->registry.list_servers(); }
+void Client::remove_server(std::string_view name) { impl_->registry.remove_server(name); }
 void Client::move_partition(std::string_view topic, int partition, std::string_view server) {
-  impl_->spread.move_partition(topic, partition, server);
+  impl_->router.move_partition(topic, partition, server);
 }
 
 std::uint64_t Client::send(std::string_view topic, std::string_view payload,
@@ -334,7 +334,7 @@ std::uint64_t Client::send(std::string_view topic, std::string_view payload,
     const std::uint64_t id = internal::send_one(i.queue, topic, payload, options);
     i.queue.metrics.sent(topic, start, 1);
     return id;
-  }, [&](const internal::Placement&) { return i.spread.send(topic, payload, options); });
+  }, [&](const internal::ShardMap&) { return i.router.send(topic, payload, options); });
 }
 
 std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
@@ -345,7 +345,7 @@ std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
     std::vector<std::uint64_t> ids = internal::send_batch(i.queue, topic, messages);
     i.queue.metrics.sent(topic, start, ids.size());
     return ids;
-  }, [&](const internal::Placement&) { return i.spread.send_batch(topic, messages); });
+  }, [&](const internal::ShardMap&) { return i.router.send_batch(topic, messages); });
 }
 
 Transaction Client::begin() {
@@ -375,7 +375,7 @@ std::size_t Client::process(std::string_view topic, const ProcessOptions& option
                             const TransactionalHandler& handler) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::process(i.queue, topic, options, handler); },
-                 [&](const internal::Placement&) { return i.spread.process(topic, options, handler); });
+                 [&](const internal::ShardMap&) { return i.router.process(topic, options, handler); });
 }
 
 std::size_t Client::process_xa(std::string_view topic, const XaResource& resource,
@@ -383,7 +383,7 @@ std::size_t Client::process_xa(std::string_view topic, const XaResource& resourc
   Impl& i = *impl_;
   return i.route(
       topic, [&] { return internal::process_xa(i.queue, i.xa, topic, resource, options, handler); },
-      [&](const internal::Placement&) -> std::size_t {
+      [&](const internal::ShardMap&) -> std::size_t {
         throw Error(Errc::kFailedPrecondition,
                     fmt::format("topic {} is spread over several servers: process_xa works on "
                                 "topics of the client's own database",
@@ -402,7 +402,7 @@ std::vector<XaBranchStatus> Client::xa_status(const XaResource& resource) {
 std::vector<Message> Client::receive(std::string_view topic, const ReceiveOptions& options) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::receive(i.queue, topic, options); },
-                 [&](const internal::Placement&) { return i.spread.receive(topic, options); });
+                 [&](const internal::ShardMap&) { return i.router.receive(topic, options); });
 }
 
 Settle Client::ack(std::string_view topic, std::string_view receipt) {
@@ -413,32 +413,32 @@ Settle Client::ack(std::string_view topic, std::string_view receipt) {
 std::vector<Settle> Client::ack(std::string_view topic, std::span<const std::string> receipts) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::ack(i.queue, topic, receipts); },
-                 [&](const internal::Placement&) { return i.spread.ack(topic, receipts); });
+                 [&](const internal::ShardMap&) { return i.router.ack(topic, receipts); });
 }
 
 Settle Client::nack(std::string_view topic, std::string_view receipt,
                     std::optional<Micros> delay) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::nack(i.queue, topic, receipt, delay); },
-                 [&](const internal::Placement&) { return i.spread.nack(topic, receipt, delay); });
+                 [&](const internal::ShardMap&) { return i.router.nack(topic, receipt, delay); });
 }
 
 Settle Client::extend(std::string_view topic, std::string_view receipt, Micros lease) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::extend(i.queue, topic, receipt, lease); },
-                 [&](const internal::Placement&) { return i.spread.extend(topic, receipt, lease); });
+                 [&](const internal::ShardMap&) { return i.router.extend(topic, receipt, lease); });
 }
 
 std::uint64_t Client::purge(std::string_view topic, std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::purge(i.queue, topic, group); },
-                 [&](const internal::Placement& p) { return i.spread.purge(p, group); });
+                 [&](const internal::ShardMap& p) { return i.router.purge(p, group); });
 }
 
 void Client::forget_dedup_keys(std::string_view topic) {
   Impl& i = *impl_;
   i.route(topic, [&] { internal::forget_dedup_keys(i.queue, topic); },
-          [&](const internal::Placement& p) { i.spread.forget_dedup_keys(p); });
+          [&](const internal::ShardMap& p) { i.router.forget_dedup_keys(p); });
 }
 
 Client::Subscription Client::subscribe(std::string_view topic, std::string_view group,
@@ -446,13 +446,13 @@ Client::Subscription Client::subscribe(std::string_view topic, std::string_view 
   Impl& i = *impl_;
   return Subscription(std::make_shared<Subscription::Impl>(i.route(
       topic, [&] { return internal::subscribe(i.queue, topic, group, std::move(wake)); },
-      [&](const internal::Placement& p) { return i.spread.subscribe(p, group, std::move(wake)); })));
+      [&](const internal::ShardMap& p) { return i.router.subscribe(p, group, std::move(wake)); })));
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::stats(i.queue, topic, group, 0); },
-                 [&](const internal::Placement& p) { return i.spread.stats(p, group, 0); });
+                 [&](const internal::ShardMap& p) { return i.router.stats(p, group, 0); });
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group,
@@ -460,16 +460,16 @@ TopicStats Client::stats(std::string_view topic, std::string_view group,
   if (exact_up_to == 0) throw Error(Errc::kInvalidArgument, "exact_up_to must be at least 1");
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::stats(i.queue, topic, group, exact_up_to); },
-                 [&](const internal::Placement& p) {
-                   return i.spread.stats(p, group, exact_up_to);
+                 [&](const internal::ShardMap& p) {
+                   return i.router.stats(p, group, exact_up_to);
                  });
 }
 
 std::vector<RecordedMetric> Client::recorded_metrics() {
-  // The client's database, and every server of a spread topic that this client reached:
+  // The client's database, and every server of a sharded topic that this client reached:
   // totals of one name added together.
   std::vector<RecordedMetric> all = internal::read_metrics(impl_->queue.pool);
-  for (internal::QueueContext* q : impl_->shards.connected()) {
+  for (internal::QueueContext* q : impl_->registry.connected()) {
     for (RecordedMetric& m : internal::read_metrics(q->pool)) {
       auto same = std::find_if(all.begin(), all.end(), [&](const RecordedMetric& a) {
         return a.topic == m.topic && a.group == m.group && a.name == m.name;
@@ -495,15 +495,15 @@ std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size
                                                std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::in_flight(i.queue, topic, group, limit); },
-                 [&](const internal::Placement& p) { return i.spread.in_flight(p, group, limit); });
+                 [&](const internal::ShardMap& p) { return i.router.in_flight(p, group, limit); });
 }
 
 std::vector<DeadLetter> Client::dead_letters(std::string_view topic, std::size_t limit,
                                              std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::dead_letters(i.queue, topic, group, limit); },
-                 [&](const internal::Placement& p) {
-                   return i.spread.dead_letters(p, group, limit);
+                 [&](const internal::ShardMap& p) {
+                   return i.router.dead_letters(p, group, limit);
                  });
 }
 
@@ -511,26 +511,26 @@ std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::ui
                                  std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::requeue_dead(i.queue, topic, group, ids); },
-                 [&](const internal::Placement& p) { return i.spread.requeue_dead(p, group, ids); });
+                 [&](const internal::ShardMap& p) { return i.router.requeue_dead(p, group, ids); });
 }
 
 std::size_t Client::delete_dead(std::string_view topic, std::span<const std::uint64_t> ids,
                                 std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::delete_dead(i.queue, topic, group, ids); },
-                 [&](const internal::Placement& p) { return i.spread.delete_dead(p, group, ids); });
+                 [&](const internal::ShardMap& p) { return i.router.delete_dead(p, group, ids); });
 }
 
 bool Client::create_group(std::string_view topic, std::string_view group, GroupStart start) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return i.queue.catalog.create_group(topic, group, start); },
-                 [&](const internal::Placement& p) { return i.spread.create_group(p, group, start); });
+                 [&](const internal::ShardMap& p) { return i.router.create_group(p, group, start); });
 }
 
 void Client::drop_group(std::string_view topic, std::string_view group) {
   Impl& i = *impl_;
   i.route(topic, [&] { i.queue.catalog.drop_group(topic, group); },
-          [&](const internal::Placement& p) { i.spread.drop_group(p, group); });
+          [&](const internal::ShardMap& p) { i.router.drop_group(p, group); });
 }
 
 std::vector<GroupInfo> Client::list_groups(std::string_view topic) {
@@ -542,20 +542,20 @@ std::vector<GroupInfo> Client::list_groups(std::string_view topic) {
       out.push_back({g.name, g.created_at});
     }
     return out;
-  }, [&](const internal::Placement& p) { return i.spread.list_groups(p); });
+  }, [&](const internal::ShardMap& p) { return i.router.list_groups(p); });
 }
 
 std::vector<ArchivedMessage> Client::archived(std::string_view topic, std::uint64_t from_id,
                                               std::size_t limit) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::archived(i.queue, topic, from_id, limit); },
-                 [&](const internal::Placement& p) { return i.spread.archived(p, from_id, limit); });
+                 [&](const internal::ShardMap& p) { return i.router.archived(p, from_id, limit); });
 }
 
 std::uint64_t Client::purge_archive(std::string_view topic) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::purge_archive(i.queue, topic); },
-                 [&](const internal::Placement& p) { return i.spread.purge_archive(p); });
+                 [&](const internal::ShardMap& p) { return i.router.purge_archive(p); });
 }
 
 const std::string& Client::consumer_name() const { return impl_->queue.owner; }

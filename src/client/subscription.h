@@ -1,4 +1,6 @@
-// Client::Subscription's state: the long-poll layer's subscriber, which it ends when destroyed.
+// client: the facade (txmq::Client, which routes each call to the engine or to the shards) and
+// the Worker. Here: Client::Subscription's state, the long-poll layer's subscriber, which it
+// ends when destroyed.
 #pragma once
 
 #include <memory>

@@ -21,7 +21,7 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 // Receives wait in slices so that stop() is noticed within one; an idle slice costs no
-// statement (the topic's waiter knows the topic is empty; waiting.cc).
+// statement (the topic's waiter knows the topic is empty; waiters.cc).
 constexpr auto kWaitSlice = std::chrono::milliseconds(250);
 constexpr auto kExtenderTick = std::chrono::milliseconds(50);
 constexpr int kSettleTries = 6;

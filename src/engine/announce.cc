@@ -12,7 +12,7 @@ std::shared_ptr<Subscriber> subscribe(QueueContext& q, std::string_view topic,
   const TopicLayout layout = q.catalog.layout(topic);
   // All partitions of the group: the same waiter as receive's without a partition choice.
   std::vector<Unit> units = claim_units(layout, layout.group(group), {});
-  // A spread topic with no partition on this server (any more): the channel still wakes.
+  // A sharded topic with no partition on this server (any more): the channel still wakes.
   if (units.empty()) units.push_back(unit_of(topic, layout.group(group).number, 0));
   return q.waiters.subscribe(units.front().channel, queue_tables_of(units), std::move(wake));
 }

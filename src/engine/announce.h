@@ -14,7 +14,7 @@
 namespace txmq::internal {
 
 // After a commit that made messages claimable: wakes up to `count` waiting consumers
-// (waiting.cc), this client's at once and others' from a background thread. Never throws: the
+// (waiters.cc), this client's at once and others' from a background thread. Never throws: the
 // commit succeeded, whatever happens here.
 void announce(QueueContext& q, std::string_view topic, std::size_t count);
 // The same, with the topic's layout already at hand (its groups are announced to).
@@ -24,8 +24,8 @@ void announce(QueueContext& q, const TopicLayout& layout, std::size_t count);
 void made_claimable(QueueContext& q, const Unit& unit, const std::vector<std::uint64_t>& ids);
 
 
-// Client::subscribe (waiting.cc): a subscription to the group's waiter; Client::Subscription's
-// members (also in waiting.cc) cancel it when destroyed.
+// Client::subscribe (waiters.cc): a subscription to the group's waiter; Client::Subscription's
+// members (also in waiters.cc) cancel it when destroyed.
 std::shared_ptr<Subscriber> subscribe(QueueContext& q, std::string_view topic,
                                                       std::string_view group,
                                                       std::function<void()> wake);

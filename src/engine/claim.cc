@@ -243,7 +243,7 @@ void check_claim_options(int max_messages, Micros wait) {
 std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
                               const std::vector<int>& only) {
   std::vector<Unit> units;
-  // Partitions placed on other servers (a spread topic, placement.h) are not walked here.
+  // Partitions placed on other servers (a sharded topic, shard_map.h) are not walked here.
   if (only.empty()) {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
       if (layout.is_placed(p)) units.push_back(unit_of(layout.info.name, group.number, p));

@@ -33,7 +33,7 @@ enum class ClaimTry {
   kEmpty,     // nothing claimable
 };
 // Calls try_once() until it claims something or `wait` has passed, waiting on the topic's
-// waiter between tries (waiting.cc): woken at once by announced sends, at the latest within a
+// waiter between tries (waiters.cc): woken at once by announced sends, at the latest within a
 // second for anything else. Returns whether it got something.
 template <typename Try>
 bool claim_within(QueueContext& q, std::string_view channel, const std::vector<std::string>& tables,

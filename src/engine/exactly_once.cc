@@ -45,7 +45,7 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
   }
 }
 
-// Claims a batch inside the transaction open on c (see operations.h).
+// Claims a batch inside the transaction open on c (see the engine's headers).
 ClaimedBatch claim_batch(QueueContext& q, Connection& c, const TopicInfo& topic,
                          const TopicTables& t, int max_messages, std::vector<Param>& handed) {
   ClaimedBatch batch;

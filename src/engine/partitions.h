@@ -13,7 +13,7 @@ namespace txmq::internal {
 unsigned partition_of_key(std::string_view key, unsigned partitions);
 // The partition of an unkeyed send (in turn among those placed on this server) and of a keyed
 // one; both throw not_placed_here() when the server holds none or not the key's: the caller's
-// placement of a spread topic is out of date (placement.h).
+// shard map of a sharded topic is out of date (shard_map.h).
 unsigned unkeyed_partition(QueueContext& q, const TopicLayout& layout);
 unsigned keyed_partition(const TopicLayout& layout, std::string_view key);
 // An error's server_errno that says "not on this server": a private number, never a server's.

@@ -20,7 +20,7 @@
 namespace txmq::internal {
 
 // This client's row in txmq_consumers. In-flight rows name their holder by this id: a fixed-width
-// column keeps claims in place (catalog.cc). Registered at the first claim, refreshed daily.
+// column keeps claims in place (the catalog). Registered at the first claim, refreshed daily.
 class ConsumerRegistration {
  public:
   std::uint64_t id(Pool& pool, const std::string& name);

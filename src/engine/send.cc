@@ -86,7 +86,7 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
 }
 
 // `first_payload`: the first row's payload expression (a check that binds its own parameters
-// before the payload's). `fenced`: the statement names the send fence (catalog.cc, "Send
+// before the payload's). `fenced`: the statement names the send fence (the catalog, "Send
 // fences"), and fails with 1054 once the topic's layout no longer allows it.
 std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning,
                        std::string_view first_payload = "?", bool fenced = false) {
@@ -172,7 +172,7 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
 // The topic's layout as of this transaction: the cached copy when its version is current, else
 // read again through c. The version is read with a shared lock on the topic's row, held until
 // the transaction ends, so that no group can be created or dropped before it commits (a group
-// change locks the row for update: catalog.cc, with_topic_fenced); a locking read also sees the
+// change locks the row for update: the catalog, with_topic_fenced); a locking read also sees the
 // latest committed version under an enlisted connection's REPEATABLE READ.
 TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topic) {
   TopicLayout layout = q.catalog.layout(topic, c);
@@ -440,7 +440,7 @@ std::size_t claimable_now(std::span<const OutgoingMessage> messages) {
 namespace {
 
 // How a single send or a one-statement batch to a topic with one group guards against a change
-// of the topic's groups or placement since it read the layout (catalog.cc, "Send fences"):
+// of the topic's groups or shard map since it read the layout (the catalog, "Send fences"):
 //  1. an INSERT that names the partition's send fence, a column which exists only while the
 //     layout allows this send: nothing to check, and a change drops the column (waiting for the
 //     INSERTs naming it) before it commits. No column (1054; 1146 for a table gone): step 2;

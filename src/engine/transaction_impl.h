@@ -41,7 +41,7 @@ struct Transaction::Impl {
 };
 
 namespace internal {
-// Counts what a committed transaction sent, and announces it (waiting.cc).
+// Counts what a committed transaction sent, and announces it (waiters.cc).
 inline void announce_sent(QueueContext& q,
                           const std::map<std::string, SentCount, std::less<>>& sent) {
   for (const auto& [topic, count] : sent) {

@@ -28,7 +28,7 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
-std::vector<std::string> Placement::holders() const {
+std::vector<std::string> ShardMap::holders() const {
   std::vector<std::string> out;
   auto add = [&](const std::string& s) {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
@@ -40,7 +40,7 @@ std::vector<std::string> Placement::holders() const {
   return out;
 }
 
-std::uint64_t Placement::mask_of(std::string_view server) const {
+std::uint64_t ShardMap::mask_of(std::string_view server) const {
   std::uint64_t mask = 0;
   for (std::size_t p = 0; p < partitions.size(); ++p) {
     if (partitions[p] == server) mask |= std::uint64_t{1} << p;
@@ -48,7 +48,7 @@ std::uint64_t Placement::mask_of(std::string_view server) const {
   return mask;
 }
 
-std::vector<int> Placement::partitions_on(std::string_view server) const {
+std::vector<int> ShardMap::partitions_on(std::string_view server) const {
   std::vector<int> out;
   for (std::size_t p = 0; p < partitions.size(); ++p) {
     if (partitions[p] == server) out.push_back(static_cast<int>(p));
@@ -61,8 +61,8 @@ namespace {
 constexpr std::string_view kSelectPlacement =
     "SELECT topic, epoch, servers, partitions, moving FROM txmq_placements";
 
-Placement placement_from_row(const Row& row) {
-  Placement p;
+ShardMap shard_map_from_row(const Row& row) {
+  ShardMap p;
   p.topic = row.bytes(0);
   p.epoch = row.u64(1);
   p.servers = split_names(row.bytes(2));
@@ -73,20 +73,20 @@ Placement placement_from_row(const Row& row) {
 
 }  // namespace
 
-std::optional<Placement> Shards::load(std::string_view topic) {
+std::optional<ShardMap> ShardRegistry::load(std::string_view topic) {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     return c.execute(fmt::format("{} WHERE topic = ?", kSelectPlacement), {topic});
   });
   if (r.rows.empty()) return std::nullopt;
-  return placement_from_row(r.rows[0]);
+  return shard_map_from_row(r.rows[0]);
 }
 
-std::optional<Placement> Shards::placement(std::string_view topic) {
+std::optional<ShardMap> ShardRegistry::shard_map(std::string_view topic) {
   std::optional<Cached> had;
   {
     std::lock_guard lock(mutex_);
-    auto it = placements_.find(std::string(topic));
-    if (it != placements_.end()) {
+    auto it = maps_.find(std::string(topic));
+    if (it != maps_.end()) {
       if (std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
         return it->second.placement;
       }
@@ -96,31 +96,31 @@ std::optional<Placement> Shards::placement(std::string_view topic) {
   try {
     return reload(topic);
   } catch (const Error& e) {
-    // The catalog's server is down: go on with the placement known (the members' fence refuses
+    // The catalog's server is down: go on with the shard map known (the members' fence refuses
     // a partition that moved meanwhile), and look again a second later rather than on every
     // call, so that only the catalog's own partitions stop.
     if (e.code() != Errc::kUnavailable || !had) throw;
     std::lock_guard lock(mutex_);
-    placements_[std::string(topic)].fetched =
+    maps_[std::string(topic)].fetched =
         std::chrono::steady_clock::now() - kCacheFor + kCatalogRetryAfter;
     return had->placement;
   }
 }
 
-std::optional<Placement> Shards::reload(std::string_view topic) {
+std::optional<ShardMap> ShardRegistry::reload(std::string_view topic) {
   check_topic_name(topic);
-  std::optional<Placement> p = load(topic);
+  std::optional<ShardMap> p = load(topic);
   std::lock_guard lock(mutex_);
-  placements_[std::string(topic)] = Cached{p, std::chrono::steady_clock::now()};
+  maps_[std::string(topic)] = Cached{p, std::chrono::steady_clock::now()};
   return p;
 }
 
-void Shards::forget(std::string_view topic) {
+void ShardRegistry::forget(std::string_view topic) {
   std::lock_guard lock(mutex_);
-  placements_.erase(std::string(topic));
+  maps_.erase(std::string(topic));
 }
 
-Dsn Shards::dsn_of(std::string_view name) {
+Dsn ShardRegistry::dsn_of(std::string_view name) {
   Result r;
   try {
     r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
@@ -143,13 +143,13 @@ Dsn Shards::dsn_of(std::string_view name) {
   return dsn;
 }
 
-QueueContext* Shards::connected_to(std::string_view name) {
+QueueContext* ShardRegistry::connected_to(std::string_view name) {
   std::lock_guard lock(mutex_);
   auto it = by_name_.find(std::string(name));
   return it == by_name_.end() ? nullptr : it->second;
 }
 
-QueueContext& Shards::server(std::string_view name) {
+QueueContext& ShardRegistry::server(std::string_view name) {
   if (QueueContext* known = connected_to(name)) return *known;
   std::lock_guard connecting(connect_mutex_);
   if (QueueContext* known = connected_to(name)) return *known;  // connected meanwhile
@@ -176,25 +176,25 @@ QueueContext& Shards::server(std::string_view name) {
   return *context;
 }
 
-std::vector<QueueContext*> Shards::connected() {
+std::vector<QueueContext*> ShardRegistry::connected() {
   std::lock_guard lock(mutex_);
   std::vector<QueueContext*> out;
   for (auto& [name, context] : servers_) out.push_back(context.get());
   return out;
 }
 
-bool Shards::is_down(std::string_view name) {
+bool ShardRegistry::is_down(std::string_view name) {
   std::lock_guard lock(mutex_);
   auto it = down_until_.find(std::string(name));
   return it != down_until_.end() && std::chrono::steady_clock::now() < it->second;
 }
 
-void Shards::mark_down(std::string_view name) {
+void ShardRegistry::mark_down(std::string_view name) {
   std::lock_guard lock(mutex_);
   down_until_[std::string(name)] = std::chrono::steady_clock::now() + kDownFor;
 }
 
-void Shards::add_server(std::string_view name, std::string_view dsn_text) {
+void ShardRegistry::add_server(std::string_view name, std::string_view dsn_text) {
   check_topic_name(name);
   const Dsn dsn = parse_dsn(dsn_text);
   if (dsn.password_in_text) {
@@ -227,7 +227,7 @@ void Shards::add_server(std::string_view name, std::string_view dsn_text) {
   });
 }
 
-std::vector<ServerInfo> Shards::list_servers() {
+std::vector<ServerInfo> ShardRegistry::list_servers() {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     return c.execute(
         fmt::format("SELECT name, dsn, {} FROM txmq_servers ORDER BY name", micros_of("added_at")),
@@ -240,9 +240,9 @@ std::vector<ServerInfo> Shards::list_servers() {
   return out;
 }
 
-void Shards::remove_server(std::string_view name) {
+void ShardRegistry::remove_server(std::string_view name) {
   check_topic_name(name);
-  for (const Placement& p : all()) {
+  for (const ShardMap& p : all()) {
     if (std::find(p.partitions.begin(), p.partitions.end(), name) != p.partitions.end()) {
       throw Error(Errc::kFailedPrecondition,
                   fmt::format("partitions of topic '{}' live on server '{}': move them "
@@ -258,7 +258,7 @@ void Shards::remove_server(std::string_view name) {
   }
 }
 
-bool Shards::record(const Placement& p) {
+bool ShardRegistry::record(const ShardMap& p) {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     return c.execute(
         "INSERT IGNORE INTO txmq_placements (topic, epoch, servers, partitions, moving, "
@@ -269,7 +269,7 @@ bool Shards::record(const Placement& p) {
   return r.affected_rows == 1;
 }
 
-bool Shards::replace(const Placement& p, std::uint64_t epoch) {
+bool ShardRegistry::replace(const ShardMap& p, std::uint64_t epoch) {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     return c.execute(
         "UPDATE txmq_placements SET epoch = epoch + 1, servers = ?, partitions = ?, moving = ? "
@@ -281,19 +281,19 @@ bool Shards::replace(const Placement& p, std::uint64_t epoch) {
   return r.affected_rows == 1;
 }
 
-void Shards::erase(std::string_view topic) {
+void ShardRegistry::erase(std::string_view topic) {
   catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     c.execute("DELETE FROM txmq_placements WHERE topic = ?", {topic});
   });
   forget(topic);
 }
 
-std::vector<Placement> Shards::all() {
+std::vector<ShardMap> ShardRegistry::all() {
   Result r = catalog_.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     return c.execute(fmt::format("{} ORDER BY topic", kSelectPlacement), {});
   });
-  std::vector<Placement> out;
-  for (const Row& row : r.rows) out.push_back(placement_from_row(row));
+  std::vector<ShardMap> out;
+  for (const Row& row : r.rows) out.push_back(shard_map_from_row(row));
   return out;
 }
 

@@ -1,3 +1,4 @@
+// shards: topics whose partitions live on several servers: the shard map, the servers, the router.
 #pragma once
 
 #include <chrono>
@@ -13,18 +14,19 @@
 
 #include "engine/queue_context.h"
 
-// Topics spread over several servers (README "Several servers"). The client's database is the
+// Topics sharded over several servers (README "Several servers"). The client's database is the
 // catalog: txmq_servers names the servers and their DSNs (never a password), txmq_placements
-// says on which server each partition of a spread topic lives, with an epoch that every change
+// says on which server each partition of a sharded topic lives, with an epoch that every change
 // raises. Each server holds the topic as a topic of its own (same settings, groups and
 // partition count) whose row says which partitions live there (TopicLayout::placed): that is
-// the fence. A client that routes by an old placement reaches a server whose row no longer
-// places the partition; the server refuses (not_placed_here), the client reads the placement
-// again and goes to the new place. Everything else routes by this module; nothing below
-// src/queue/ knows that servers other than its own exist.
+// the fence. A client that routes by an old shard map reaches a server whose row no longer
+// places the partition; the server refuses (not_placed_here), the client reads the shard map
+// again and goes to the new place. Everything else routes by this folder; nothing below
+// src/shards/ knows that servers other than its own exist (layers.txt holds that line).
 namespace txmq::internal {
 
-struct Placement {
+// A sharded topic's map: which server holds each partition, as recorded in txmq_placements.
+struct ShardMap {
   std::string topic;
   std::uint64_t epoch = 0;
   std::vector<std::string> servers;     // the topic's list: partition p is placed on p % n
@@ -43,19 +45,21 @@ struct Placement {
 std::vector<std::string> split_names(std::string_view text);
 std::string join_names(const std::vector<std::string>& names);
 
-class Shards {
+// The servers that topics are sharded over: their records, their connected contexts, and the
+// shard maps of the topics, cached.
+class ShardRegistry {
  public:
   // Makes a ready context for a server (connected, catalog bootstrapped, settings checked).
   using Connect = std::function<std::unique_ptr<QueueContext>(const Dsn&)>;
-  Shards(QueueContext& catalog, Connect connect)
+  ShardRegistry(QueueContext& catalog, Connect connect)
       : catalog_(catalog), connect_(std::move(connect)) {}
 
-  // The topic's placement, cached for a few seconds; nullopt when the topic is not spread (it
+  // The topic's shard map, cached for a few seconds; nullopt when the topic is not spread (it
   // lives in the catalog's database, or does not exist). While the catalog cannot be reached,
-  // the placement read last (the members' fence still refuses a partition that moved).
-  std::optional<Placement> placement(std::string_view topic);
-  // Read again now. nullopt as placement().
-  std::optional<Placement> reload(std::string_view topic);
+  // the shard map read last (the members' fence still refuses a partition that moved).
+  std::optional<ShardMap> shard_map(std::string_view topic);
+  // Read again now. nullopt as shard map().
+  std::optional<ShardMap> reload(std::string_view topic);
   void forget(std::string_view topic);
 
   // The context of a recorded server, connected on first use. Throws kNotFound for a name not
@@ -72,20 +76,20 @@ class Shards {
   std::vector<ServerInfo> list_servers();
   void remove_server(std::string_view name);
 
-  // Records a new placement (epoch 1). False when the topic has one already.
-  bool record(const Placement& placement);
-  // Replaces the placement when its epoch is still `epoch`, raising it; false when another
+  // Records a new shard map (epoch 1). False when the topic has one already.
+  bool record(const ShardMap& placement);
+  // Replaces the shard map when its epoch is still `epoch`, raising it; false when another
   // client changed it first.
-  bool replace(const Placement& placement, std::uint64_t epoch);
+  bool replace(const ShardMap& placement, std::uint64_t epoch);
   void erase(std::string_view topic);
-  // Every spread topic's placement (for list_topics).
-  std::vector<Placement> all();
+  // Every sharded topic's shard map (for list_topics).
+  std::vector<ShardMap> all();
 
  private:
   static constexpr auto kCacheFor = std::chrono::seconds(5);
   static constexpr auto kDownFor = std::chrono::seconds(2);
   static constexpr auto kCatalogRetryAfter = std::chrono::seconds(1);
-  std::optional<Placement> load(std::string_view topic);
+  std::optional<ShardMap> load(std::string_view topic);
   // The context of a server connected before; nullptr when none is.
   QueueContext* connected_to(std::string_view name);
   Dsn dsn_of(std::string_view name);
@@ -94,10 +98,10 @@ class Shards {
   Connect connect_;
   std::mutex mutex_;
   struct Cached {
-    std::optional<Placement> placement;
+    std::optional<ShardMap> placement;
     std::chrono::steady_clock::time_point fetched;
   };
-  std::unordered_map<std::string, Cached> placements_;
+  std::unordered_map<std::string, Cached> maps_;
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> down_until_;
   std::unordered_map<std::string, Dsn> dsns_;  // as last read, for while the catalog is down
   // Connected servers: never removed, so that references stay valid for the client's life.

@@ -37,18 +37,18 @@ TopicOptions local_options(TopicOptions options) {
 
 }  // namespace
 
-Placement Spread::must(std::string_view topic, bool fresh) {
-  std::optional<Placement> p = fresh ? shards_.reload(topic) : shards_.placement(topic);
+ShardMap ShardRouter::must(std::string_view topic, bool fresh) {
+  std::optional<ShardMap> p = fresh ? registry_.reload(topic) : registry_.shard_map(topic);
   if (!p) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
   return *p;
 }
 
 template <typename F>
-auto Spread::routed(std::string_view topic, F&& fn)
-    -> decltype(fn(std::declval<const Placement&>())) {
+auto ShardRouter::routed(std::string_view topic, F&& fn)
+    -> decltype(fn(std::declval<const ShardMap&>())) {
   const auto deadline = std::chrono::steady_clock::now() + kRouteFor;
   for (int attempt = 1;; ++attempt) {
-    const Placement p = must(topic, attempt > 1);
+    const ShardMap p = must(topic, attempt > 1);
     try {
       return fn(p);
     } catch (const Error& e) {
@@ -68,20 +68,20 @@ auto Spread::routed(std::string_view topic, F&& fn)
   }
 }
 
-std::vector<std::string> Spread::members(const Placement& p) {
+std::vector<std::string> ShardRouter::members(const ShardMap& p) {
   std::set<std::string> all(p.servers.begin(), p.servers.end());
   all.insert(p.partitions.begin(), p.partitions.end());
   return {all.begin(), all.end()};
 }
 
-std::string Spread::server_of_id(const Placement& p, std::uint64_t id) {
+std::string ShardRouter::server_of_id(const ShardMap& p, std::uint64_t id) {
   const unsigned partition = partition_of(id);
   return partition < p.partitions.size() ? p.partitions[partition] : std::string();
 }
 
 // --- Topics ----------------------------------------------------------------------------------
 
-bool Spread::create_topic(std::string_view name, const TopicOptions& options) {
+bool ShardRouter::create_topic(std::string_view name, const TopicOptions& options) {
   check_topic_name(name);
   const std::vector<std::string>& servers = options.servers;
   for (std::size_t i = 0; i < servers.size(); ++i) {
@@ -102,13 +102,13 @@ bool Spread::create_topic(std::string_view name, const TopicOptions& options) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("partitions must be from 1 to {}", kMaxPartitions));
   }
-  Placement wanted;
+  ShardMap wanted;
   wanted.topic = std::string(name);
   wanted.servers = servers;
   for (int p = 0; p < options.partitions; ++p) {
     wanted.partitions.push_back(servers[static_cast<std::size_t>(p) % servers.size()]);
   }
-  if (std::optional<Placement> had = shards_.reload(name)) {
+  if (std::optional<ShardMap> had = registry_.reload(name)) {
     const TopicInfo existing = topic(*had);
     if (existing.options != options) {
       throw Error(Errc::kAlreadyExists,
@@ -118,35 +118,35 @@ bool Spread::create_topic(std::string_view name, const TopicOptions& options) {
     }
     return false;
   }
-  for (const std::string& s : servers) shards_.server(s);  // all recorded and reachable first
+  for (const std::string& s : servers) registry_.server(s);  // all recorded and reachable first
   // Each server gets the topic with all partitions' tables (a moved partition needs them) and
-  // the partitions it holds; the placement row then makes the topic exist.
+  // the partitions it holds; the shard map row then makes the topic exist.
   for (const std::string& s : servers) {
-    QueueContext& q = shards_.server(s);
+    QueueContext& q = registry_.server(s);
     if (!q.catalog.create(name, local_options(options), wanted.mask_of(s))) {
       q.catalog.set_placed(name, wanted.mask_of(s));  // a create cut short before
     }
   }
-  if (!shards_.record(wanted)) return create_topic(name, options);  // another client won
+  if (!registry_.record(wanted)) return create_topic(name, options);  // another client won
   return true;
 }
 
-void Spread::drop_topic(const Placement& p) {
+void ShardRouter::drop_topic(const ShardMap& p) {
   for (const std::string& s : members(p)) {
     try {
-      shards_.server(s).catalog.drop(p.topic);
+      registry_.server(s).catalog.drop(p.topic);
     } catch (const Error& e) {
       if (e.code() != Errc::kNotFound) throw;
     }
   }
-  shards_.erase(p.topic);
+  registry_.erase(p.topic);
 }
 
-TopicInfo Spread::topic(const Placement& p) {
+TopicInfo ShardRouter::topic(const ShardMap& p) {
   std::optional<Error> last;
   for (const std::string& s : p.holders()) {
     try {
-      TopicInfo info = shards_.server(s).catalog.get(p.topic);
+      TopicInfo info = registry_.server(s).catalog.get(p.topic);
       info.options.servers = p.servers;
       info.placement = p.partitions;
       info.placement_epoch = p.epoch;
@@ -159,14 +159,14 @@ TopicInfo Spread::topic(const Placement& p) {
   throw *last;
 }
 
-void Spread::update_topic(const Placement& had, const TopicOptions& options) {
+void ShardRouter::update_topic(const ShardMap& had, const TopicOptions& options) {
   if (!options.servers.empty() && options.servers != had.servers) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("topic '{}' is spread over {}: its servers cannot be changed by an "
                             "update (move partitions with txmq partition move)",
                             had.topic, join_names(had.servers)));
   }
-  Placement next = had;
+  ShardMap next = had;
   if (options.partitions < static_cast<int>(had.partitions.size())) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("topic '{}' has {} partitions: partitions can be raised, not lowered",
@@ -177,9 +177,9 @@ void Spread::update_topic(const Placement& had, const TopicOptions& options) {
     next.partitions.push_back(had.servers[p % had.servers.size()]);
   }
   for (const std::string& s : members(next)) {
-    shards_.server(s).catalog.update(had.topic, local_options(options), next.mask_of(s));
+    registry_.server(s).catalog.update(had.topic, local_options(options), next.mask_of(s));
   }
-  if (next.partitions != had.partitions && !shards_.replace(next, had.epoch)) {
+  if (next.partitions != had.partitions && !registry_.replace(next, had.epoch)) {
     throw Error(Errc::kAborted,
                 fmt::format("the placement of topic '{}' changed while it was updated; try again",
                             had.topic));
@@ -189,7 +189,7 @@ void Spread::update_topic(const Placement& had, const TopicOptions& options) {
 // --- Sends -----------------------------------------------------------------------------------
 
 template <typename F>
-auto Spread::on_a_holder(const Placement& p, F&& fn)
+auto ShardRouter::on_a_holder(const ShardMap& p, F&& fn)
     -> decltype(fn(std::declval<QueueContext&>())) {
   // The servers in turn; one that cannot be reached now is skipped (nothing was written:
   // kUnavailable means the statement never ran) and avoided for a few seconds. Servers known
@@ -200,12 +200,12 @@ auto Spread::on_a_holder(const Placement& p, F&& fn)
   for (int pass = 0; pass < 2; ++pass) {
     for (std::size_t i = 0; i < holders.size(); ++i) {
       const std::string& s = holders[(first + i) % holders.size()];
-      if (pass == 0 && shards_.is_down(s)) continue;
+      if (pass == 0 && registry_.is_down(s)) continue;
       try {
-        return fn(shards_.server(s));
+        return fn(registry_.server(s));
       } catch (const Error& e) {
         if (e.code() != Errc::kUnavailable) throw;
-        shards_.mark_down(s);
+        registry_.mark_down(s);
         last = e;
       }
     }
@@ -214,9 +214,9 @@ auto Spread::on_a_holder(const Placement& p, F&& fn)
   throw *last;
 }
 
-std::uint64_t Spread::send(std::string_view topic, std::string_view payload,
+std::uint64_t ShardRouter::send(std::string_view topic, std::string_view payload,
                            const SendOptions& options) {
-  return routed(topic, [&](const Placement& p) -> std::uint64_t {
+  return routed(topic, [&](const ShardMap& p) -> std::uint64_t {
     const auto start = std::chrono::steady_clock::now();
     auto send_on = [&](QueueContext& q) {
       const std::uint64_t id = send_one(q, topic, payload, options);
@@ -226,17 +226,17 @@ std::uint64_t Spread::send(std::string_view topic, std::string_view payload,
     // A key (or a dedup key, whose table is the server's) names one partition, so one server.
     const std::optional<std::string>& route = options.key ? options.key : options.dedup_key;
     if (route) {
-      return send_on(shards_.server(
+      return send_on(registry_.server(
           p.partitions[partition_of_key(*route, static_cast<unsigned>(p.partitions.size()))]));
     }
     return on_a_holder(p, send_on);
   });
 }
 
-std::vector<std::uint64_t> Spread::send_batch(std::string_view topic,
+std::vector<std::uint64_t> ShardRouter::send_batch(std::string_view topic,
                                               std::span<const OutgoingMessage> messages) {
   if (messages.empty()) return {};
-  return routed(topic, [&](const Placement& p) -> std::vector<std::uint64_t> {
+  return routed(topic, [&](const ShardMap& p) -> std::vector<std::uint64_t> {
     const auto start = std::chrono::steady_clock::now();
     auto send_on = [&](QueueContext& q) {
       std::vector<std::uint64_t> ids = internal::send_batch(q, topic, messages);
@@ -264,7 +264,7 @@ std::vector<std::uint64_t> Spread::send_batch(std::string_view topic,
                                 i, m.key ? "key" : "dedup key", partition, s, server, topic));
       }
     }
-    if (!server.empty()) return send_on(shards_.server(server));
+    if (!server.empty()) return send_on(registry_.server(server));
     return on_a_holder(p, send_on);
   });
 }
@@ -274,7 +274,7 @@ std::vector<std::uint64_t> Spread::send_batch(std::string_view topic,
 namespace {
 
 // The partitions of `server` a claim may take: those placed there, of the ones asked for.
-std::vector<int> claimable_on(const Placement& p, const std::string& server,
+std::vector<int> claimable_on(const ShardMap& p, const std::string& server,
                               const std::vector<int>& asked) {
   std::vector<int> here = p.partitions_on(server);
   if (asked.empty()) return here;
@@ -312,8 +312,8 @@ struct Wake {
 }  // namespace
 
 template <typename Claim>
-auto Spread::claim_waiting(std::string_view topic, std::string_view group, Micros wait,
-                           Claim&& claim) -> decltype(claim(std::declval<const Placement&>())) {
+auto ShardRouter::claim_waiting(std::string_view topic, std::string_view group, Micros wait,
+                           Claim&& claim) -> decltype(claim(std::declval<const ShardMap&>())) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   auto got = routed(topic, claim);
   bool woken = false;
@@ -321,17 +321,17 @@ auto Spread::claim_waiting(std::string_view topic, std::string_view group, Micro
     // Subscribe on every holder (one waiter per server and group in this process, whatever
     // the number of receivers), then claim again: a send committed after that claim looked
     // fires a subscription. Look again at least every second (a server back from an outage).
-    const Placement p = must(topic);
+    const ShardMap p = must(topic);
     auto wake = std::make_shared<Wake>();
     std::vector<std::shared_ptr<Subscriber>> subscriptions;
     for (const std::string& s : p.holders()) {
-      if (shards_.is_down(s)) continue;
+      if (registry_.is_down(s)) continue;
       try {
         subscriptions.push_back(
-            internal::subscribe(shards_.server(s), topic, group, [wake] { wake->fire(); }));
+            internal::subscribe(registry_.server(s), topic, group, [wake] { wake->fire(); }));
       } catch (const Error& e) {
         if (e.code() != Errc::kUnavailable) throw;
-        shards_.mark_down(s);
+        registry_.mark_down(s);
       }
     }
     got = routed(topic, claim);
@@ -346,7 +346,7 @@ auto Spread::claim_waiting(std::string_view topic, std::string_view group, Micro
   return got;
 }
 
-std::vector<Message> Spread::claim_round(const Placement& p, std::string_view topic,
+std::vector<Message> ShardRouter::claim_round(const ShardMap& p, std::string_view topic,
                                          const ReceiveOptions& options) {
   const std::vector<std::string> holders = p.holders();
   const std::size_t first = turn_.fetch_add(1) % holders.size();
@@ -362,17 +362,17 @@ std::vector<Message> Spread::claim_round(const Placement& p, std::string_view to
     one.partitions = claimable_on(p, s, options.partitions);
     if (one.partitions.empty()) continue;
     ++tried;
-    if (shards_.is_down(s)) {
+    if (registry_.is_down(s)) {
       ++failed;
       continue;
     }
     try {
-      for (Message& m : internal::receive(shards_.server(s), topic, one)) {
+      for (Message& m : internal::receive(registry_.server(s), topic, one)) {
         got.push_back(std::move(m));
       }
     } catch (const Error& e) {
       if (e.code() != Errc::kUnavailable) throw;
-      shards_.mark_down(s);
+      registry_.mark_down(s);
       last = e;
       ++failed;
     }
@@ -382,9 +382,9 @@ std::vector<Message> Spread::claim_round(const Placement& p, std::string_view to
   return got;
 }
 
-std::vector<Message> Spread::receive(std::string_view topic, const ReceiveOptions& options) {
+std::vector<Message> ShardRouter::receive(std::string_view topic, const ReceiveOptions& options) {
   check_claim_options(options.max_messages, options.wait);
-  auto claim = [&](const Placement& p) -> std::optional<std::vector<Message>> {
+  auto claim = [&](const ShardMap& p) -> std::optional<std::vector<Message>> {
     std::vector<Message> got = claim_round(p, topic, options);
     if (got.empty()) return std::nullopt;
     return got;
@@ -393,7 +393,7 @@ std::vector<Message> Spread::receive(std::string_view topic, const ReceiveOption
   return got ? std::move(*got) : std::vector<Message>{};
 }
 
-std::size_t Spread::process_round(const Placement& p, std::string_view topic,
+std::size_t ShardRouter::process_round(const ShardMap& p, std::string_view topic,
                                   const ProcessOptions& options,
                                   const TransactionalHandler& handler) {
   const std::vector<std::string> holders = p.holders();
@@ -407,17 +407,17 @@ std::size_t Spread::process_round(const Placement& p, std::string_view topic,
     one.partitions = claimable_on(p, s, options.partitions);
     if (one.partitions.empty()) continue;
     ++tried;
-    if (shards_.is_down(s)) {
+    if (registry_.is_down(s)) {
       ++failed;
       continue;
     }
     try {
-      if (std::size_t n = internal::process(shards_.server(s), topic, one, handler); n > 0) {
+      if (std::size_t n = internal::process(registry_.server(s), topic, one, handler); n > 0) {
         return n;
       }
     } catch (const Error& e) {
       if (e.code() != Errc::kUnavailable) throw;
-      shards_.mark_down(s);
+      registry_.mark_down(s);
       last = e;
       ++failed;
     }
@@ -426,11 +426,11 @@ std::size_t Spread::process_round(const Placement& p, std::string_view topic,
   return 0;
 }
 
-std::size_t Spread::process(std::string_view topic, const ProcessOptions& options,
+std::size_t ShardRouter::process(std::string_view topic, const ProcessOptions& options,
                             const TransactionalHandler& handler) {
   check_claim_options(options.max_messages, options.wait);
   if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
-  auto claim = [&](const Placement& p) -> std::optional<std::size_t> {
+  auto claim = [&](const ShardMap& p) -> std::optional<std::size_t> {
     const std::size_t n = process_round(p, topic, options, handler);
     if (n == 0) return std::nullopt;
     return n;
@@ -440,9 +440,9 @@ std::size_t Spread::process(std::string_view topic, const ProcessOptions& option
 
 // --- Settling --------------------------------------------------------------------------------
 
-std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::string> receipts) {
+std::vector<Settle> ShardRouter::ack(std::string_view topic, std::span<const std::string> receipts) {
   std::vector<Settle> out(receipts.size(), Settle::kNotFound);
-  Placement p = must(topic);
+  ShardMap p = must(topic);
   // Receipts to settle in this round: all, then those whose partition moved meanwhile.
   std::vector<std::size_t> pending(receipts.size());
   std::iota(pending.begin(), pending.end(), std::size_t{0});
@@ -455,7 +455,7 @@ std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::str
     for (const auto& [s, indices] : by_server) {
       std::vector<std::string> some;
       for (std::size_t i : indices) some.push_back(receipts[i]);
-      const std::vector<Settle> got = internal::ack(shards_.server(s), topic, some);
+      const std::vector<Settle> got = internal::ack(registry_.server(s), topic, some);
       for (std::size_t k = 0; k < indices.size(); ++k) out[indices[k]] = got[k];
     }
     // A receipt of a partition that moved settles where it lives now.
@@ -464,7 +464,7 @@ std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::str
       if (out[i] == Settle::kNotFound) missing.push_back(i);
     }
     if (missing.empty()) break;
-    const Placement fresh = must(topic, true);
+    const ShardMap fresh = must(topic, true);
     if (fresh.epoch == p.epoch) break;
     pending.clear();
     for (std::size_t i : missing) {
@@ -477,29 +477,29 @@ std::vector<Settle> Spread::ack(std::string_view topic, std::span<const std::str
 }
 
 template <typename F>
-Settle Spread::settle_one(std::string_view topic, std::string_view receipt, F&& fn) {
+Settle ShardRouter::settle_one(std::string_view topic, std::string_view receipt, F&& fn) {
   const std::uint64_t id = Receipt::parse(receipt).id;
-  Placement p = must(topic);
+  ShardMap p = must(topic);
   for (int round = 0;; ++round) {
     const std::string s = server_of_id(p, id);
     if (s.empty()) return Settle::kNotFound;
-    const Settle got = fn(shards_.server(s));
+    const Settle got = fn(registry_.server(s));
     if (got != Settle::kNotFound || round > 0) return got;
     // A receipt of a partition that moved settles where it lives now.
-    const Placement fresh = must(topic, true);
+    const ShardMap fresh = must(topic, true);
     if (fresh.epoch == p.epoch || server_of_id(fresh, id) == s) return got;
     p = fresh;
   }
 }
 
-Settle Spread::nack(std::string_view topic, std::string_view receipt,
+Settle ShardRouter::nack(std::string_view topic, std::string_view receipt,
                     std::optional<Micros> delay) {
   return settle_one(topic, receipt, [&](QueueContext& q) {
     return internal::nack(q, topic, receipt, delay);
   });
 }
 
-Settle Spread::extend(std::string_view topic, std::string_view receipt, Micros lease) {
+Settle ShardRouter::extend(std::string_view topic, std::string_view receipt, Micros lease) {
   return settle_one(topic, receipt, [&](QueueContext& q) {
     return internal::extend(q, topic, receipt, lease);
   });
@@ -507,17 +507,17 @@ Settle Spread::extend(std::string_view topic, std::string_view receipt, Micros l
 
 // --- Views and administration ----------------------------------------------------------------
 
-std::uint64_t Spread::purge(const Placement& p, std::string_view group) {
+std::uint64_t ShardRouter::purge(const ShardMap& p, std::string_view group) {
   std::uint64_t n = 0;
-  for (const std::string& s : members(p)) n += internal::purge(shards_.server(s), p.topic, group);
+  for (const std::string& s : members(p)) n += internal::purge(registry_.server(s), p.topic, group);
   return n;
 }
 
-void Spread::forget_dedup_keys(const Placement& p) {
-  for (const std::string& s : members(p)) internal::forget_dedup_keys(shards_.server(s), p.topic);
+void ShardRouter::forget_dedup_keys(const ShardMap& p) {
+  for (const std::string& s : members(p)) internal::forget_dedup_keys(registry_.server(s), p.topic);
 }
 
-std::shared_ptr<Subscriber> Spread::subscribe(const Placement& p,
+std::shared_ptr<Subscriber> ShardRouter::subscribe(const ShardMap& p,
                                                               std::string_view group,
                                                               std::function<void()> wake) {
   if (!wake) throw Error(Errc::kInvalidArgument, "subscribe needs a wake function");
@@ -525,23 +525,23 @@ std::shared_ptr<Subscriber> Spread::subscribe(const Placement& p,
   auto all = std::make_shared<Subscriber>(std::move(wake), nullptr);
   std::weak_ptr<Subscriber> weak = all;
   for (const std::string& s : p.holders()) {
-    if (shards_.is_down(s)) continue;
+    if (registry_.is_down(s)) continue;
     try {
-      all->parts.push_back(internal::subscribe(shards_.server(s), p.topic, group, [weak] {
+      all->parts.push_back(internal::subscribe(registry_.server(s), p.topic, group, [weak] {
         if (auto whole = weak.lock()) whole->fire();
       }));
     } catch (const Error& e) {
       if (e.code() != Errc::kUnavailable) throw;
-      shards_.mark_down(s);
+      registry_.mark_down(s);
     }
   }
   return all;
 }
 
-TopicStats Spread::stats(const Placement& p, std::string_view group, std::uint64_t exact_up_to) {
+TopicStats ShardRouter::stats(const ShardMap& p, std::string_view group, std::uint64_t exact_up_to) {
   TopicStats total;
   for (const std::string& s : p.holders()) {
-    const TopicStats one = internal::stats(shards_.server(s), p.topic, group, exact_up_to);
+    const TopicStats one = internal::stats(registry_.server(s), p.topic, group, exact_up_to);
     total.topic = one.topic;
     total.group = one.group;
     total.ready += one.ready;
@@ -558,11 +558,11 @@ TopicStats Spread::stats(const Placement& p, std::string_view group, std::uint64
   return total;
 }
 
-std::vector<InFlightMessage> Spread::in_flight(const Placement& p, std::string_view group,
+std::vector<InFlightMessage> ShardRouter::in_flight(const ShardMap& p, std::string_view group,
                                                std::size_t limit) {
   std::vector<InFlightMessage> all;
   for (const std::string& s : p.holders()) {
-    for (InFlightMessage& m : internal::in_flight(shards_.server(s), p.topic, group, limit)) {
+    for (InFlightMessage& m : internal::in_flight(registry_.server(s), p.topic, group, limit)) {
       all.push_back(std::move(m));
     }
   }
@@ -571,11 +571,11 @@ std::vector<InFlightMessage> Spread::in_flight(const Placement& p, std::string_v
   return all;
 }
 
-std::vector<DeadLetter> Spread::dead_letters(const Placement& p, std::string_view group,
+std::vector<DeadLetter> ShardRouter::dead_letters(const ShardMap& p, std::string_view group,
                                              std::size_t limit) {
   std::vector<DeadLetter> all;
   for (const std::string& s : p.holders()) {
-    for (DeadLetter& m : internal::dead_letters(shards_.server(s), p.topic, group, limit)) {
+    for (DeadLetter& m : internal::dead_letters(registry_.server(s), p.topic, group, limit)) {
       all.push_back(std::move(m));
     }
   }
@@ -588,7 +588,7 @@ namespace {
 
 // Ids by the server of their partition (ids of no partition are skipped: nothing to do).
 std::map<std::string, std::vector<std::uint64_t>> ids_by_server(
-    const Placement& p, std::span<const std::uint64_t> ids) {
+    const ShardMap& p, std::span<const std::uint64_t> ids) {
   std::map<std::string, std::vector<std::uint64_t>> out;
   for (std::uint64_t id : ids) {
     const unsigned partition = partition_of(id);
@@ -600,63 +600,63 @@ std::map<std::string, std::vector<std::uint64_t>> ids_by_server(
 }  // namespace
 
 template <typename F>
-std::size_t Spread::on_dead_letters(const Placement& p, std::span<const std::uint64_t> ids,
+std::size_t ShardRouter::on_dead_letters(const ShardMap& p, std::span<const std::uint64_t> ids,
                                     F&& fn) {
   std::size_t n = 0;
   if (ids.empty()) {  // all of them: every holder
-    for (const std::string& s : p.holders()) n += fn(shards_.server(s), {});
+    for (const std::string& s : p.holders()) n += fn(registry_.server(s), {});
     return n;
   }
-  for (const auto& [s, some] : ids_by_server(p, ids)) n += fn(shards_.server(s), some);
+  for (const auto& [s, some] : ids_by_server(p, ids)) n += fn(registry_.server(s), some);
   return n;
 }
 
-std::size_t Spread::requeue_dead(const Placement& p, std::string_view group,
+std::size_t ShardRouter::requeue_dead(const ShardMap& p, std::string_view group,
                                  std::span<const std::uint64_t> ids) {
   return on_dead_letters(p, ids, [&](QueueContext& q, std::span<const std::uint64_t> some) {
     return internal::requeue_dead(q, p.topic, group, some);
   });
 }
 
-std::size_t Spread::delete_dead(const Placement& p, std::string_view group,
+std::size_t ShardRouter::delete_dead(const ShardMap& p, std::string_view group,
                                 std::span<const std::uint64_t> ids) {
   return on_dead_letters(p, ids, [&](QueueContext& q, std::span<const std::uint64_t> some) {
     return internal::delete_dead(q, p.topic, group, some);
   });
 }
 
-bool Spread::create_group(const Placement& p, std::string_view group, GroupStart start) {
+bool ShardRouter::create_group(const ShardMap& p, std::string_view group, GroupStart start) {
   // In the same order on every client, so that group numbers (in receipts) agree.
   bool created = false;
   for (const std::string& s : members(p)) {
-    created = shards_.server(s).catalog.create_group(p.topic, group, start) || created;
+    created = registry_.server(s).catalog.create_group(p.topic, group, start) || created;
   }
   return created;
 }
 
-void Spread::drop_group(const Placement& p, std::string_view group) {
+void ShardRouter::drop_group(const ShardMap& p, std::string_view group) {
   for (const std::string& s : members(p)) {
     try {
-      shards_.server(s).catalog.drop_group(p.topic, group);
+      registry_.server(s).catalog.drop_group(p.topic, group);
     } catch (const Error& e) {
       if (e.code() != Errc::kNotFound) throw;
     }
   }
 }
 
-std::vector<GroupInfo> Spread::list_groups(const Placement& p) {
-  QueueContext& q = shards_.server(p.holders().front());
+std::vector<GroupInfo> ShardRouter::list_groups(const ShardMap& p) {
+  QueueContext& q = registry_.server(p.holders().front());
   q.catalog.forget(p.topic);
   std::vector<GroupInfo> out;
   for (const GroupEntry& g : q.catalog.layout(p.topic).groups) out.push_back({g.name, g.created_at});
   return out;
 }
 
-std::vector<ArchivedMessage> Spread::archived(const Placement& p, std::uint64_t from_id,
+std::vector<ArchivedMessage> ShardRouter::archived(const ShardMap& p, std::uint64_t from_id,
                                               std::size_t limit) {
   std::vector<ArchivedMessage> all;
   for (const std::string& s : members(p)) {
-    for (ArchivedMessage& m : internal::archived(shards_.server(s), p.topic, from_id, limit)) {
+    for (ArchivedMessage& m : internal::archived(registry_.server(s), p.topic, from_id, limit)) {
       all.push_back(std::move(m));
     }
   }
@@ -665,9 +665,9 @@ std::vector<ArchivedMessage> Spread::archived(const Placement& p, std::uint64_t 
   return all;
 }
 
-std::uint64_t Spread::purge_archive(const Placement& p) {
+std::uint64_t ShardRouter::purge_archive(const ShardMap& p) {
   std::uint64_t n = 0;
-  for (const std::string& s : members(p)) n += internal::purge_archive(shards_.server(s), p.topic);
+  for (const std::string& s : members(p)) n += internal::purge_archive(registry_.server(s), p.topic);
   return n;
 }
 
@@ -784,9 +784,9 @@ void insert_copies(Connection& c, const CopiedRows& t, bool ignore,
 
 }  // namespace
 
-void Spread::move_partition(std::string_view topic, int partition, std::string_view target) {
+void ShardRouter::move_partition(std::string_view topic, int partition, std::string_view target) {
   check_topic_name(target);
-  Placement p = must(topic, true);
+  ShardMap p = must(topic, true);
   if (partition < 0 || partition >= static_cast<int>(p.partitions.size())) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}", topic,
@@ -803,12 +803,12 @@ void Spread::move_partition(std::string_view topic, int partition, std::string_v
                             p.moving.substr(p.moving.find(':') + 1)));
   }
   if (source == target) return;  // there already
-  QueueContext& from = shards_.server(source);
-  QueueContext& to = shards_.server(target);
+  QueueContext& from = registry_.server(source);
+  QueueContext& to = registry_.server(target);
   if (p.moving.empty()) {
-    Placement marked = p;
+    ShardMap marked = p;
     marked.moving = tag;
-    if (!shards_.replace(marked, p.epoch)) {
+    if (!registry_.replace(marked, p.epoch)) {
       throw Error(Errc::kAborted,
                   fmt::format("the placement of topic '{}' changed meanwhile; try again", topic));
     }
@@ -893,17 +893,17 @@ void Spread::move_partition(std::string_view topic, int partition, std::string_v
   });
 
   // 5. and 6.
-  Placement moved = p;
+  ShardMap moved = p;
   moved.partitions[part] = std::string(target);
   moved.moving.clear();
-  if (!shards_.replace(moved, p.epoch)) {
+  if (!registry_.replace(moved, p.epoch)) {
     throw Error(Errc::kAborted,
                 fmt::format("the placement of topic '{}' changed during the move; run it again",
                             topic));
   }
   to.catalog.set_placed(topic, moved.mask_of(target));
   from.catalog.forget(topic);
-  shards_.forget(topic);
+  registry_.forget(topic);
 }
 
 }  // namespace txmq::internal

@@ -26,8 +26,8 @@ struct Subscriber {
   // Cancels it and takes it (and its parts) off their waiters' lists: the subscription ended.
   void end();
 
-  // The waiter it is listed on; none for a subscription to a topic spread over servers, which
-  // holds one part per server (spread.cc) and fires when the first of them does.
+  // The waiter it is listed on; none for a subscription to a topic sharded over servers, which
+  // holds one part per server (shard_router.cc) and fires when the first of them does.
   const std::shared_ptr<TopicWaiter> waiter;
   std::vector<std::shared_ptr<Subscriber>> parts;
   // Guarded by the waiter's mutex: whether it is on the waiter's list, and where.

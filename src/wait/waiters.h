@@ -1,3 +1,4 @@
+// wait: long polling: how receivers wait for messages and how a commit wakes them (waiters.cc).
 #pragma once
 
 #include <chrono>
@@ -56,7 +57,7 @@ class WakeDispatcher {
   std::thread thread_;
 };
 
-// Long polling (waiting.cc explains the design). One TopicWaiter per channel (a topic's group)
+// Long polling (waiters.cc explains the design). One TopicWaiter per channel (a topic's group)
 // and client keeps the books of the client's receivers of that channel that are waiting; a
 // Watch, shared by up to a few hundred channels, looks at the database for them.
 class TopicWaiter {

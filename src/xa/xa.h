@@ -1,3 +1,4 @@
+// xa: exactly-once across databases: XA branches on the resource's server and their recovery.
 #pragma once
 
 #include <chrono>
