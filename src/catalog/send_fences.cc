@@ -13,11 +13,9 @@ namespace txmq::internal {
 //
 // A single send, or a batch of one statement, to a topic with one group is one INSERT in
 // autocommit. It must not miss a group created meanwhile, nor write into a partition that moved
-// to another server. It used to check the topic's layout version inside the INSERT (a locking
-// subquery on txmq_topics: about 2.7x the server CPU of a bare INSERT), then to insert through a
-// view over the queue table that existed only while the layout allowed it (about 1.1x: the view
-// is opened and merged again at every execution). Both cost every send; now the guard costs
-// nothing there (docs/benchmarks.md, "Sends").
+// to another server. Checking the topic's layout version inside the INSERT (a locking subquery
+// on txmq_topics) or inserting through a view that exists only while the layout allows it would
+// cost every send (docs/benchmarks.md, "Sends"); this guard costs sends nothing.
 //
 // Such sends name a column of the partition's queue table, `send_fence` (kSendFence, always
 // NULL), which exists only while the topic has one group and the partition is placed on this

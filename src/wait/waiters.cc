@@ -39,9 +39,9 @@
 //    it is on. A KILL QUERY that lands between two statements is dropped by the server:
 //    harmless before a look, which comes after the commit, so every statement that sleeps looks
 //    at every channel, but at hot ones (below), which are checked again within 250 ms. And
-//    the sender puts the registration back itself: when the watch's own re-registration had to
-//    follow a KILL it never saw, it used to sleep through the next sends, unregistered, until a
-//    look found them (up to a second; 4 of 1,000 wake-ups under ASan).
+//    the sender puts the registration back itself: a watch whose own re-registration would have
+//    to follow a KILL it never saw would otherwise sleep through the next sends, unregistered,
+//    until a look found them (up to a second).
 //  - Channels join a watch when a receiver first waits on them, and leave it 10 s after their
 //    last receiver; the statements are prepared again only then. Until a watch registered and
 //    looks for a new channel, its receivers poll every quarter second; the announcer interrupts
