@@ -28,6 +28,11 @@ struct LocalServerStatus {
   std::string dsn;  // what clients connect with
 };
 
+// Thread safety: the members may be called from any thread, and from several processes at once
+// (start() serialises them with a lock file). Throws txmq::Error: kFailedPrecondition when
+// mariadbd is not installed or the home folder cannot be made or locked, kUnavailable when the
+// server does not start or accept connections in time, kInvalidArgument for a home whose socket
+// path is too long.
 class LocalServer {
  public:
   // The folder that options.home resolves to.

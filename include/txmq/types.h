@@ -323,4 +323,14 @@ struct XaBranchStatus {
   std::string action;
 };
 
+// Splits a receipt into its message id and lease token. Throws kInvalidArgument when malformed.
+// Receipts of group "default" read ID.TOKEN; others ID.TOKEN.GROUP_NUMBER.
+struct Receipt {
+  std::uint64_t id = 0;
+  std::uint64_t token = 0;
+  unsigned group = 0;  // the number of the group that received it
+  static Receipt parse(std::string_view text);
+  std::string str() const;
+};
+
 }  // namespace txmq

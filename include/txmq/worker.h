@@ -30,8 +30,8 @@ struct WorkerOptions {
   // thread holds the acknowledgements of its handled messages and sends them in one statement
   // once N are held, once the oldest has waited ack_max_delay, before a receive that may wait
   // (the last one came back short) and when the worker stops. With batch = ack_every = 100 a
-  // handler that takes one message at a time costs about what receive 100 + ack does (0.7-1.4x
-  // of it, 38-96x receive 1 + ack in `txmq bench`, docs/benchmarks.md). The trade-off:
+  // handler that takes one message at a time costs about what receive 100 + ack does
+  // (docs/benchmarks.md). The trade-off:
   //  - a crash (or a connection lost at the acknowledgement) delivers up to `batch` leased and
   //    `ack_every` handled messages again: at-least-once as always, with more duplicates;
   //  - held messages stay leased until acknowledged (the worker extends their leases, one
@@ -74,6 +74,9 @@ struct WorkerCounts {
 //  - stop() lets running handlers finish and settles their messages; messages leased but not
 //    yet started are given back at once. Nothing is lost on stop.
 // The Client must outlive the Worker. The destructor stops and joins.
+// Thread safety: stop() and counts() may be called from any thread; the rest from one thread.
+// Throws: the constructors throw txmq::Error (kInvalidArgument) for options out of range; join()
+// rethrows the error that stopped the worker. A handler's exceptions never leave the worker.
 class Worker {
  public:
   Worker(Client& client, std::string topic, MessageHandler handler, WorkerOptions options = {});

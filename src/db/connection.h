@@ -1,3 +1,4 @@
+// db: the only code that sees MYSQL*: connections, the pool, DSNs, Galera clusters, SQL helpers.
 #pragma once
 
 #include <chrono>

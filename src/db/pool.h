@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "db/backoff.h"
+#include "util/backoff.h"
 #include "db/cluster.h"
 #include "db/connection.h"
 #include "db/dsn.h"

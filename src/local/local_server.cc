@@ -1,4 +1,4 @@
-// The embedded default: a private mariadbd per data folder, on a Unix socket only.
+// local: the embedded default, txmq::LocalServer: a private mariadbd per data folder, on a Unix socket only.
 #include "txmq/local.h"
 
 #include <fcntl.h>

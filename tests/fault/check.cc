@@ -12,7 +12,7 @@
 #include <unordered_set>
 
 #include "fault.h"
-#include "queue/context.h"  // partition_of_key: which server a key's sends go to
+#include "engine/partitions.h"
 
 namespace txmq::fault {
 namespace {

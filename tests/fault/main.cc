@@ -13,7 +13,7 @@
 // at the end, or the one in PATH, left running), the children given every node in one DSN, and
 // node faults instead of server kills (cluster.h).
 //
-// --shards: three private servers (DIR/server1..3), the topics spread over them (6 and 3
+// --shards: three private servers (DIR/server1..3), the topics sharded over them (6 and 3
 // partitions), server 1's database the catalog; kill -9 of one non-catalog server at a time
 // (also the catalog's with --kill-catalog), restarted 3 to 6 s later, instead of the server
 // kills (shards.h).
@@ -313,7 +313,7 @@ class Orchestrator {
   }
 
   // The shards mode: on every server the user and the application's tables; the servers
-  // recorded in server 1's catalog; the topics spread over them. The DSNs recorded in the
+  // recorded in server 1's catalog; the topics sharded over them. The DSNs recorded in the
   // catalog hold no password (they name kPasswordEnv, which the children inherit) and serve
   // every client alike, this set-up's too: the user gets DDL privileges while the library makes
   // the topics' tables on each server, and only SELECT, INSERT, UPDATE, DELETE before any child

@@ -1,5 +1,5 @@
 // The fault suite's shards mode (docs/faults.md, "On several servers"): three private MariaDB
-// servers that the harness starts itself, one topic spread over them, and kill -9 of one server
+// servers that the harness starts itself, one topic sharded over them, and kill -9 of one server
 // at a time, restarted a few seconds later. Header-only: included by main.cc alone.
 #pragma once
 
@@ -160,7 +160,7 @@ class ShardFaults {
     if (!servers_.kill9(s)) return;
     record_.faults.push_back(f);
     down_ = s;
-    // The catalog's server stays down 6 to 9 s: longer than a client keeps a placement (5 s),
+    // The catalog's server stays down 6 to 9 s: longer than a client keeps a shard map (5 s),
     // so that the clients must do without the catalog for a while.
     until_ = now + std::chrono::milliseconds((s == 1 ? 6000 : 3000) + rng_() % 3001);
     fmt::print("  server {} killed (kill -9){}; gone after {:.1f} s\n", s,

@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "fuzz.h"
-#include "queue/names.h"
+#include "catalog/names.h"
 #include "txmq/error.h"
 
 namespace {

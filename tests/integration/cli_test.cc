@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "db/dsn.h"
-#include "queue/xa.h"
+#include "xa/xa.h"
 #include "support.h"
 #include "txmq/local.h"
 

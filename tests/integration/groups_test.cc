@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "queue/names.h"
+#include "catalog/names.h"
 #include "support.h"
 
 namespace txmq {

@@ -1,4 +1,4 @@
-// A topic spread over three servers (README "Several servers"): the fixture's server is the
+// A topic sharded over three servers (README "Several servers"): the fixture's server is the
 // catalog and server s1; CTest's txmq_server fixture starts s2 and s3 too, in TXMQ_SHARD_HOMES (set
 // by tests/CMakeLists.txt; the environment variable overrides it).
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "queue/context.h"
-#include "queue/names.h"
+#include "engine/partitions.h"
+#include "catalog/names.h"
 #include "support.h"
 #include "txmq/local.h"
 
@@ -251,7 +251,7 @@ TEST(Shards, GroupsAndExactlyOnceOnEveryServer) {
   c->drop_topic(topic);
 }
 
-// More partitions for a spread topic are placed as at creation (p mod the server list), on
+// More partitions for a sharded topic are placed as at creation (p mod the server list), on
 // every member, and take messages at once; fewer are refused.
 TEST(Shards, NewPartitionsArePlacedLikeTheFirstOnes) {
   auto c = spread_client();
@@ -311,7 +311,7 @@ TEST(Shards, AMovedPartitionLosesNothingAndFencesStaleClients) {
   ASSERT_EQ(flying.size(), 1u);
   EXPECT_EQ(flying[0].id, held[0].id);
   EXPECT_EQ(flying[0].owner, "mover") << "the lease's owner, named on the target";
-  // The stale client still routes partition 1 to s2: s2 refuses, it reads the placement again.
+  // The stale client still routes partition 1 to s2: s2 refuses, it reads the shard map again.
   for (int i = 5; i < 10; ++i) ids.push_back(stale->send(topic, fmt::format("{}", i), so));
   EXPECT_EQ(stale->ack(topic, held[0].receipt), Settle::kOk) << "the lease moved with the row";
   std::vector<int> order{0};
@@ -369,7 +369,7 @@ TEST(Shards, ADownServerStopsOnlyItsPartitions) {
 }
 
 // The catalog's server holds partitions too; while it is down the client goes on with the
-// placement and DSNs it read before: the other server's partitions are sent to and claimed.
+// shard map and DSNs it read before: the other server's partitions are sent to and claimed.
 TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
   const PrivateServer catalog;
   const std::string& home = catalog.home;
@@ -387,7 +387,7 @@ TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
   ASSERT_TRUE(c->create_topic(topic, o));
   for (int i = 0; i < 20; ++i) c->send(topic, "before");
   LocalServer::stop({home});
-  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the placement cache
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the shard map cache
   std::size_t sent = 0;
   for (int i = 0; i < 20; ++i) {
     const std::uint64_t id = c->send(topic, "during");

@@ -15,7 +15,7 @@
 
 #include "db/connection.h"
 #include "db/dsn.h"
-#include "queue/xa.h"
+#include "xa/xa.h"
 #include "support.h"
 #include "txmq/local.h"
 #include "txmq/worker.h"

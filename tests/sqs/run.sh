@@ -84,7 +84,7 @@ export AWS_PAGER=""
 export AWS_MAX_ATTEMPTS=1
 export AWS_RETRY_MODE=standard
 unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_SQS AWS_CA_BUNDLE
-export TXMQ_SQS_TXMQ="$TXMQ"  # for set-ups that only the CLI makes (a spread topic)
+export TXMQ_SQS_TXMQ="$TXMQ"  # for set-ups that only the CLI makes (a sharded topic)
 export TXMQ_SQS_OTHER_KEY="AKIDTXMQOTHER"
 export TXMQ_SQS_UNKNOWN_KEY="AKIDTXMQNOBODY"
 

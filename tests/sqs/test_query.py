@@ -1017,7 +1017,7 @@ class ErrorsTest(SqsTestCase):
 
 @unittest.skipUnless(os.environ.get("TXMQ_SHARD_HOMES") and os.environ.get("TXMQ_SQS_TXMQ"),
                      "needs CTest's shard servers (TXMQ_SHARD_HOMES) and the txmq binary")
-class SpreadTopicTest(SqsTestCase):
+class ShardedTopicTest(SqsTestCase):
     """A queue whose topic is spread over three servers (README "Several servers")."""
 
     @staticmethod
@@ -1053,7 +1053,7 @@ class SpreadTopicTest(SqsTestCase):
         self.assertEqual(a["TxmqServers"], "s1,s2,s3")
         self.assertEqual(a["TxmqPartitions"], "6")
         # The topic is spread: txmq topic list shows its servers, and each server has it. Its
-        # name as server/queues.cc derives it (other tests spread topics over s1,s2,s3 too).
+        # name as server/queues.cc derives it (other tests shard topics over s1,s2,s3 too).
         name = self.name("spread")
         readable = "".join(c.lower() if c.isascii() and c.isalnum() else "_" for c in name[:30])
         topic = f"sqs_{readable}_{hashlib.sha256(name.encode()).hexdigest()[:12]}"

@@ -1,4 +1,4 @@
-#include "db/backoff.h"
+#include "util/backoff.h"
 
 #include <gtest/gtest.h>
 

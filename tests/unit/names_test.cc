@@ -1,11 +1,11 @@
-#include "queue/names.h"
+#include "catalog/names.h"
 
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "queue/context.h"
+#include "engine/partitions.h"
 #include "txmq/error.h"
 
 namespace txmq::internal {

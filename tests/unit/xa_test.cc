@@ -2,7 +2,7 @@
 // choice in every state.
 #include <gtest/gtest.h>
 
-#include "queue/xa.h"
+#include "xa/xa.h"
 
 namespace txmq::internal {
 namespace {

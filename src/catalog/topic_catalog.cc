@@ -1,0 +1,377 @@
+#include "catalog/topic_catalog.h"
+
+#include <fmt/format.h>
+
+#include "catalog/row_lock.h"
+#include "catalog/send_fences.h"
+#include "catalog/topic_tables.h"
+#include "db/sql.h"
+
+namespace txmq::internal {
+
+void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_view topic) {
+  if (error.code() == Errc::kNotFound) {
+    catalog.forget(topic);
+    throw Error(Errc::kNotFound,
+                fmt::format("topic '{}' does not exist, or a group or partition of it went while "
+                            "this was running",
+                            topic),
+                error.server_errno());
+  }
+  throw error;
+}
+
+Unit unit_of(std::string_view topic, unsigned group, unsigned partition) {
+  return Unit{std::string(topic), group, partition, topic_tables(topic, group, partition),
+              wait_channel(topic, group)};
+}
+
+const GroupEntry& TopicLayout::group(std::string_view name) const {
+  if (name.empty()) name = kDefaultGroup;
+  for (const GroupEntry& g : groups) {
+    if (g.name == name) return g;
+  }
+  check_group_name(name);
+  throw Error(Errc::kNotFound,
+              fmt::format("topic '{}' has no group '{}' (txmq group list {})", info.name, name,
+                          info.name));
+}
+
+
+namespace {
+
+
+constexpr std::string_view kSelectTopic =
+    "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
+    "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout, "
+    "dead_letter_topic, retention_us, placed FROM txmq_topics";
+
+TopicInfo topic_from_row(const Row& row) {
+  TopicInfo info;
+  info.name = row.bytes(0);
+  info.options.lease = Micros(row.i64(1));
+  info.options.max_attempts = static_cast<int>(row.i64(2));
+  info.options.max_payload_bytes = row.u64(3);
+  info.options.dedup_window = Micros(row.i64(4));
+  info.created_at = time_from_micros(row.i64(5));
+  info.options.retry.initial = Micros(row.i64(6));
+  info.options.retry.multiplier = row.f64(7);
+  info.options.retry.max = Micros(row.i64(8));
+  info.options.retry.jitter = row.f64(9);
+  info.options.partitions = static_cast<int>(row.i64(10));
+  info.options.archive = Micros(row.i64(11));
+  info.options.dead_letter_topic = row.null(13) ? "" : row.bytes(13);
+  info.options.retention = Micros(row.i64(14));
+  return info;
+}
+
+void check_options(const TopicOptions& o) {
+  if (o.lease < std::chrono::milliseconds(1) || o.lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
+  }
+  if (o.max_attempts < 0 || o.max_attempts > 1000) {
+    throw Error(Errc::kInvalidArgument, "max attempts must be from 1 to 1000, or 0 for never");
+  }
+  if (o.max_payload_bytes < 1 || o.max_payload_bytes > (64u << 20)) {
+    throw Error(Errc::kInvalidArgument, "max payload must be from 1 byte to 64 MiB");
+  }
+  if (o.dedup_window < std::chrono::seconds(1) || o.dedup_window > std::chrono::hours(24 * 30)) {
+    throw Error(Errc::kInvalidArgument, "dedup window must be from 1 second to 30 days");
+  }
+  const RetryPolicy& r = o.retry;
+  if (r.initial < Micros{0} || r.initial > std::chrono::hours(24)) {
+    throw Error(Errc::kInvalidArgument, "retry initial delay must be from 0 to 1 day");
+  }
+  if (r.max < r.initial || r.max > std::chrono::hours(24)) {
+    throw Error(Errc::kInvalidArgument,
+                "retry max delay must be from the initial delay to 1 day");
+  }
+  if (!(r.multiplier >= 1.0 && r.multiplier <= 10.0)) {
+    throw Error(Errc::kInvalidArgument, "retry multiplier must be from 1 to 10");
+  }
+  if (!(r.jitter >= 0.0 && r.jitter <= 1.0)) {
+    throw Error(Errc::kInvalidArgument, "retry jitter must be from 0 to 1");
+  }
+  if (o.partitions < 1 || o.partitions > kMaxPartitions) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("partitions must be from 1 to {}", kMaxPartitions));
+  }
+  if (o.archive < Micros{0} || o.archive > std::chrono::hours(24 * 3660)) {
+    throw Error(Errc::kInvalidArgument, "archive retention must be from 0 to 3660 days");
+  }
+  if (o.retention < Micros{0} || o.retention > std::chrono::hours(24 * 3660)) {
+    throw Error(Errc::kInvalidArgument, "retention must be from 0 to 3660 days");
+  }
+  if (!o.dead_letter_topic.empty()) check_topic_name(o.dead_letter_topic);
+}
+
+std::vector<Param> option_params(const TopicOptions& options) {
+  return {static_cast<std::int64_t>(options.lease.count()),
+          static_cast<std::int64_t>(options.max_attempts),
+          static_cast<std::uint64_t>(options.max_payload_bytes),
+          static_cast<std::int64_t>(options.dedup_window.count()),
+          static_cast<std::int64_t>(options.retry.initial.count()),
+          options.retry.multiplier,
+          static_cast<std::int64_t>(options.retry.max.count()),
+          options.retry.jitter,
+          static_cast<std::int64_t>(options.archive.count()),
+          options.dead_letter_topic.empty() ? Param(nullptr)
+                                            : Param(std::string_view(options.dead_letter_topic)),
+          static_cast<std::int64_t>(options.retention.count())};
+}
+
+// One queue's tables (a group's partition). Every statement is IF NOT EXISTS: DDL commits by
+// itself, so a create that was cut short is finished by the next one, and migrations can run it
+// over existing topics. Partition p's ids start at p << 48 (names.h).
+
+}  // namespace
+
+std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view name) {
+  // The version first: a group changed between the two reads then shows as a stale version,
+  // which a send's check catches, never as a current version with old groups.
+  Result r = c.execute(fmt::format("{} WHERE name = ?", kSelectTopic), {name});
+  if (r.rows.empty()) return std::nullopt;
+  TopicLayout layout;
+  layout.info = topic_from_row(r.rows[0]);
+  layout.version = r.rows[0].u64(12);
+  layout.placed = r.rows[0].null(15) ? kAllPartitions : r.rows[0].u64(15);
+  Result g = c.execute(fmt::format("SELECT name, number, {} FROM txmq_groups WHERE topic = ? "
+                                   "ORDER BY number",
+                                   micros_of("created_at")),
+                       {name});
+  for (const Row& row : g.rows) {
+    layout.groups.push_back(
+        {row.bytes(0), static_cast<unsigned>(row.u64(1)), time_from_micros(row.i64(2))});
+  }
+  if (layout.groups.empty()) return std::nullopt;  // being created or dropped
+  return layout;
+}
+
+TopicLayout TopicCatalog::reload(Connection& c, std::string_view name) {
+  check_topic_name(name);
+  std::optional<TopicLayout> layout = load(c, name);
+  if (!layout) {
+    forget(name);
+    throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+  }
+  std::lock_guard lock(mutex_);
+  cache_[std::string(name)] = Cached{*layout, std::chrono::steady_clock::now()};
+  return *layout;
+}
+
+std::optional<TopicLayout> TopicCatalog::cached(std::string_view name) {
+  check_topic_name(name);
+  std::lock_guard lock(mutex_);
+  auto it = cache_.find(std::string(name));
+  if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
+    return it->second.layout;
+  }
+  return std::nullopt;
+}
+
+TopicLayout TopicCatalog::layout(std::string_view name) {
+  if (std::optional<TopicLayout> known = cached(name)) return std::move(*known);
+  return pool_.run(OnLostConnection::kRetry,
+                   [&](Connection& c, const Attempt&) { return reload(c, name); });
+}
+
+TopicLayout TopicCatalog::layout(std::string_view name, Connection& c) {
+  if (std::optional<TopicLayout> known = cached(name)) return std::move(*known);
+  return reload(c, name);
+}
+
+void TopicCatalog::forget(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  cache_.erase(std::string(name));
+}
+
+void TopicCatalog::no_send_fences(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = cache_.find(std::string(name));
+  if (it != cache_.end()) it->second.layout.send_fences = false;
+}
+
+bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
+                          std::uint64_t placed) {
+  check_options(options);
+  check_dead_letter_topic(name, options);
+  check_topic_name(name);
+  bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
+    for (int p = 0; p < options.partitions; ++p) {
+      const auto partition = static_cast<unsigned>(p);
+      create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition));
+    }
+    create_shared_tables(c, topic_tables(name));
+    std::vector<Param> params = option_params(options);
+    params.insert(params.begin(), name);
+    params.push_back(static_cast<std::int64_t>(options.partitions));
+    params.push_back(placed == kAllPartitions ? Param(nullptr) : Param(placed));
+    c.begin();
+    Result r = c.execute(
+        "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
+        "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
+        "archive_us, dead_letter_topic, retention_us, partitions, placed, created_at) VALUES (?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        params);
+    if (r.affected_rows == 1) {
+      c.execute("INSERT IGNORE INTO txmq_groups (topic, name, number, created_at) "
+                "VALUES (?, ?, 0, NOW(6))",
+                {name, kDefaultGroup});
+    }
+    c.commit();
+    return r.affected_rows == 1;
+  });
+  forget(name);
+  if (created) {
+    pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      LayoutLock held(c, name);
+      if (held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    });
+    return true;
+  }
+  const TopicOptions existing = get(name).options;
+  if (existing != options) {
+    throw Error(Errc::kAlreadyExists,
+                fmt::format("topic '{}' exists with other settings (lease {} ms, max attempts {}, "
+                            "max payload {} bytes, dedup window {} s, retry {} ms x{} up to {} ms "
+                            "with {} jitter, {} partitions, archive {} s); change them with "
+                            "update_topic (txmq topic set)",
+                            name, existing.lease.count() / 1000, existing.max_attempts,
+                            existing.max_payload_bytes, existing.dedup_window.count() / 1000000,
+                            existing.retry.initial.count() / 1000, existing.retry.multiplier,
+                            existing.retry.max.count() / 1000, existing.retry.jitter,
+                            existing.partitions, existing.archive.count() / 1000000));
+  }
+  return false;
+}
+
+void TopicCatalog::check_dead_letter_topic(std::string_view name, const TopicOptions& options) {
+  if (options.dead_letter_topic.empty()) return;
+  if (options.dead_letter_topic == name) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("topic '{}' cannot be its own dead-letter topic", name));
+  }
+  get(options.dead_letter_topic);  // kNotFound naming it
+}
+
+void TopicCatalog::drop(std::string_view name) {
+  check_topic_name(name);
+  Result sources = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute("SELECT name FROM txmq_topics WHERE dead_letter_topic = ? ORDER BY name", {name});
+  });
+  if (!sources.rows.empty()) {
+    throw Error(Errc::kFailedPrecondition,
+                fmt::format("topic '{}' is the dead-letter topic of '{}': change that topic's "
+                            "dead-letter topic first",
+                            name, sources.rows[0].bytes(0)));
+  }
+  bool existed = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    std::optional<TopicLayout> layout = load(c, name);
+    if (layout) drop_send_fences(c, *layout, [&] { return held.renew(); });
+    c.begin();
+    Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
+    c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
+    c.commit();
+    if (!layout) return r.affected_rows == 1;
+    for (const GroupEntry& g : layout->groups) {
+      c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, g.number)});
+      for (unsigned p = 0; p < layout->partitions(); ++p) {
+        const TopicTables t = topic_tables(name, g.number, p);
+        c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys,
+                            t.parked));
+      }
+    }
+    const TopicTables t = topic_tables(name);
+    c.query(fmt::format("DROP TABLE IF EXISTS {}, {}", t.dedup, t.archive));
+    c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
+    return r.affected_rows == 1;
+  });
+  forget(name);
+  if (!existed) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+}
+
+void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
+  check_topic_name(name);
+  const Param mask = placed == kAllPartitions ? Param(nullptr) : Param(placed);
+  pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    // The fences of partitions that leave first (all of them: simpler, and rare).
+    const std::optional<TopicLayout> before = load(c, name);
+    const bool moves = before && before->placed != placed;
+    if (moves) drop_send_fences(c, *before, [&] { return held.renew(); });
+    Result r = c.execute(
+        "UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
+        "(placed <=> ?)",
+        {mask, name, mask});
+    if (r.affected_rows == 0 &&
+        c.execute("SELECT 1 FROM txmq_topics WHERE name = ?", {name}).rows.empty()) {
+      throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+    }
+    if (moves && held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+  });
+  forget(name);
+}
+
+void TopicCatalog::update(std::string_view name, const TopicOptions& options,
+                          std::optional<std::uint64_t> placed) {
+  check_options(options);
+  check_dead_letter_topic(name, options);
+  check_topic_name(name);
+  // The partition count twice: whether it changed (the layout version moves), and its value.
+  std::vector<Param> params = option_params(options);
+  params.push_back(static_cast<std::int64_t>(options.partitions));
+  params.push_back(static_cast<std::int64_t>(options.partitions));
+  params.push_back(name);
+  pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    std::optional<TopicLayout> layout = load(c, name);
+    if (!layout) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+    const int had = layout->info.options.partitions;
+    if (options.partitions < had) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' has {} partitions: partitions can be raised, not "
+                              "lowered",
+                              name, had));
+    }
+    const bool moves = placed && *placed != layout->placed;
+    if (moves) drop_send_fences(c, *layout, [&] { return held.renew(); });
+    // New partitions get their tables in every group before sends may use them.
+    for (int p = had; p < options.partitions; ++p) {
+      const auto partition = static_cast<unsigned>(p);
+      for (const GroupEntry& g : layout->groups) {
+        create_queue_tables(c, topic_tables(name, g.number, partition), first_id_of(partition));
+      }
+    }
+    c.execute(
+        "UPDATE txmq_topics SET lease_us = ?, max_attempts = ?, max_payload_bytes = ?, "
+        "dedup_window_us = ?, retry_initial_us = ?, retry_multiplier = ?, retry_max_us = ?, "
+        "retry_jitter = ?, archive_us = ?, dead_letter_topic = ?, retention_us = ?, "
+        "layout = layout + IF(partitions = ?, 0, 1), "
+        "partitions = ? WHERE name = ?",
+        params);
+    if (placed) {
+      const Param mask = *placed == kAllPartitions ? Param(nullptr) : Param(*placed);
+      c.execute("UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "
+                "(placed <=> ?)",
+                {mask, name, mask});
+    }
+    if ((moves || options.partitions > had) && held.renew()) {
+      add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    }
+  });
+  forget(name);
+}
+
+std::vector<TopicInfo> TopicCatalog::list() {
+  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute(fmt::format("{} ORDER BY name", kSelectTopic), {});
+  });
+  std::vector<TopicInfo> topics;
+  for (const Row& row : r.rows) topics.push_back(topic_from_row(row));
+  return topics;
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,126 @@
+// catalog: the schema and what it records of topics: settings, groups, partitions, migrations,
+// send fences and the locks on catalog rows that serialise changes between clients.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "catalog/names.h"
+#include "db/pool.h"
+#include "txmq/error.h"
+#include "txmq/types.h"
+
+namespace txmq::internal {
+
+constexpr int kSchemaVersion = 12;
+constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
+
+// A topic's group, by the number its tables carry.
+struct GroupEntry {
+  std::string name;
+  unsigned number = 0;
+  Clock::time_point created_at;
+};
+
+// A topic's settings, groups and partitions. `version` changes with every change of groups or
+// partitions; sends check it inside their statement or transaction (send.cc), so that no send
+// misses a group created since this copy was read.
+// Whether a shard map mask (TopicLayout::placed, txmq_topics.placed) holds `partition`.
+inline bool placed_in(std::uint64_t placed, unsigned partition) {
+  return partition < 64 && ((placed >> partition) & 1) != 0;
+}
+
+struct TopicLayout {
+  TopicInfo info;
+  std::vector<GroupEntry> groups;  // by number; never empty
+  std::uint64_t version = 0;
+  // The partitions that live on this server, one bit each: all of them unless the topic is
+  // sharded over several servers (shard_map.h), where each server holds some.
+  std::uint64_t placed = ~std::uint64_t{0};
+  // Whether single sends try the topic's send fences first (the catalog, "Send fences"): false
+  // in the cached copy once a send found them missing, until the layout is read again.
+  bool send_fences = true;
+
+  bool is_placed(unsigned partition) const { return placed_in(placed, partition); }
+  // Throws kNotFound naming the topic. Empty: the default group.
+  const GroupEntry& group(std::string_view name) const;
+  // The group whose queue tables allocate the ids (the lowest number); the others get copies.
+  const GroupEntry& allocator() const { return groups.front(); }
+  unsigned partitions() const { return static_cast<unsigned>(info.options.partitions); }
+};
+
+// Topic settings, cached for a few seconds so that sends do not read the catalog each time.
+class TopicCatalog {
+ public:
+  explicit TopicCatalog(Pool& pool) : pool_(pool) {}
+
+  // Creates txmq_schema and txmq_topics when missing; refuses a newer schema version.
+  void bootstrap();
+  // Throws kNotFound when the topic does not exist, kInvalidArgument for a bad name.
+  TopicInfo get(std::string_view name) { return layout(name).info; }
+  TopicLayout layout(std::string_view name);
+  // The same, read through c when not cached: for a caller that holds a connection of the pool
+  // (a transaction), which must not wait for a second one (a pool of one would wait forever).
+  TopicLayout layout(std::string_view name, Connection& c);
+  // Reads the layout through c (inside the caller's transaction) and caches it.
+  TopicLayout reload(Connection& c, std::string_view name);
+  // `placed`: the partitions that live on this server (a sharded topic's member, shard_map.h).
+  bool create(std::string_view name, const TopicOptions& options,
+              std::uint64_t placed = ~std::uint64_t{0});
+  void update(std::string_view name, const TopicOptions& options,
+              std::optional<std::uint64_t> placed = std::nullopt);
+  // Changes which partitions live on this server, fenced against sends in progress (they hold
+  // the topic row's shared lock) and bumping the layout version, which sends check: a send that
+  // read the old shard map reads it again.
+  void set_placed(std::string_view name, std::uint64_t placed);
+  void drop(std::string_view name);
+  std::vector<TopicInfo> list();
+  void forget(std::string_view name);
+  // A send found the topic's send fences missing: the cached layout says so (send_fences false)
+  // until it is read again, so that the next sends go straight to the checked statement.
+  void no_send_fences(std::string_view name);
+
+  // Consumer groups (the catalog). create_group returns false when the group existed.
+  bool create_group(std::string_view topic, std::string_view group, GroupStart start);
+  void drop_group(std::string_view topic, std::string_view group);
+
+ private:
+  // A dead-letter topic must exist and not be the topic itself.
+  void check_dead_letter_topic(std::string_view name, const TopicOptions& options);
+  // The layout when cached and fresh.
+  std::optional<TopicLayout> cached(std::string_view name);
+
+  static constexpr auto kCacheFor = std::chrono::seconds(5);
+  struct Cached {
+    TopicLayout layout;
+    std::chrono::steady_clock::time_point fetched;
+  };
+  std::optional<TopicLayout> load(Connection& c, std::string_view name);
+
+  Pool& pool_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Cached> cache_;
+};
+
+// One queue: a group's partition of a topic, with its own tables.
+struct Unit {
+  std::string topic;
+  unsigned group = 0;
+  unsigned partition = 0;
+  TopicTables tables;
+  std::string channel;  // where the group's waiting consumers register
+};
+Unit unit_of(std::string_view topic, unsigned group, unsigned partition);
+
+// Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
+// naming the topic, after forgetting the topic's cached settings.
+[[noreturn]] void rethrow_for_topic(TopicCatalog& catalog, const Error& error,
+                                    std::string_view topic);
+
+}  // namespace txmq::internal

@@ -1,0 +1,90 @@
+#include "catalog/topic_tables.h"
+
+#include <fmt/format.h>
+
+#include "db/sql.h"
+
+namespace txmq::internal {
+
+void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id) {
+  // The claim walks the primary key in id order and filters on visible_at: no secondary index
+  // (one on visible_at cost 60% of the drain rate, bench/). The lease columns are fixed-width
+  // and NOT NULL so that a claim rewrites the row in place (+40% drain rate at batch 100).
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+                  " visible_at DATETIME(6) NOT NULL,"
+                  " attempts INT UNSIGNED NOT NULL DEFAULT 0,"
+                  " lease_token BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                  " owner_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+                  " enqueued_at DATETIME(6) NOT NULL,"
+                  " msg_key VARBINARY(255) NULL,"
+                  " payload LONGBLOB NOT NULL,"
+                  " attributes LONGBLOB NULL,"
+                  " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
+                  " PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
+                  t.queue, first_id));
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+                  " attempts INT UNSIGNED NOT NULL,"
+                  " last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
+                  " enqueued_at DATETIME(6) NOT NULL,"
+                  " died_at DATETIME(6) NOT NULL,"
+                  " msg_key VARBINARY(255) NULL,"
+                  " payload LONGBLOB NOT NULL,"
+                  " attributes LONGBLOB NULL) ENGINE=InnoDB",
+                  t.dead));
+  // Keyed FIFO (keys.cc): one row per key with messages not yet finished, and the messages that
+  // wait behind their key's current one, in the order they were parked (which is the order
+  // their sends committed: parking happens under the key row's lock).
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " msg_key VARBINARY(255) NOT NULL PRIMARY KEY,"
+                  " heads BIGINT UNSIGNED NOT NULL,"
+                  " parked BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+                  t.keys));
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " msg_key VARBINARY(255) NOT NULL,"
+                  " park_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+                  " id BIGINT UNSIGNED NOT NULL,"
+                  " visible_at DATETIME(6) NOT NULL,"
+                  " enqueued_at DATETIME(6) NOT NULL,"
+                  " payload LONGBLOB NOT NULL,"
+                  " attributes LONGBLOB NULL,"
+                  " PRIMARY KEY (msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
+                  t.parked));
+}
+
+// The tables a topic has once, whatever its groups and partitions.
+void create_shared_tables(Connection& c, const TopicTables& t) {
+  // One row per deduplication key still in its window (dedup.cc). The expiry index lets the
+  // purge of old keys read only what it deletes.
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " dedup_key VARBINARY(255) NOT NULL PRIMARY KEY,"
+                  " message_id BIGINT UNSIGNED NOT NULL,"
+                  " expires_at DATETIME(6) NOT NULL,"
+                  " KEY (expires_at)) ENGINE=InnoDB",
+                  t.dedup));
+  // Acknowledged messages, when the topic keeps them (settle.cc); the acked_at index lets the
+  // purge read only what it deletes.
+  c.query(
+      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
+                  " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+                  " enqueued_at DATETIME(6) NOT NULL,"
+                  " acked_at DATETIME(6) NOT NULL,"
+                  " msg_key VARBINARY(255) NULL,"
+                  " payload LONGBLOB NOT NULL,"
+                  " attributes LONGBLOB NULL,"
+                  " KEY (acked_at)) ENGINE=InnoDB",
+                  t.archive));
+}
+
+void create_topic_tables(Connection& c, const TopicTables& t) {
+  create_queue_tables(c, t, 1);
+  create_shared_tables(c, t);
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,18 @@
+// The tables of a topic's groups and partitions (docs/schema.md specifies them).
+#pragma once
+
+#include <cstdint>
+
+#include "catalog/names.h"
+#include "db/connection.h"
+
+namespace txmq::internal {
+
+// A group's partition's queue, dead-letter and parked tables, its ids starting at first_id.
+void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id);
+// The tables a topic's groups share (its keys' dedup and archive tables).
+void create_shared_tables(Connection& c, const TopicTables& t);
+// Both, for a topic's first group and partition.
+void create_topic_tables(Connection& c, const TopicTables& t);
+
+}  // namespace txmq::internal

@@ -1,0 +1,313 @@
+#include "engine/claim.h"
+
+#include <fmt/format.h>
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <thread>
+
+#include "engine/attributes.h"
+#include "catalog/topic_catalog.h"
+#include "db/sql.h"
+#include "engine/announce.h"
+#include "engine/inspect.h"
+#include "engine/queue_context.h"
+#include "engine/retry.h"
+#include "engine/settle.h"
+
+namespace txmq::internal {
+namespace {
+
+// 64 random bits from the kernel's cryptographic generator: a lease token is the secret half of
+// a receipt, so it must not be guessable from the tokens a consumer saw before (a Mersenne
+// Twister's output is, from 312 of them). One call per claim, not buffered: a buffer would be
+// copied into a forked child, which would then hand out its parent's tokens.
+std::uint64_t secure_random() {
+  std::uint64_t value = 0;
+  auto* bytes = reinterpret_cast<char*>(&value);
+  std::size_t filled = 0;
+  while (filled < sizeof(value)) {
+    const ssize_t got = getrandom(bytes + filled, sizeof(value) - filled, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(Errc::kInternal, "getrandom failed: no secure lease token");
+    filled += static_cast<std::size_t>(got);
+  }
+  return value;
+}
+
+// A random token without the keyed bit (claim_once sets it for keyed messages).
+std::uint64_t new_lease_token() {
+  std::uint64_t token = 0;
+  while (token == 0) token = secure_random() & ~kKeyedTokenBit;
+  return token;
+}
+
+}  // namespace
+
+Message message_from_row(Row& row) {
+  Message m;
+  m.id = row.u64(0);
+  m.attempt = static_cast<int>(row.i64(1)) + 1;
+  m.enqueued_at = time_from_micros(row.i64(2));
+  m.key = row.opt_bytes(4);
+  m.payload = row.take_bytes(5);
+  if (!row.null(6)) m.attributes = decode_attributes(row.bytes(6), &m.dead_lettered_from);
+  // A first delivery is this claim's (whose statement stamps it); NOW(6) is column 3.
+  m.first_received_at = time_from_micros(m.attempt == 1 ? row.i64(3) : row.i64(7));
+  return m;
+}
+
+namespace {
+
+// One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
+// scan hint on (skipping rows other claimers hold), moves those past max_attempts to the
+// dead-letter table and stamps the rest with a fresh lease token, owner, attempts+1 and the time
+// peers may take it again: the lease's end plus the retry delay for this attempt, so that a
+// lease that runs out is retried with the topic's backoff.
+struct ClaimResult {
+  std::vector<Message> messages;
+  std::size_t dead_lettered = 0;  // and deleted past the topic's retention
+  std::size_t dead_letters = 0;    // of them, dead-lettered
+  std::size_t lease_expiries = 0;  // of the messages: their last lease ended unsettled
+  std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
+};
+
+ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit, int max_messages,
+                       Micros lease) {
+  const TopicTables& t = unit.tables;
+  const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
+  try {
+    return q.pool.run(
+        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          ClaimResult result;
+          c.begin();
+          Result r = select_claimable(q, c, t, max_messages);
+          if (r.rows.empty()) {
+            c.commit();
+            return result;
+          }
+          const std::int64_t now_us = r.rows[0].i64(3);
+          std::vector<Param> dead_ids;
+          std::vector<Param> expired_ids;
+          std::vector<Row*> live;
+          const std::int64_t retention_us = topic.options.retention.count();
+          for (Row& row : r.rows) {
+            if (retention_us > 0 && now_us - row.i64(2) > retention_us) {
+              expired_ids.push_back(row.u64(0));  // kept longer than the topic keeps messages
+            } else if (past_max_attempts(topic.options, row.i64(1))) {
+              dead_ids.push_back(row.u64(0));
+            } else {
+              live.push_back(&row);
+            }
+          }
+          result.dead_lettered = dead_ids.size() + expired_ids.size();
+          result.dead_letters = dead_ids.size();
+          if (!dead_ids.empty()) result.promoted = move_to_dead_letters(q, c, topic, t, std::move(dead_ids));
+          if (!expired_ids.empty()) {
+            // Kept longer than the topic keeps messages: deleted, their keys moved on.
+            std::vector<std::uint64_t> moved_in = delete_finished(c, t, std::move(expired_ids));
+            result.promoted.insert(result.promoted.end(), moved_in.begin(), moved_in.end());
+          }
+          if (live.empty()) {
+            c.commit();
+            return result;
+          }
+          const std::uint64_t token = new_lease_token();
+          const std::uint64_t keyed_token = token | kKeyedTokenBit;
+          std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+          bind_retry_delay(params, topic.options.retry);
+          // A first delivery's time is the claim's NOW(6), the one its receiver is told.
+          params.insert(params.end(), {now_us, token, keyed_token, owner_id});
+          const std::size_t first_id = params.size();
+          for (const Row* row : live) params.push_back(row->u64(0));
+          std::size_t n = in_list_size(live.size());
+          pad_ids(params, first_id, n);
+          // visible_at first: it reads attempts before the increment (assignments run in order).
+          c.execute(
+              fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
+                          "first_claimed_at = IF(attempts = 0, TIMESTAMP'1970-01-01 00:00:00' + "
+                          "INTERVAL ? MICROSECOND, first_claimed_at), "
+                          "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
+                          "owner_id = ? WHERE id IN {}",
+                          t.queue, retry_delay_sql("attempts"), placeholders(n)),
+              params);
+          c.commit();
+          result.messages.reserve(live.size());
+          for (Row* row : live) {
+            if (row->i64(8) != 0) ++result.lease_expiries;
+            Message m = message_from_row(*row);
+            m.receipt = Receipt{m.id, m.key ? keyed_token : token, unit.group}.str();
+            // The expiry is counted from the claim's first statement: never later than the
+            // server's.
+            m.lease_expires_at = time_from_micros(now_us + lease.count());
+            result.messages.push_back(std::move(m));
+          }
+          return result;
+        });
+  } catch (const Error& e) {
+    // Not the caller's concern: a claim that did commit leased messages no one received, and
+    // they are delivered again when the lease ends. Trying again is safe.
+    if (e.code() != Errc::kCommitUnknown) throw;
+    throw Error(Errc::kUnavailable,
+                fmt::format("the connection broke while a claim committed (messages it may have "
+                            "leased are delivered again when their lease ends): {}",
+                            e.what()),
+                e.server_errno());
+  }
+}
+
+}  // namespace
+
+Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages) {
+  const std::string& hint_key = t.queue;  // scan hints are per queue table
+  // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
+  // are taken; a plan that sorted a range first would lock every row it sorted.
+  const std::string sql = fmt::format(
+      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0 FROM {} "
+      "FORCE INDEX "
+      "(PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP "
+      "LOCKED",
+      micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
+  ScanHints::Start start = q.hints.start(hint_key);
+  const auto limit = static_cast<std::int64_t>(max_messages);
+  Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
+  if (r.rows.empty() && !start.sweep) {
+    start.sweep = true;
+    r = c.execute(sql, {std::uint64_t{0}, limit});
+  }
+  q.hints.claimed(hint_key, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
+  return r;
+}
+
+std::uint64_t ConsumerRegistration::id(Pool& pool, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (id_ != 0 && now - registered_ < std::chrono::hours(24)) return id_;
+  id_ = pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // One row per consumer name; the same name gets its id back (LAST_INSERT_ID(id)).
+    Result r = c.execute(
+        "INSERT INTO txmq_consumers (name, seen_at) VALUES (?, NOW(6)) "
+        "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), seen_at = NOW(6)",
+        {std::string_view(name)});
+    // Names unseen for 30 days (old pids) go, a bounded number at a time.
+    c.execute("DELETE FROM txmq_consumers WHERE seen_at < NOW(6) - INTERVAL 30 DAY LIMIT 100", {});
+    return r.insert_id;
+  });
+  registered_ = now;
+  return id_;
+}
+
+ScanHints::Start ScanHints::start(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  auto it = hints_.find(std::string(topic));
+  if (it == hints_.end()) return {};
+  if (std::chrono::steady_clock::now() - it->second.swept_at >= kSweepEvery) return {};
+  return {it->second.next_id, false};
+}
+
+void ScanHints::claimed(std::string_view topic, bool swept, std::uint64_t max_id) {
+  std::lock_guard lock(mutex_);
+  Hint& h = hints_[std::string(topic)];
+  if (swept) {
+    // A sweep saw the whole topic: its last id is where the next claim may start (the topic may
+    // even have been dropped and created again, with ids from 1).
+    h.swept_at = std::chrono::steady_clock::now();
+    if (max_id != 0) h.next_id = max_id + 1;
+  } else {
+    h.next_id = std::max(h.next_id, max_id + 1);
+  }
+}
+
+void ScanHints::lower(std::string_view topic, std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = hints_.find(std::string(topic));
+  if (it != hints_.end()) it->second.next_id = std::min(it->second.next_id, id);
+}
+
+void ScanHints::forget(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  hints_.erase(std::string(topic));
+}
+
+void check_claim_options(int max_messages, Micros wait) {
+  if (max_messages < 1 || max_messages > kMaxReceive) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("max messages must be from 1 to {}", kMaxReceive));
+  }
+  if (wait < Micros{0} || wait > std::chrono::hours(1)) {
+    throw Error(Errc::kInvalidArgument, "wait must be from 0 to 1 hour");
+  }
+}
+
+std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
+                              const std::vector<int>& only) {
+  std::vector<Unit> units;
+  // Partitions placed on other servers (a sharded topic, shard_map.h) are not walked here.
+  if (only.empty()) {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      if (layout.is_placed(p)) units.push_back(unit_of(layout.info.name, group.number, p));
+    }
+    return units;
+  }
+  for (int p : only) {
+    if (p < 0 || p >= layout.info.options.partitions) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}",
+                              layout.info.name, layout.info.options.partitions - 1, p));
+    }
+    if (!layout.is_placed(static_cast<unsigned>(p))) continue;
+    units.push_back(unit_of(layout.info.name, group.number, static_cast<unsigned>(p)));
+  }
+  return units;
+}
+
+std::vector<std::string> queue_tables_of(const std::vector<Unit>& units) {
+  std::vector<std::string> tables;
+  for (const Unit& u : units) tables.push_back(u.tables.queue);
+  return tables;
+}
+
+std::vector<Message> receive(QueueContext& q, std::string_view topic,
+                             const ReceiveOptions& options) {
+  check_claim_options(options.max_messages, options.wait);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const GroupEntry& group = layout.group(options.group);
+  Micros lease = options.lease.value_or(info.options.lease);
+  if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
+  }
+  const std::vector<Unit> units = claim_units(layout, group, options.partitions);
+  if (units.empty()) return {};  // none of them on this server
+  const auto wanted = static_cast<std::size_t>(options.max_messages);
+  std::vector<Message> messages;
+  claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
+    // Partitions in turn, from a different one each time, until the batch is full.
+    const std::size_t first = q.turn.fetch_add(1) % units.size();
+    std::size_t dead_lettered = 0;
+    for (std::size_t i = 0; i < units.size() && messages.size() < wanted; ++i) {
+      const Unit& unit = units[(first + i) % units.size()];
+      const auto start = std::chrono::steady_clock::now();
+      ClaimResult claimed = on_topic(q, topic, [&] {
+        return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease);
+      });
+      q.metrics.count(topic, group.name, Counter::kDeadLettered, claimed.dead_letters);
+      if (!claimed.messages.empty()) {
+        q.metrics.observe(topic, group.name, Histogram::kClaim,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                              .count());
+        q.metrics.count(topic, group.name, Counter::kReceived, claimed.messages.size());
+        q.metrics.count(topic, group.name, Counter::kLeaseExpired, claimed.lease_expiries);
+      }
+      made_claimable(q, unit, claimed.promoted);
+      dead_lettered += claimed.dead_lettered;
+      for (Message& m : claimed.messages) messages.push_back(std::move(m));
+    }
+    if (!messages.empty()) return messages.size() == wanted ? ClaimTry::kGotAll : ClaimTry::kGot;
+    return dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
+  });
+  return messages;
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,67 @@
+// Claiming messages under a lease: which rows, from which queues, waiting for them.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/queue_context.h"
+
+namespace txmq::internal {
+
+// Locks up to max_messages claimable rows (FOR UPDATE SKIP LOCKED, in the transaction open on
+// c) from the client's scan hint, sweeping from the lowest id when nothing is past it. Columns:
+// id, attempts, enqueued_at and NOW(6) as microseconds, msg_key, payload.
+Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages);
+// The queues a claim of `group` walks: all partitions, or the ones given (checked).
+std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
+                              const std::vector<int>& only);
+std::vector<std::string> queue_tables_of(const std::vector<Unit>& units);
+// The fields of a message from a select_claimable row (not the receipt or lease expiry).
+Message message_from_row(Row& row);
+
+// Refuses a max_messages or wait that receive and process do not take.
+void check_claim_options(int max_messages, Micros wait);
+
+// What one try at claiming came to.
+enum class ClaimTry {
+  kGot,       // done: something was claimed
+  kGotAll,    // done: as many as asked for were claimed, so more may be there
+  kAgainNow,  // nothing for the caller, but try again at once (only dead letters were in front)
+  kEmpty,     // nothing claimable
+};
+// Calls try_once() until it claims something or `wait` has passed, waiting on the topic's
+// waiter between tries (waiters.cc): woken at once by announced sends, at the latest within a
+// second for anything else. Returns whether it got something.
+template <typename Try>
+bool claim_within(QueueContext& q, std::string_view channel, const std::vector<std::string>& tables,
+                  Micros wait, Try&& try_once) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::shared_ptr<TopicWaiter> waiter;
+  if (wait > Micros{0}) waiter = q.waiters.enter(channel, tables);
+  struct Leave {
+    std::shared_ptr<TopicWaiter>& waiter;
+    ~Leave() {
+      if (waiter) waiter->leave();
+    }
+  } leave{waiter};
+  bool claim = !waiter || waiter->worth_claiming();
+  for (;;) {
+    if (claim) {
+      const ClaimTry outcome = try_once();
+      if (outcome == ClaimTry::kGotAll && waiter) waiter->notify(1);  // pass it on
+      if (outcome == ClaimTry::kGot || outcome == ClaimTry::kGotAll) return true;
+      if (outcome == ClaimTry::kAgainNow) continue;
+    }
+    if (!waiter || std::chrono::steady_clock::now() >= deadline) return false;
+    claim = waiter->await(deadline);
+    if (!claim) return false;
+  }
+}
+
+std::vector<Message> receive(QueueContext& q, std::string_view topic,
+                             const ReceiveOptions& options);
+
+}  // namespace txmq::internal

@@ -1,0 +1,103 @@
+// Purging a group's messages (SQS's PurgeQueue) and forgetting a topic's dedup keys.
+#include "engine/purge.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "catalog/topic_catalog.h"
+#include "catalog/keys.h"
+#include "engine/queue_context.h"
+
+namespace txmq::internal {
+namespace {
+
+// Rows per DELETE: each statement is its own short transaction, so that purging millions of
+// messages never holds one huge transaction (nor its undo log).
+constexpr int kPurgeChunk = 1000;
+
+std::uint64_t delete_all(QueueContext& q, const std::string& table) {
+  std::uint64_t total = 0;
+  for (;;) {
+    const std::uint64_t n = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      return c.execute(fmt::format("DELETE FROM {} LIMIT {}", table, kPurgeChunk), {}).affected_rows;
+    });
+    total += n;
+    if (n < static_cast<std::uint64_t>(kPurgeChunk)) return total;
+  }
+}
+
+// Purges one queue (a group's partition) of what it held when the purge began: parked keyed
+// messages first (their keys' counts go down with them), then the queue's rows, whose keys
+// move on as after an acknowledgement (finish_keyed), so that a keyed message sent meanwhile is
+// never left waiting behind a key that was purged. Each chunk is its own short transaction.
+std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
+  const Result bounds = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // MAX alone, not COALESCE(MAX, 0): that would come back as a DECIMAL.
+    return c.execute(fmt::format("SELECT (SELECT MAX(id) FROM {}), (SELECT MAX(park_id) FROM {})",
+                                 t.queue, t.parked),
+                     {});
+  });
+  const Row& highest = bounds.rows.at(0);
+  const std::uint64_t last_id = highest.null(0) ? 0 : highest.u64(0);
+  const std::uint64_t last_park_id = highest.null(1) ? 0 : highest.u64(1);
+  std::uint64_t total = 0;
+  for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
+    n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+      c.begin();
+      Result r = c.execute(fmt::format("DELETE FROM {} WHERE park_id <= ? ORDER BY park_id LIMIT "
+                                       "{} RETURNING msg_key",
+                                       t.parked, kPurgeChunk),
+                           {last_park_id});
+      std::map<std::string, std::int64_t> per_key;
+      for (const Row& row : r.rows) per_key[row.bytes(0)]++;
+      for (const auto& [key, count] : per_key) {
+        c.execute(fmt::format("UPDATE {} SET parked = parked - LEAST(parked, ?) WHERE msg_key = ?",
+                              t.keys),
+                  {count, std::string_view(key)});
+      }
+      c.commit();
+      return static_cast<std::uint64_t>(r.rows.size());
+    });
+    total += n;
+  }
+  for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
+    n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+      c.begin();
+      Result r = c.execute(fmt::format("DELETE FROM {} WHERE id <= ? ORDER BY id LIMIT {} "
+                                       "RETURNING msg_key",
+                                       t.queue, kPurgeChunk),
+                           {last_id});
+      std::vector<std::string> keys;
+      for (Row& row : r.rows) {
+        if (!row.null(0)) keys.push_back(row.take_bytes(0));
+      }
+      finish_keyed(c, t, keys);
+      c.commit();
+      return static_cast<std::uint64_t>(r.rows.size());
+    });
+    total += n;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::uint64_t purge(QueueContext& q, std::string_view topic, std::string_view group) {
+  const TopicLayout layout = q.catalog.layout(topic);
+  const GroupEntry& g = layout.group(group);
+  std::uint64_t purged = 0;
+  on_topic(q, topic, [&] {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      purged += purge_queue(q, topic_tables(topic, g.number, p));
+    }
+  });
+  return purged;
+}
+
+void forget_dedup_keys(QueueContext& q, std::string_view topic) {
+  q.catalog.get(topic);  // kNotFound for a topic that does not exist
+  on_topic(q, topic, [&] { delete_all(q, topic_tables(topic).dedup); });
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,357 @@
+// ack, nack and extend: each applies only while the receipt's lease token is still the row's.
+#include "engine/settle.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_set>
+
+#include "engine/attributes.h"
+#include "catalog/topic_catalog.h"
+#include "db/sql.h"
+#include "engine/announce.h"
+#include "engine/archive.h"
+#include "catalog/keys.h"
+#include "engine/queue_context.h"
+#include "engine/retry.h"
+#include "engine/send.h"
+
+namespace txmq::internal {
+namespace {
+
+// Why a fenced statement touched no row: the row is gone, or another lease holds it.
+Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
+  Result r = c.execute(fmt::format("SELECT lease_token FROM {} WHERE id = ?", t.queue), {id});
+  return r.rows.empty() ? Settle::kNotFound : Settle::kLeaseLost;
+}
+
+}  // namespace
+
+std::string archive_sql(const TopicTables& t, std::string_view where) {
+  return fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload, attributes) "
+                     "SELECT id, enqueued_at, NOW(6), msg_key, payload, attributes FROM {} {} ON "
+                     "DUPLICATE KEY UPDATE acked_at = VALUES(acked_at)",
+                     t.archive, t.queue, where);
+}
+
+std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
+                                                const TopicInfo& topic, const TopicTables& t,
+                                                std::vector<Param> ids) {
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
+  if (!topic.options.dead_letter_topic.empty()) {
+    // Sent into the target in this transaction: it commits with their delete, or neither does.
+    Result rows = c.execute(fmt::format("SELECT id, msg_key, payload, attributes FROM {} WHERE id "
+                                        "IN {} ORDER BY id",
+                                        t.queue, placeholders(n)),
+                            ids);
+    std::vector<OutgoingMessage> messages;
+    messages.reserve(rows.rows.size());
+    for (Row& row : rows.rows) {
+      OutgoingMessage m;
+      m.key = row.opt_bytes(1);
+      m.payload = row.take_bytes(2);
+      std::optional<MessageOrigin> origin;
+      if (!row.null(3)) m.attributes = decode_attributes(row.bytes(3), &origin);
+      // A message dead-lettered twice keeps its first origin.
+      if (!origin) origin = MessageOrigin{topic.name, row.u64(0)};
+      add_origin(m.attributes, *origin);
+      messages.push_back(std::move(m));
+    }
+    const TopicInfo target = q.catalog.get(topic.options.dead_letter_topic);
+    insert_messages(q, c, target, messages);
+  } else {
+    c.execute(
+      fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
+                  "payload, attributes) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), "
+                  "q.msg_key, q.payload, q.attributes FROM {} AS q LEFT JOIN txmq_consumers AS c "
+                  "ON c.id = q.owner_id WHERE q.id IN {}",
+                  t.dead, t.queue, placeholders(n)),
+      ids);
+  }
+  return delete_finished(c, t, std::move(ids));
+}
+
+std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
+                                           std::vector<Param> ids) {
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
+  Result deleted = c.execute(
+      fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
+      ids);
+  std::vector<std::string> keys;
+  for (Row& row : deleted.rows) {
+    if (!row.null(0)) keys.push_back(row.take_bytes(0));
+  }
+  return finish_keyed(c, t, keys);
+}
+
+namespace {
+
+// Acknowledges parsed[from, to) in one DELETE: in autocommit for messages without a key; in a
+// transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
+// Returns the ids moved in.
+// `acked` gets the end-to-end latency, in seconds, of each message deleted.
+std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
+                                     const std::vector<Receipt>& parsed,
+                                     const std::vector<std::size_t>& which, bool keyed,
+                                     bool archive, std::vector<Settle>& results,
+                                     std::vector<double>& acked) {
+  const std::size_t count = which.size();
+  const std::size_t n = in_list_size(count);
+  // id IN (...) lets the server walk the primary key; the row IN (...) is the fence.
+  std::vector<Param> params;
+  for (std::size_t i : which) params.push_back(parsed[i].id);
+  pad_ids(params, 0, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Receipt& r = parsed[which[std::min(i, count - 1)]];
+    params.push_back(r.id);
+    params.push_back(r.token);
+  }
+  std::string pairs = "(";
+  for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
+  pairs += ")";
+  const std::string where =
+      fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
+  const std::string sql = fmt::format(
+      "DELETE FROM {} {} RETURNING id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))",
+      t.queue, where);
+  auto latencies = [&acked](const Result& r) {
+    acked.clear();
+    for (const Row& row : r.rows) acked.push_back(static_cast<double>(row.i64(2)) / 1e6);
+  };
+  auto classify = [&](Connection& c, const Attempt&, const Result& r) {
+    if (r.rows.size() == count) return;
+    // Some were not ours any more: say which. A fenced row still there is another lease's.
+    std::unordered_set<std::uint64_t> deleted;
+    for (const Row& row : r.rows) deleted.insert(row.u64(0));
+    for (std::size_t i : which) {
+      if (deleted.count(parsed[i].id) > 0) continue;
+      // Never "ok" for a row that is gone on a retry: the pool retries only what did not take
+      // effect (a rolled-back transaction, a statement never sent or refused by a node), so
+      // another consumer's lease acknowledged or dead-lettered it. (Counting such a miss as
+      // ours let an ack whose node froze report ok after a peer took the message over.)
+      results[i] = classify_miss(c, t, parsed[i].id);
+    }
+  };
+  auto keys_of = [](Result& r) {
+    std::vector<std::string> keys;
+    for (Row& row : r.rows) {
+      if (!row.null(1)) keys.push_back(row.take_bytes(1));
+    }
+    return keys;
+  };
+  if (keyed || archive) {
+    return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
+                      [&](Connection& c, const Attempt& attempt) {
+                        c.begin();
+                        if (archive) {
+                          // Lock the rows this lease holds, then copy them: a consistent read
+                          // could copy a row another consumer leases before the delete.
+                          c.execute(fmt::format("SELECT id FROM {} {} FOR UPDATE", t.queue, where),
+                                    params);
+                          c.execute(archive_sql(t, where), params);
+                        }
+                        Result r = c.execute(sql, params);
+                        classify(c, attempt, r);
+                        latencies(r);
+                        std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys_of(r));
+                        c.commit();
+                        return promoted;
+                      });
+  }
+  std::vector<std::string> stray_keys;
+  // A reply lost after the DELETE was sent leaves its outcome unknown: kCommitUnknown, not a
+  // guess (the message comes back if the delete did not happen).
+  q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt& attempt) {
+    Result r = c.execute(sql, params);
+    classify(c, attempt, r);
+    latencies(r);
+    stray_keys = keys_of(r);
+  });
+  if (stray_keys.empty()) return {};
+  // A keyed message acknowledged with a receipt that does not say so: one handed out before
+  // schema version 4. Its key still moves on, in a transaction of its own.
+  return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
+                    [&](Connection& c, const Attempt&) {
+                      c.begin();
+                      std::vector<std::uint64_t> promoted = finish_keyed(c, t, stray_keys);
+                      c.commit();
+                      return promoted;
+                    });
+}
+
+
+// Whether the receipt's group and partition exist (a dropped group's receipts find nothing to
+// settle).
+bool in_layout(const TopicLayout& layout, const Receipt& r) {
+  return partition_of(r.id) < layout.partitions() &&
+         std::any_of(layout.groups.begin(), layout.groups.end(),
+                     [&](const GroupEntry& g) { return g.number == r.group; });
+}
+
+std::string_view group_name(const TopicLayout& layout, unsigned number) {
+  for (const GroupEntry& g : layout.groups) {
+    if (g.number == number) return g.name;
+  }
+  return {};
+}
+
+// The queue a receipt's message is in; none when it is not in the layout.
+std::optional<Unit> unit_of_receipt(const TopicLayout& layout, const Receipt& r) {
+  if (!in_layout(layout, r)) return std::nullopt;
+  return unit_of(layout.info.name, r.group, partition_of(r.id));
+}
+
+// Deletes a bounded batch of archive rows past the topic's retention, at most every 10 s per
+// client and topic (at once again when it found a full batch). Never throws: the acks are done.
+void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic) {
+  if (topic.options.archive == Micros{0} || !q.archive_purges.due(topic.name)) return;
+  try {
+    q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      const std::uint64_t gone =
+          purge_archive_rows(c, topic_tables(topic.name), topic.options.archive);
+      q.archive_purges.done(topic.name, gone == kArchivePurgeRows);
+    });
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace
+
+std::vector<Settle> ack(QueueContext& q, std::string_view topic,
+                        std::span<const std::string> receipts) {
+  const TopicLayout layout = q.catalog.layout(topic);
+  const bool archive = layout.info.options.archive > Micros{0};
+  std::vector<Receipt> parsed;
+  parsed.reserve(receipts.size());
+  for (const std::string& r : receipts) parsed.push_back(Receipt::parse(r));
+  std::vector<Settle> results(parsed.size(), Settle::kOk);
+  if (parsed.empty()) return results;
+  // By queue (group and partition), unkeyed and keyed apart.
+  std::map<std::tuple<unsigned, unsigned, bool>, std::vector<std::size_t>> by_queue;
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    if (!in_layout(layout, parsed[i])) {
+      results[i] = Settle::kNotFound;
+      continue;
+    }
+    const bool keyed = (parsed[i].token & kKeyedTokenBit) != 0;
+    by_queue[{parsed[i].group, partition_of(parsed[i].id), keyed}].push_back(i);
+  }
+  constexpr std::size_t kChunk = 512;
+  std::vector<double> acked;
+  on_topic(q, topic, [&] {
+    for (const auto& [where, which] : by_queue) {
+      const Unit unit = unit_of(topic, std::get<0>(where), std::get<1>(where));
+      const std::string_view group = group_name(layout, std::get<0>(where));
+      for (std::size_t from = 0; from < which.size(); from += kChunk) {
+        std::vector<std::size_t> chunk(which.begin() + from,
+                                       which.begin() + std::min(which.size(), from + kChunk));
+        made_claimable(q, unit,
+                       ack_chunk(q, unit.tables, parsed, chunk, std::get<2>(where), archive,
+                                 results, acked));
+        q.metrics.count(topic, group, Counter::kAcked, acked.size());
+        for (double seconds : acked) q.metrics.observe(topic, group, Histogram::kEndToEnd, seconds);
+      }
+    }
+  });
+  purge_archive_now_and_then(q, layout.info);
+  return results;
+}
+
+Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
+            std::optional<Micros> delay) {
+  if (delay && (*delay < Micros{0} || *delay > std::chrono::hours(24 * 366))) {
+    throw Error(Errc::kInvalidArgument, "nack delay must be from 0 to 366 days");
+  }
+  const Receipt r = Receipt::parse(receipt);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const std::optional<Unit> unit = unit_of_receipt(layout, r);
+  if (!unit) return Settle::kNotFound;
+  const TopicTables& t = unit->tables;
+  std::vector<std::uint64_t> promoted;
+  Micros applied{0};
+  bool dead_lettered = false;
+  const Settle settle = on_topic(q, topic, [&] {
+    return q.pool.run(
+        OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+          promoted.clear();
+          dead_lettered = false;
+          c.begin();
+          Result row = c.execute(
+              fmt::format("SELECT attempts, lease_token FROM {} WHERE id = ? FOR UPDATE", t.queue),
+              {r.id});
+          if (row.rows.empty()) {
+            c.commit();
+            return Settle::kNotFound;
+          }
+          if (row.rows[0].u64(1) != r.token) {
+            c.commit();
+            return Settle::kLeaseLost;
+          }
+          const std::int64_t attempts = row.rows[0].i64(0);
+          if (past_max_attempts(info.options, attempts)) {
+            promoted = move_to_dead_letters(q, c, info, t, {r.id});
+            dead_lettered = true;
+          } else {
+            // This was delivery number `attempts`, the attempts - 1 before it failed too.
+            applied = delay ? *delay : retry_delay(info.options.retry, attempts - 1);
+            c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
+                                  "lease_token = 0, owner_id = 0 WHERE id = ?",
+                                  t.queue),
+                      {static_cast<std::int64_t>(applied.count()), r.id});
+          }
+          c.commit();
+          return Settle::kOk;
+        });
+  });
+  if (settle == Settle::kOk) {
+    const std::string_view group = group_name(layout, r.group);
+    q.metrics.count(topic, group, Counter::kNacked, 1);
+    if (dead_lettered) q.metrics.count(topic, group, Counter::kDeadLettered, 1);
+    q.hints.lower(t.queue, r.id);
+    made_claimable(q, *unit, promoted);
+    // Claimable at once: wake a waiting consumer (a delayed one is seen when it falls due).
+    if (applied == Micros{0} && promoted.empty()) q.waiters.announce(unit->channel, 1);
+  }
+  return settle;
+}
+
+Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease) {
+  if (lease < Micros{0} || lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 0 to 12 hours");
+  }
+  const Receipt r = Receipt::parse(receipt);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const std::optional<Unit> unit = unit_of_receipt(layout, r);
+  if (!unit) return Settle::kNotFound;
+  const TopicTables& t = unit->tables;
+  // As at the claim: peers may take it at the new lease end plus the retry delay. A lease of 0
+  // gives it back now, with no retry delay and no failure counted (SQS's visibility 0); its
+  // token stays, so this receipt still settles it until someone claims it again.
+  std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+  if (lease > Micros{0}) bind_retry_delay(params, info.options.retry);
+  params.push_back(r.id);
+  params.push_back(r.token);
+  const std::string sql =
+      lease > Micros{0}
+          ? fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND WHERE "
+                        "id = ? AND lease_token = ?",
+                        t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1"))
+          : fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ? "
+                        "AND lease_token = ?",
+                        t.queue);
+  return on_topic(q, topic, [&] {
+    return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      Result u = c.execute(sql, params);
+      return u.affected_rows == 1 ? Settle::kOk : classify_miss(c, t, r.id);
+    });
+  });
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,1023 @@
+// Long polling: how a receiver waits for a message without hammering the database, and how a
+// send wakes it at once.
+//
+// Why this design. The targets are a wake-up within milliseconds of a committed send, across
+// processes, and a bounded cost for idle consumers (16 together under 50 statements a second).
+// Polling cannot do both: 16 consumers in 16 processes polling within 50 statements a second
+// poll each about every 300 ms. MariaDB has no LISTEN/NOTIFY, and a commit wakes only sessions
+// blocked on the committing transaction's locks, which an idle consumer cannot be. What one
+// session can do to another is interrupt its statement (KILL QUERY). So:
+//
+//  - Per client, a few *watches* (a thread with its own connection each, at most kMaxWatches)
+//    look for all of the client's waiting receivers, whatever their channel (a topic's group).
+//    A watch registers one row per channel it watches in txmq_waiters (connection id, channel;
+//    a MEMORY table: connection ids mean nothing after a server restart, when it starts empty),
+//    then runs
+//        SELECT IF(EXISTS(<claimable in channel 1>) OR EXISTS(<channel 2>) ..., 2, SLEEP(1))
+//    in a loop: one statement a second while idle, however many channels and threads wait on
+//    it. Why shared: a thread and a connection per channel cost a server that long-polls 1,000
+//    queues 1,000 connections, past max_connections.
+//  - When that look returns 2 or is interrupted, a pass of statements
+//        SELECT CONCAT_WS(',', IF(EXISTS(<channel 1>), '0', NULL), IF(..., '1', NULL), ...)
+//    (32 channels each) says which channels have something claimable: only their receivers are
+//    woken, the others are known empty. Short statements, and a pass that a KILL restarts from
+//    where it was, because KILLs come every 5 ms while senders send: one statement for hundreds
+//    of channels could be interrupted every time, and wake nobody.
+//  - After a sender's commit, the client's announcer thread runs
+//        DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT n RETURNING ...
+//    (one cheap statement on a tiny in-memory table; it deletes nothing when nobody waits),
+//    KILL QUERY once on each connection returned, however many of its channels were announced,
+//    and puts their registrations back at the end of the order: up to one watch per message
+//    made claimable, the least recently woken first, and two senders never pick the same
+//    registration. The announcements of concurrent senders share one such round every 5 ms.
+//  - No wake-up is lost: a watch registers a channel *before* a look covers it, and the sender
+//    reads the registrations *after* its commit. Either the look sees the message, or the sender
+//    sees the registration and interrupts the watch. Whatever statement a KILL interrupts (the
+//    SLEEP, or the statements that handle an earlier KILL: a second sender, on another channel,
+//    may kill the watch meanwhile), the watch then registers its channels again and runs a
+//    pass, which starts after the sender's commit and so sees its message, whichever channel
+//    it is on. A KILL QUERY that lands between two statements is dropped by the server:
+//    harmless before a look, which comes after the commit, so every statement that sleeps looks
+//    at every channel, but at hot ones (below), which are checked again within 250 ms. And
+//    the sender puts the registration back itself: a watch whose own re-registration would have
+//    to follow a KILL it never saw would otherwise sleep through the next sends, unregistered,
+//    until a look found them (up to a second).
+//  - Channels join a watch when a receiver first waits on them, and leave it 10 s after their
+//    last receiver; the statements are prepared again only then. Until a watch registered and
+//    looks for a new channel, its receivers poll every quarter second; the announcer interrupts
+//    the watch's look (only its look, which the watch does not start while a channel waits to
+//    join: a burst of joins would interrupt every rebuild), so that this lasts milliseconds.
+//    A channel that leaves deletes its row; a row a sender put back meanwhile is deleted at the
+//    next renewal (10 s); until then it may cost another process's receiver a wake-up, which
+//    its next look makes up for.
+//  - Rows locked by an exactly-once transaction look claimable, and so do messages nobody is
+//    waiting for on a channel that lingers: after a pass found such *hot* channels, the next
+//    look leaves them out (a parameter per channel) and sleeps only 10 ms, doubling up to
+//    250 ms, and the pass after it checks them again, so that they neither spin nor keep the
+//    watch from looking at the other channels.
+//  - Messages that become claimable by time alone (a delay that falls due, a lease that runs
+//    out, an exactly-once transaction rolled back) and sends nobody announced (an Outbox on the
+//    application's connection, another program's INSERT) are seen by the next look: within a
+//    second.
+//  - Receivers skip their own claim while the watch's last look found nothing on their channel
+//    and nothing was announced since, so a loop of receive(wait) calls costs no statements while
+//    idle. A woken receiver that gets a full batch wakes another, so one message wakes one
+//    receiver.
+//  - KILL needs the same MySQL user or the CONNECTION ADMIN privilege. Without it the sender
+//    warns once, and watches still see new messages within a second.
+//  - If a watch cannot run its statements (server down), the receivers of its channels fall back
+//    to claiming every quarter second until it can. A dropped topic fails the whole look (a
+//    table is missing): the watch finds the channels whose tables are gone and retires only
+//    them.
+//  - Subscribers (Client::subscribe: a callback instead of a blocked thread, for servers that
+//    hold thousands of long polls) count as waiting receivers of their channel's waiter: they
+//    keep it watched, and take wake-ups as blocked threads do (after them). A woken subscriber
+//    leaves the waiter's list and its wake function is called once, from the client's
+//    dispatcher thread; it then claims and subscribes again. So 1,000 subscriptions on 1,000
+//    topics cost no thread and no connection each: a client runs at most kMaxWatches watches.
+#include "wait/waiters.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <numeric>
+
+#include "db/pool.h"
+#include "db/sql.h"
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr auto kLook = std::chrono::seconds(1);             // longest SLEEP between looks
+constexpr auto kLinger = std::chrono::seconds(10);          // keep watching after the last receiver
+constexpr auto kPollWhileUnhealthy = std::chrono::milliseconds(250);
+constexpr auto kFirstPauseAfterReady = std::chrono::milliseconds(10);
+// Also the longest a wake-up can wait when a sender's KILL lands just before a pause's SLEEP.
+constexpr auto kMaxPauseAfterReady = std::chrono::milliseconds(250);
+constexpr auto kReregister = std::chrono::seconds(10);      // renew the registrations this often
+// A client's watches: a new channel starts a watch while there are fewer than kMaxWatches and
+// all have kChannelsPerWatch, else joins the least loaded (each costs a statement a second).
+constexpr std::size_t kMaxWatches = 4;
+constexpr std::size_t kChannelsPerWatch = 64;
+// Channels per statement that finds which are claimable: short, so that a KILL seldom lands in
+// one (each channel costs about 40 us).
+constexpr std::size_t kChannelsPerCheck = 32;
+constexpr unsigned kQueryInterrupted = 1317;  // ER_QUERY_INTERRUPTED: a sender's KILL QUERY
+constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
+constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the watch went away
+constexpr std::size_t kMaxWakesPerAnnounce = 64;
+constexpr auto kAnnounceEvery = std::chrono::milliseconds(5);
+
+double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1e6; }
+
+// Whether any of a channel's tables holds a claimable message.
+std::string claimable(const std::vector<std::string>& tables) {
+  if (tables.empty()) return "FALSE";  // never a syntax error that stops the whole watch
+  std::string any;
+  for (const std::string& table : tables) {
+    if (!any.empty()) any += " OR ";
+    any += fmt::format("EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6))", table);
+  }
+  return any;
+}
+
+}  // namespace
+
+TopicWaiter::TopicWaiter(std::string channel, std::vector<std::string> tables,
+                         std::shared_ptr<WakeDispatcher> dispatcher)
+    : channel_(std::move(channel)),
+      tables_(std::move(tables)),
+      last_receiver_(SteadyClock::now()),
+      dispatcher_(std::move(dispatcher)) {}
+
+bool TopicWaiter::enter() {
+  std::lock_guard lock(mutex_);
+  if (retiring_ || stopping_) return false;
+  ++entered_;
+  return true;
+}
+
+void TopicWaiter::leave() {
+  std::lock_guard lock(mutex_);
+  --entered_;
+  last_receiver_ = SteadyClock::now();
+}
+
+bool TopicWaiter::worth_claiming() {
+  std::lock_guard lock(mutex_);
+  return !(healthy_ && known_empty_ && permits_ == 0);
+}
+
+bool TopicWaiter::await(SteadyClock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  ++waiting_;
+  bool woken = false;
+  for (;;) {
+    if (permits_ > 0) {
+      --permits_;
+      woken = true;
+      break;
+    }
+    if (stopping_ || retiring_) {
+      woken = true;  // claim on our own rather than wait on a waiter that is going away
+      break;
+    }
+    const auto now = SteadyClock::now();
+    if (now >= deadline) break;
+    if (!healthy_) {
+      // Nobody watches: look ourselves every so often.
+      const auto until = std::min(deadline, now + kPollWhileUnhealthy);
+      woken_.wait_until(lock, until);
+      if (permits_ == 0 && SteadyClock::now() >= until && until < deadline) {
+        woken = true;
+        break;
+      }
+      continue;
+    }
+    woken_.wait_until(lock, deadline);
+  }
+  --waiting_;
+  last_receiver_ = SteadyClock::now();
+  return woken;
+}
+
+void TopicWaiter::wake_locked(std::size_t n, Woken& woken) {
+  ++generation_;
+  known_empty_ = false;
+  // Blocked receivers that hold no wake-up yet come first, then subscribers.
+  const std::size_t idle_threads = waiting_ > permits_ ? waiting_ - permits_ : 0;
+  const std::size_t for_threads = std::min(n, idle_threads);
+  Woken subscribers = take_subscribers_locked(n - for_threads);
+  const std::size_t left = n - for_threads - subscribers.size();
+  for (auto& s : subscribers) woken.push_back(std::move(s));
+  if (for_threads + left == 0) return;
+  // More permits than waiting receivers would only cost empty claims later; one is kept for a
+  // receiver or subscriber about to wait.
+  permits_ = std::min(permits_ + for_threads + left, std::max<std::size_t>(waiting_, 1));
+  if (for_threads + left == 1) {
+    woken_.notify_one();
+  } else {
+    woken_.notify_all();
+  }
+}
+
+TopicWaiter::Woken TopicWaiter::take_subscribers_locked(std::size_t n) {
+  Woken taken;
+  while (taken.size() < n && !subscribers_.empty()) {
+    taken.push_back(std::move(subscribers_.front()));
+    subscribers_.pop_front();
+    taken.back()->listed = false;
+    --entered_;
+  }
+  if (!taken.empty()) last_receiver_ = SteadyClock::now();
+  return taken;
+}
+
+void TopicWaiter::dispatch(Woken woken, WakeDispatcher::Kind kind) {
+  if (woken.empty()) return;
+  const auto due = kind == WakeDispatcher::Kind::kWoken ? SteadyClock::now()
+                                                        : SteadyClock::now() + kPollWhileUnhealthy;
+  dispatcher_->post(std::move(woken), kind, due);
+}
+
+void TopicWaiter::notify(std::size_t n) {
+  if (n == 0) return;
+  Woken woken;
+  {
+    std::lock_guard lock(mutex_);
+    wake_locked(n, woken);
+  }
+  dispatch(std::move(woken), WakeDispatcher::Kind::kWoken);
+}
+
+void TopicWaiter::subscribe(const std::shared_ptr<Subscriber>& subscriber) {
+  Woken now;
+  bool poll_later = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      --entered_;  // the client is going: its subscriptions are never woken
+      return;
+    }
+    if (permits_ > waiting_ || retiring_) {
+      // A wake-up nobody took (it came between this subscriber's last claim and now), or a
+      // waiter going away: claim at once.
+      if (permits_ > waiting_) --permits_;
+      --entered_;
+      last_receiver_ = SteadyClock::now();
+      now.push_back(subscriber);
+    } else {
+      subscribers_.push_back(subscriber);
+      subscriber->place = std::prev(subscribers_.end());
+      subscriber->listed = true;
+      poll_later = !healthy_;  // nobody watches (yet): poll unless the watch starts meanwhile
+    }
+  }
+  dispatch(std::move(now), WakeDispatcher::Kind::kWoken);
+  if (poll_later) dispatch({subscriber}, WakeDispatcher::Kind::kIfUnhealthy);
+}
+
+bool TopicWaiter::forget(Subscriber& subscriber) {
+  std::lock_guard lock(mutex_);
+  if (!subscriber.listed) return false;
+  subscriber.listed = false;
+  // The caller holds the subscriber: erasing does not destroy it under the lock.
+  subscribers_.erase(subscriber.place);
+  --entered_;
+  last_receiver_ = SteadyClock::now();
+  return true;
+}
+
+void TopicWaiter::release_subscribers() {
+  Woken all;
+  {
+    std::lock_guard lock(mutex_);
+    all = take_subscribers_locked(subscribers_.size());
+  }
+  dispatch(std::move(all), WakeDispatcher::Kind::kWoken);
+}
+
+bool TopicWaiter::healthy() {
+  std::lock_guard lock(mutex_);
+  return healthy_;
+}
+
+void TopicWaiter::saw_claimable() {
+  Woken woken;
+  {
+    std::lock_guard lock(mutex_);
+    if (entered_ == 0) {
+      ++generation_;
+      known_empty_ = false;
+      return;
+    }
+    wake_locked(1, woken);
+  }
+  dispatch(std::move(woken), WakeDispatcher::Kind::kWoken);
+}
+
+void TopicWaiter::set_empty(std::uint64_t generation) {
+  std::lock_guard lock(mutex_);
+  if (generation_ == generation) known_empty_ = true;
+}
+
+std::uint64_t TopicWaiter::watching() {
+  std::lock_guard lock(mutex_);
+  healthy_ = true;
+  return generation_;
+}
+
+bool TopicWaiter::retire_if_idle(SteadyClock::duration linger) {
+  std::lock_guard lock(mutex_);
+  if (!retiring_ && (entered_ != 0 || SteadyClock::now() - last_receiver_ <= linger)) {
+    return false;
+  }
+  retiring_ = true;
+  healthy_ = false;
+  woken_.notify_all();
+  return true;
+}
+
+void TopicWaiter::retire() {
+  std::lock_guard lock(mutex_);
+  retiring_ = true;
+  healthy_ = false;
+  woken_.notify_all();
+}
+
+void TopicWaiter::watch_failed(bool dropped) {
+  Woken subscribers;
+  {
+    std::lock_guard lock(mutex_);
+    healthy_ = false;
+    known_empty_ = false;
+    woken_.notify_all();
+    if (dropped) {
+      // The topic was dropped: let the receivers find out from their own claims (and
+      // subscribers that come back get a new waiter).
+      retiring_ = true;
+      subscribers = take_subscribers_locked(subscribers_.size());
+    } else {
+      subscribers.assign(subscribers_.begin(), subscribers_.end());  // they stay listed
+    }
+  }
+  // Subscribers poll on their own, as blocked receivers do, until the watch runs again.
+  dispatch(std::move(subscribers),
+           dropped ? WakeDispatcher::Kind::kWoken : WakeDispatcher::Kind::kIfUnhealthy);
+}
+
+void TopicWaiter::stop() {
+  std::list<std::shared_ptr<Subscriber>> dropped;  // released after the lock
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  woken_.notify_all();
+  // The client is going: its subscriptions are never woken.
+  for (auto& s : subscribers_) s->listed = false;
+  entered_ -= subscribers_.size();
+  dropped.swap(subscribers_);
+}
+
+Watch::Watch(Pool& pool, std::shared_ptr<TopicWaiter> first,
+             std::function<void(std::uint64_t)> poke)
+    : pool_(pool), poke_(std::move(poke)) {
+  joining_.push_back(std::move(first));
+  channels_ = 1;
+  thread_ = std::thread([this] { run(); });
+}
+
+Watch::~Watch() {
+  stop(false);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Watch::add(std::shared_ptr<TopicWaiter> waiter) {
+  std::uint64_t running = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (ending_ || stopping_) return false;
+    joining_.push_back(std::move(waiter));
+    ++channels_;
+    if (connection_ != nullptr && looking_) {
+      running = connection_id_;
+      looking_ = false;  // one KILL ends the look
+    }
+  }
+  // The look it sleeps in does not cover the new channel: interrupt it. (Not its other
+  // statements: joins that come fast would interrupt every rebuild of the statements. The watch
+  // takes joins in before each look.)
+  if (running != 0) poke_(running);
+  return true;
+}
+
+std::size_t Watch::channels() {
+  std::lock_guard lock(mutex_);
+  return channels_;
+}
+
+bool Watch::ended() {
+  std::lock_guard lock(mutex_);
+  return ending_;
+}
+
+void Watch::stop(bool interrupted) {
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  stopped_.notify_all();
+  if (!interrupted && connection_ != nullptr) connection_->cancel();
+}
+
+std::uint64_t Watch::connection_id() {
+  std::lock_guard lock(mutex_);
+  return connection_ != nullptr ? connection_id_ : 0;
+}
+
+void Watch::pause(std::chrono::milliseconds how_long) {
+  std::unique_lock lock(mutex_);
+  stopped_.wait_for(lock, how_long, [this] { return stopping_; });
+}
+
+void Watch::run() {
+  std::vector<std::shared_ptr<TopicWaiter>> watched;
+  std::unique_ptr<Connection> c;
+  // Owned rather than cached by the connection: each set of channels prepares its own, large
+  // statements, which go when the set changes.
+  std::unique_ptr<Statement> look;     // IF(any claimable, 2, SLEEP(?))
+  // Per chunk of kChannelsPerCheck channels: the indexes of its claimable channels.
+  std::vector<std::unique_ptr<Statement>> which;
+  std::unique_ptr<Statement> enroll;   // registers every channel
+  std::unique_ptr<Statement> unenroll; // deletes this connection's rows of other channels
+  std::vector<Param> channel_params;
+  // The statements go before the connection they were prepared on, and stop() no longer sees
+  // a connection to cancel.
+  const auto forget_statements = [&] {
+    look.reset();
+    which.clear();
+    enroll.reset();
+    unenroll.reset();
+    std::lock_guard lock(mutex_);
+    connection_ = nullptr;
+  };
+  const auto drop_connection = [&] {
+    forget_statements();
+    c.reset();
+  };
+  bool changed = true;       // the statements do not match `watched`
+  bool registered = false;   // every channel's row is (believed) in txmq_waiters
+  bool left = false;         // channels left: delete their rows (now and at the next renewal)
+  bool left_before_renewal = false;
+  // Chunks to check before the next look: all of them after a KILL or a look that found
+  // something, from where the last pass was, so that KILLs that come faster than a pass (one
+  // every 5 ms while senders send) do not stop it from getting round.
+  constexpr std::size_t kAll = SIZE_MAX;
+  std::size_t pass_left = 0;
+  std::size_t next_chunk = 0;
+  // Channels the last check found claimable: the look after a pass that found some leaves
+  // them out and sleeps only a pause, after which they are checked again.
+  std::vector<bool> hot;
+  std::vector<Param> look_params;
+  SteadyClock::time_point registered_at;
+  auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
+      kFirstPauseAfterReady);
+  std::chrono::microseconds pause_next{0};  // the next look's SLEEP when channels are hot
+  int failures = 0;
+  std::vector<std::uint64_t> generations;
+  for (;;) {
+    std::vector<std::shared_ptr<TopicWaiter>> joining;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      joining.swap(joining_);
+    }
+    for (std::shared_ptr<TopicWaiter>& waiter : joining) {
+      // A channel's new waiter (its tables changed) takes its predecessor's place and row.
+      auto same = std::find_if(watched.begin(), watched.end(), [&](const auto& w) {
+        return w->channel() == waiter->channel();
+      });
+      if (same != watched.end()) {
+        *same = std::move(waiter);
+      } else {
+        watched.push_back(std::move(waiter));
+      }
+      changed = true;
+    }
+    const std::size_t before = watched.size();
+    std::erase_if(watched, [](const auto& w) { return w->retire_if_idle(kLinger); });
+    if (watched.size() != before) changed = left = true;
+    {
+      std::lock_guard lock(mutex_);
+      if (watched.empty() && joining_.empty()) {
+        ending_ = true;  // Waiters starts another watch for channels that come later
+        break;
+      }
+      channels_ = watched.size() + joining_.size();
+      if (watched.empty()) continue;
+    }
+    try {
+      // A cluster's writer moved: watch where the senders now announce (KILL QUERY and the
+      // MEMORY registrations are local to a node), registering again there.
+      if (c && !pool_.is_current(*c)) drop_connection();
+      if (!c) {
+        auto fresh = pool_.connect();
+        const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
+        std::lock_guard lock(mutex_);
+        if (stopping_) break;
+        c = std::move(fresh);
+        connection_ = c.get();
+        connection_id_ = id;
+        changed = true;
+      }
+      if (changed) {
+        look.reset();
+        which.clear();
+        enroll.reset();
+        unenroll.reset();
+        std::string any;
+        std::string each;
+        std::string rows;
+        channel_params.clear();
+        for (std::size_t i = 0; i < watched.size(); ++i) {
+          const std::string claimable_here = claimable(watched[i]->tables());
+          any += fmt::format("{}(? = 0 AND ({}))", i == 0 ? "" : " OR ", claimable_here);
+          each += fmt::format(", IF({}, '{}', NULL)", claimable_here, i);
+          if ((i + 1) % kChannelsPerCheck == 0 || i + 1 == watched.size()) {
+            which.push_back(
+                std::make_unique<Statement>(*c, fmt::format("SELECT CONCAT_WS(','{})", each)));
+            each.clear();
+          }
+          rows += i == 0 ? "(CONNECTION_ID(), ?, NOW(6))" : ", (CONNECTION_ID(), ?, NOW(6))";
+          channel_params.emplace_back(std::string_view(watched[i]->channel()));
+        }
+        look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
+        next_chunk = 0;
+        if (pass_left != 0) pass_left = kAll;
+        hot.assign(watched.size(), false);
+        pause_next = {};
+        // IGNORE: a row that is there keeps its place in the order of wake-ups.
+        enroll = std::make_unique<Statement>(
+            *c, "INSERT IGNORE INTO txmq_waiters (connection_id, topic, registered_at) VALUES " +
+                    rows);
+        unenroll = std::make_unique<Statement>(
+            *c, fmt::format("DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID() AND "
+                            "topic NOT IN {}",
+                            placeholders(watched.size())));
+        generations.assign(watched.size(), 0);
+        changed = false;
+        registered = false;
+      }
+      const bool renewal = SteadyClock::now() - registered_at > kReregister;
+      if (!registered || renewal) {
+        enroll->execute(channel_params);
+        // A row a sender put back after the channel left comes back only once: the next
+        // renewal deletes it for good.
+        if (left || (renewal && left_before_renewal)) {
+          unenroll->execute(channel_params);
+          left_before_renewal = left;
+          left = false;
+        }
+        registered = true;
+        registered_at = SteadyClock::now();
+      }
+      for (std::size_t i = 0; i < watched.size(); ++i) generations[i] = watched[i]->watching();
+      failures = 0;
+      if (pass_left != 0) {
+        pass_left = std::min(pass_left, which.size());
+        const std::size_t chunk = next_chunk % which.size();
+        const std::string found = which[chunk]->execute({}).rows.at(0).bytes(0);
+        const std::size_t first = chunk * kChannelsPerCheck;
+        const std::size_t last = std::min(first + kChannelsPerCheck, watched.size());
+        std::vector<bool> is_claimable(watched.size(), false);
+        for (std::size_t at = 0; at < found.size();) {
+          std::size_t index = 0;
+          const auto [end, error] = std::from_chars(found.data() + at, found.data() + found.size(),
+                                                    index);
+          if (error == std::errc() && index < is_claimable.size()) is_claimable[index] = true;
+          at = static_cast<std::size_t>(end - found.data()) + 1;
+        }
+        for (std::size_t i = first; i < last; ++i) {
+          hot[i] = is_claimable[i];
+          if (is_claimable[i]) {
+            watched[i]->saw_claimable();
+          } else {
+            watched[i]->set_empty(generations[i]);
+          }
+        }
+        next_chunk = chunk + 1;
+        if (--pass_left == 0) {
+          if (std::find(hot.begin(), hot.end(), true) != hot.end()) {
+            // Rows locked by an exactly-once transaction look claimable too: check them again
+            // after a pause, longer each time, so that they do not spin.
+            pause_next = pause_after_ready;
+            pause_after_ready = std::min<std::chrono::microseconds>(pause_after_ready * 2,
+                                                                    kMaxPauseAfterReady);
+          } else {
+            pause_after_ready = kFirstPauseAfterReady;
+            pause_next = {};
+          }
+        }
+        continue;
+      }
+      {
+        // A channel joined since the top of the loop: its poke may have landed between two
+        // statements, and been dropped. Take it in before sleeping.
+        std::lock_guard lock(mutex_);
+        if (!joining_.empty()) continue;
+        looking_ = true;
+      }
+      // Every statement that sleeps looks, at every channel but the hot ones during a pause:
+      // see the top of this file.
+      const bool pausing = pause_next.count() != 0;
+      look_params.clear();
+      for (std::size_t i = 0; i < watched.size(); ++i) {
+        look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
+      }
+      look_params.emplace_back(seconds(pausing ? pause_next : kLook));
+      Result r = look->execute(look_params);
+      {
+        std::lock_guard lock(mutex_);
+        looking_ = false;
+      }
+      pause_next = {};
+      const std::int64_t outcome = r.rows.at(0).i64(0);
+      if (outcome == 1) {
+        // SLEEP interrupted without an error: a sender's KILL QUERY (it deleted a registration)
+        // or a poke.
+        pass_left = kAll;
+        registered = false;
+      } else if (outcome == 2 || pausing) {
+        pass_left = kAll;  // which channels? (after a pause: are the hot ones still?)
+        if (outcome == 0) {
+          for (std::size_t i = 0; i < watched.size(); ++i) {
+            if (!hot[i]) watched[i]->set_empty(generations[i]);
+          }
+        }
+      } else {
+        for (std::size_t i = 0; i < watched.size(); ++i) watched[i]->set_empty(generations[i]);
+      }
+    } catch (const Error& e) {
+      {
+        std::lock_guard lock(mutex_);
+        looking_ = false;
+        if (stopping_) break;
+      }
+      if (e.server_errno() == kQueryInterrupted) {
+        // A sender's KILL QUERY (it deleted a registration) or a poke: on any statement.
+        pass_left = kAll;
+        registered = false;
+        pause_next = {};
+        continue;
+      }
+      if (e.code() == Errc::kNotFound && c && !c->broken()) {
+        // A dropped topic fails the whole statement: find the channels whose tables are gone,
+        // first those the error names (one statement each: a watch may have hundreds).
+        try {
+          const std::string message = e.what();
+          const auto named = [&](const std::shared_ptr<TopicWaiter>& w) {
+            return std::any_of(w->tables().begin(), w->tables().end(), [&](const std::string& t) {
+              std::string name = t;
+              std::erase(name, '`');
+              return message.find("." + name + "'") != std::string::npos;
+            });
+          };
+          std::vector<std::size_t> order(watched.size());
+          std::iota(order.begin(), order.end(), std::size_t{0});
+          std::stable_partition(order.begin(), order.end(),
+                                [&](std::size_t i) { return named(watched[i]); });
+          const auto exists = [&](const std::string& table) {
+            try {
+              c->query(fmt::format("SELECT 1 FROM {} LIMIT 0", table));
+              return true;
+            } catch (const Error& missing) {
+              if (missing.code() != Errc::kNotFound) throw;
+              return false;
+            }
+          };
+          const auto gone = std::find_if(order.begin(), order.end(), [&](std::size_t i) {
+            return !std::all_of(watched[i]->tables().begin(), watched[i]->tables().end(), exists);
+          });
+          if (gone != order.end()) {
+            // Others, if any, are found when the next statement fails.
+            watched[*gone]->watch_failed(true);
+            watched.erase(watched.begin() + static_cast<std::ptrdiff_t>(*gone));
+            changed = left = true;
+            continue;
+          }
+        } catch (const Error& probe) {
+          if (probe.server_errno() == kQueryInterrupted) {
+            pass_left = kAll;
+            registered = false;
+            continue;
+          }
+        }
+      }
+      for (const auto& w : watched) w->watch_failed(false);
+      drop_connection();
+      pause(std::min<std::chrono::milliseconds>(
+          std::chrono::milliseconds(100 << std::min(failures, 6)), std::chrono::seconds(5)));
+      ++failures;
+    }
+  }
+  forget_statements();
+  if (c && !c->broken()) {
+    try {
+      c->execute("DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID()", {});
+    } catch (const Error&) {
+    }
+  }
+}
+
+Waiters::~Waiters() {
+  dispatcher_->stop();  // no wake function is called once the client is going
+  {
+    std::lock_guard lock(announce_mutex_);
+    announcer_stop_ = true;  // it says what is pending, then ends
+    announce_cv_.notify_all();
+  }
+  if (announcer_.joinable()) announcer_.join();
+  std::vector<std::shared_ptr<TopicWaiter>> waiters;
+  std::vector<std::shared_ptr<Watch>> watches;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [channel, waiter] : waiters_) waiters.push_back(waiter);
+    waiters_.clear();
+    watches.swap(watches_);
+  }
+  for (auto& waiter : waiters) waiter->stop();
+  // Unregister and interrupt the running watches from a pooled connection, so that they end
+  // at once and leave no registration behind; cancel their connections if that fails.
+  std::vector<std::uint64_t> ids;
+  for (auto& watch : watches) {
+    if (const std::uint64_t id = watch->connection_id(); id != 0) ids.push_back(id);
+  }
+  bool interrupted = ids.empty();
+  if (!ids.empty()) {
+    try {
+      Pool::Handle c = pool_.acquire();
+      for (std::uint64_t id : ids) {
+        c->execute("DELETE FROM txmq_waiters WHERE connection_id = ?", {id});
+      }
+      for (auto& watch : watches) watch->stop(true);
+      for (std::uint64_t id : ids) {
+        try {
+          c->query(fmt::format("KILL QUERY {}", id));
+        } catch (const Error& e) {
+          if (e.server_errno() != kNoSuchThread) throw;
+        }
+      }
+      interrupted = true;
+    } catch (const Error&) {
+    }
+  }
+  for (auto& watch : watches) watch->stop(interrupted);
+  watches.clear();  // joins the threads
+}
+
+std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view channel,
+                                            const std::vector<std::string>& tables) {
+  std::shared_ptr<TopicWaiter> replaced;
+  std::shared_ptr<TopicWaiter> waiter;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = waiters_.find(channel);
+    if (it != waiters_.end()) {
+      // A waiter that watches other tables (the topic gained partitions) retires.
+      if (it->second->tables() == tables && it->second->enter()) return it->second;
+      replaced = std::move(it->second);
+      waiters_.erase(it);
+    }
+    waiter = std::make_shared<TopicWaiter>(std::string(channel), tables, dispatcher_);
+    waiter->enter();
+    // Where the channel's row is: the watch swaps the new waiter in for the old one.
+    place_locked(waiter, replaced ? replaced->watch : nullptr);
+    waiters_.emplace(std::string(channel), waiter);
+  }
+  if (replaced) {
+    // Its receivers claim on their own, its subscribers subscribe again, to the new waiter.
+    replaced->retire();
+    replaced->release_subscribers();
+  }
+  return waiter;
+}
+
+void Waiters::place_locked(const std::shared_ptr<TopicWaiter>& waiter, const Watch* preferred) {
+  // Ended watches' threads have finished or are finishing: join them now.
+  std::erase_if(watches_, [](const std::shared_ptr<Watch>& w) { return w->ended(); });
+  Watch* least = nullptr;
+  std::size_t fewest = 0;
+  for (const std::shared_ptr<Watch>& w : watches_) {
+    if (w.get() == preferred && w->add(waiter)) {
+      waiter->watch = w.get();
+      return;
+    }
+    const std::size_t channels = w->channels();
+    if (least == nullptr || channels < fewest) {
+      least = w.get();
+      fewest = channels;
+    }
+  }
+  if (least != nullptr &&
+      (fewest < kChannelsPerWatch || watches_.size() >= kMaxWatches) && least->add(waiter)) {
+    waiter->watch = least;
+    return;
+  }
+  auto poke = [this](std::uint64_t connection_id) { this->poke(connection_id); };
+  watches_.push_back(std::make_shared<Watch>(pool_, waiter, std::move(poke)));
+  waiter->watch = watches_.back().get();
+}
+
+std::shared_ptr<Subscriber> Waiters::subscribe(std::string_view channel,
+                                               const std::vector<std::string>& tables,
+                                               std::function<void()> wake) {
+  std::shared_ptr<TopicWaiter> waiter = enter(channel, tables);
+  std::shared_ptr<Subscriber> subscriber;
+  try {
+    subscriber = std::make_shared<Subscriber>(std::move(wake), waiter);
+  } catch (...) {
+    waiter->leave();
+    throw;
+  }
+  waiter->subscribe(subscriber);
+  return subscriber;
+}
+
+std::shared_ptr<TopicWaiter> Waiters::find(std::string_view topic) {
+  std::lock_guard lock(mutex_);
+  auto it = waiters_.find(topic);
+  return it == waiters_.end() ? nullptr : it->second;
+}
+
+void Waiters::announce(std::string_view topic, std::size_t count) {
+  if (count == 0) return;
+  if (auto local = find(topic)) local->notify(count);
+  std::lock_guard lock(announce_mutex_);
+  if (announcer_stop_) return;
+  std::size_t& pending = pending_[std::string(topic)];
+  pending = std::min(pending + count, kMaxWakesPerAnnounce);
+  if (!announcer_.joinable()) announcer_ = std::thread([this] { run_announcer(); });
+  // Wake the thread only when it waits for work: a wake-up per send cost a tenth of the send
+  // rate at 16 threads on 2 cores.
+  if (announcer_idle_) {
+    announcer_idle_ = false;
+    announce_cv_.notify_one();
+  }
+}
+
+void Waiters::poke(std::uint64_t connection_id) {
+  std::lock_guard lock(announce_mutex_);
+  if (announcer_stop_) return;
+  pokes_.insert(connection_id);
+  if (!announcer_.joinable()) announcer_ = std::thread([this] { run_announcer(); });
+  if (announcer_idle_) {
+    announcer_idle_ = false;
+    announce_cv_.notify_one();
+  }
+}
+
+// Why a thread: every send paid a statement for its announcement, which cost a fifth of the
+// send rate at 4 threads and 40% at 16 (txmq bench). Coalesced here, concurrent senders share
+// one statement every 5 ms, and a send returns without waiting for it; the first
+// announcement after a quiet spell goes out at once.
+void Waiters::run_announcer() {
+  std::unique_ptr<Connection> c;
+  SteadyClock::time_point last_round;
+  for (;;) {
+    std::map<std::string, std::size_t, std::less<>> round;
+    std::set<std::uint64_t> pokes;
+    {
+      std::unique_lock lock(announce_mutex_);
+      announcer_idle_ = true;
+      announce_cv_.wait(lock, [this] {
+        return announcer_stop_ || !pending_.empty() || !pokes_.empty();
+      });
+      announcer_idle_ = false;
+      if (pending_.empty() && announcer_stop_) break;  // stopping, nothing left to say
+      const auto next = last_round + kAnnounceEvery;
+      if (!announcer_stop_ && SteadyClock::now() < next) {
+        announce_cv_.wait_until(lock, next, [this] { return announcer_stop_; });
+      }
+      round.swap(pending_);
+      pokes.swap(pokes_);
+    }
+    last_round = SteadyClock::now();
+    try {
+      if (c && !pool_.is_current(*c)) c.reset();  // the cluster's writer moved
+      if (!c) c = pool_.connect();
+      wake_waiters(*c, std::move(round), std::move(pokes));
+    } catch (const Error&) {
+      c.reset();  // the watches see these messages within a second anyway
+    }
+  }
+}
+
+void Waiters::wake_waiters(Connection& c, std::map<std::string, std::size_t, std::less<>> round,
+                           std::set<std::uint64_t> pokes) {
+  std::set<std::uint64_t> killed;  // one KILL per connection, however many channels it watches
+  std::set<std::uint64_t> gone;
+  std::set<std::uint64_t> refused;
+  const auto kill = [&](std::uint64_t id) {
+    if (killed.contains(id) || gone.contains(id) || refused.contains(id)) return;
+    try {
+      // An id the server gave out, not user input.
+      c.query(fmt::format("KILL QUERY {}", id));
+      killed.insert(id);
+    } catch (const Error& e) {
+      if (e.server_errno() == kNoSuchThread) {
+        gone.insert(id);
+      } else if (e.server_errno() == kNotOwner) {
+        refused.insert(id);
+      } else {
+        throw;
+      }
+    }
+  };
+  for (std::uint64_t id : pokes) kill(id);
+  // A registration whose connection is gone (its process was killed) wastes a wake-up: take
+  // the next one instead, a few rounds at most.
+  for (int pass = 0; pass < 4 && !round.empty(); ++pass) {
+    std::vector<std::pair<std::uint64_t, const std::string*>> woken;
+    std::map<std::string, std::size_t, std::less<>> again;
+    for (const auto& [topic, wanted] : round) {
+      Result r = c.execute(
+          "DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ? "
+          "RETURNING connection_id",
+          {std::string_view(topic), static_cast<std::int64_t>(wanted)});
+      std::size_t lost = 0;
+      for (const Row& row : r.rows) {
+        const std::uint64_t id = row.u64(0);
+        kill(id);
+        if (killed.contains(id)) {
+          woken.emplace_back(id, &topic);
+        } else if (gone.contains(id)) {
+          ++lost;
+        } else if (warn) {
+          warn(fmt::format("cannot wake consumers waiting on topic '{}' that connect as another "
+                           "MySQL user (KILL QUERY needs the CONNECTION ADMIN privilege); they "
+                           "will see new messages within a second",
+                           topic));
+        }
+      }
+      // Fewer rows than wanted: nobody else waits.
+      if (r.rows.size() == wanted && lost > 0) again.emplace(topic, lost);
+    }
+    if (!woken.empty()) {
+      // Back at the end of the order: a KILL that lands between two of the watch's statements
+      // is dropped, and a watch that does not know it was woken must stay registered. (IGNORE:
+      // the watch may have registered again already.)
+      std::string rows;
+      std::vector<Param> params;
+      for (const auto& [id, topic] : woken) {
+        rows += rows.empty() ? "(?, ?, NOW(6))" : ", (?, ?, NOW(6))";
+        params.emplace_back(id);
+        params.emplace_back(std::string_view(*topic));
+      }
+      c.execute("INSERT IGNORE INTO txmq_waiters (connection_id, topic, registered_at) VALUES " +
+                    rows,
+                params);
+    }
+    round.swap(again);
+  }
+}
+
+void WakeDispatcher::post(std::vector<std::shared_ptr<Subscriber>> subscribers, Kind kind,
+                          SteadyClock::time_point due) {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return;
+  for (auto& s : subscribers) due_.emplace(due, Entry{std::move(s), kind});
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  changed_.notify_one();
+}
+
+void WakeDispatcher::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    changed_.notify_one();
+  }
+  if (!thread_.joinable()) return;
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    // Only when a wake function destroys its client, which client.h forbids: rather than
+    // deadlock on a self-join, let the thread go.
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+  std::lock_guard lock(mutex_);
+  due_.clear();
+}
+
+void WakeDispatcher::run() {
+  std::unique_lock lock(mutex_);
+  std::vector<Entry> ready;
+  for (;;) {
+    if (stopping_) break;
+    if (due_.empty()) {
+      changed_.wait(lock);
+      continue;
+    }
+    const auto now = SteadyClock::now();
+    if (due_.begin()->first > now) {
+      changed_.wait_until(lock, due_.begin()->first);
+      continue;
+    }
+    const auto end = due_.upper_bound(now);
+    for (auto it = due_.begin(); it != end; ++it) ready.push_back(std::move(it->second));
+    due_.erase(due_.begin(), end);
+    lock.unlock();
+    for (Entry& entry : ready) {
+      Subscriber& s = *entry.subscriber;
+      if (entry.kind == Kind::kWoken) {
+        // A cancelled subscriber was given a wake-up that another receiver should have.
+        if (!s.fire() && s.cancelled()) s.waiter->notify(1);
+      } else if (!s.waiter->healthy() && s.waiter->forget(s)) {
+        s.fire();
+      }
+    }
+    ready.clear();  // the last references may go here, outside the lock
+    lock.lock();
+  }
+}
+
+}  // namespace txmq::internal

@@ -1,0 +1,3 @@
+#pragma once
+
+#include "high/widget.h"  // widget.h includes gadget.h: a cycle

@@ -1,0 +1,4 @@
+#pragma once
+
+#include "low/base.h"
+#include "high/gadget.h"

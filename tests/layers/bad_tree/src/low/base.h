@@ -1,0 +1,3 @@
+#pragma once
+
+#include "high/widget.h"  // upward: low/ may include nothing above it
