@@ -1,4 +1,5 @@
-# The library, twice from one set of objects (txmq_objects, position-independent, compiled once):
+# The library, twice from one set of objects (txmq_objects and txmq_util's, position-independent,
+# compiled once):
 #   txmq         static, what the build's own programs link (the command, txmq serve, the bench,
 #                the tests, the examples), so that they run from the build tree and from any
 #                install prefix without an RPATH. In-tree alias txmq::txmq.
@@ -10,7 +11,7 @@ target_compile_features(txmq_objects PUBLIC cxx_std_20)
 target_include_directories(txmq_objects
   PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
   PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(txmq_objects PRIVATE PkgConfig::MARIADB fmt::fmt PUBLIC Threads::Threads)
+target_link_libraries(txmq_objects PRIVATE PkgConfig::MARIADB fmt::fmt txmq_util PUBLIC Threads::Threads)
 target_compile_options(txmq_objects PRIVATE ${TXMQ_WARNINGS})
 
 # Usage requirements each library gives its users: the headers, C++20, threads; Connector/C and
@@ -22,7 +23,7 @@ function(txmq_library_usage target)
   target_link_libraries(${target} PUBLIC Threads::Threads)
 endfunction()
 
-add_library(txmq STATIC $<TARGET_OBJECTS:txmq_objects>)
+add_library(txmq STATIC $<TARGET_OBJECTS:txmq_objects> $<TARGET_OBJECTS:txmq_util>)
 add_library(txmq::txmq ALIAS txmq)
 txmq_library_usage(txmq)
 # Installed, Connector/C is the target the package config makes (PkgConfig::txmq_mariadb),
@@ -32,7 +33,7 @@ target_link_libraries(txmq PRIVATE $<BUILD_INTERFACE:PkgConfig::MARIADB> fmt::fm
 set_target_properties(txmq PROPERTIES EXPORT_NAME txmq_static)
 
 if(TXMQ_SANITIZE STREQUAL "")
-  add_library(txmq_shared SHARED $<TARGET_OBJECTS:txmq_objects>)
+  add_library(txmq_shared SHARED $<TARGET_OBJECTS:txmq_objects> $<TARGET_OBJECTS:txmq_util>)
   txmq_library_usage(txmq_shared)
   target_link_libraries(txmq_shared PRIVATE PkgConfig::MARIADB fmt::fmt)
   # -z defs: a symbol missing from the link list fails the build, not the application's link.
