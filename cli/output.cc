@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "cli.h"
+#include "util/codec.h"
 
 namespace txmq::cli {
 
@@ -43,68 +44,9 @@ std::vector<OutgoingMessage> batch_lines(std::string_view data) {
   return messages;
 }
 
-bool is_valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    std::size_t len;
-    std::uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > s.size()) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
+bool is_valid_utf8(std::string_view s) { return util::is_valid_utf8(s); }
 
-std::string base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    std::uint32_t v = (static_cast<unsigned char>(bytes[i]) << 16) |
-                      (static_cast<unsigned char>(bytes[i + 1]) << 8) |
-                      static_cast<unsigned char>(bytes[i + 2]);
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (std::size_t rest = bytes.size() - i; rest > 0) {
-    std::uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
-    if (rest == 2) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
+std::string base64(std::string_view bytes) { return util::base64_encode(bytes); }
 
 std::string iso_time(Clock::time_point t) {
   auto micros = std::chrono::duration_cast<Micros>(t.time_since_epoch()).count();
@@ -117,19 +59,7 @@ std::string iso_time(Clock::time_point t) {
 }
 
 std::string printable(std::string_view bytes, std::size_t max) {
-  std::string out;
-  for (std::size_t i = 0; i < bytes.size() && i < max; ++i) {
-    unsigned char c = static_cast<unsigned char>(bytes[i]);
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  if (bytes.size() > max) out += fmt::format("... ({} bytes)", bytes.size());
-  return out;
+  return util::printable(bytes, max, {.backslash = true});
 }
 
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }

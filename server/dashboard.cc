@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/digests.h"
-#include "server/wire.h"
+#include "util/codec.h"
 
 namespace txmq::server {
 
@@ -30,57 +30,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace dashboard_internal {
 
-namespace {
-
-std::optional<std::string> base64_decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
-  std::string out;
-  unsigned buffer = 0;
-  int bits = 0;
-  for (char c : in) {
-    const int v = value(c);
-    if (v < 0) return std::nullopt;
-    buffer = (buffer << 6) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((buffer >> bits) & 0xff));
-    }
-  }
-  return out;
-}
-
-// The length of the valid UTF-8 character at s[i], 0 when there is none.
-std::size_t utf8_char(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  std::size_t len = 0;
-  unsigned min = 0;
-  unsigned cp = 0;
-  if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0) len = 2, min = 0x80, cp = c & 0x1f;
-  else if ((c & 0xf0) == 0xe0) len = 3, min = 0x800, cp = c & 0x0f;
-  else if ((c & 0xf8) == 0xf0) len = 4, min = 0x10000, cp = c & 0x07;
-  else return 0;
-  if (i + len > s.size()) return 0;
-  for (std::size_t k = 1; k < len; ++k) {
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return len;
-}
-
-}  // namespace
-
 bool basic_auth_ok(std::string_view header, const Credentials& credentials) {
   constexpr std::string_view kBasic = "basic ";
   if (header.size() < kBasic.size()) return false;
@@ -90,7 +39,7 @@ bool basic_auth_ok(std::string_view header, const Credentials& credentials) {
   header.remove_prefix(kBasic.size());
   while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
   while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
-  std::optional<std::string> decoded = base64_decode(header);
+  std::optional<std::string> decoded = util::base64_decode(header, util::Base64Padding::kOptional);
   if (!decoded) return false;
   const std::size_t colon = decoded->find(':');
   bool ok = false;
@@ -127,24 +76,17 @@ Preview preview(std::string_view payload, std::size_t max_bytes) {
   std::size_t i = 0;
   bool text = true;
   while (i < payload.size() && i < max_bytes) {
-    const std::size_t n = utf8_char(payload, i);
-    if (n == 0) {
+    const std::optional<util::Utf8Char> c = util::utf8_char(payload.substr(i));
+    if (!c) {
       text = false;
       break;
     }
-    if (i + n > max_bytes) break;
-    i += n;
+    if (i + c->size > max_bytes) break;
+    i += c->size;
   }
   if (text) {
     // Valid so far; the rest must be valid too for the payload to count as text.
-    for (std::size_t k = i; k < payload.size();) {
-      const std::size_t n = utf8_char(payload, k);
-      if (n == 0) {
-        text = false;
-        break;
-      }
-      k += n;
-    }
+    text = util::is_valid_utf8(payload.substr(i));
   }
   if (text) {
     p.kind = "text";
@@ -645,8 +587,16 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
     }
   }
 
-  std::vector<std::pair<std::string, std::string>> params;
-  if (q != std::string_view::npos) params = parse_form(target.substr(q + 1));
+  util::FormPairs params;
+  if (q != std::string_view::npos) {
+    std::optional<util::FormPairs> decoded =
+        util::form_decode(target.substr(q + 1), util::BadEscape::kRefuse);
+    if (!decoded) {
+      answer(plain_text(400, "the query has a '%' not followed by two hex digits"));
+      return true;
+    }
+    params = std::move(*decoded);
+  }
   std::string body = std::move(request.body());
   if (state_->stopping) {
     answer(plain_text(503, "txmq serve is stopping"));

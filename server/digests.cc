@@ -2,25 +2,19 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <sys/random.h>
 
 #include <algorithm>
 #include <array>
 #include <memory>
-#include <cerrno>
 #include <stdexcept>
+
+#include "util/codec.h"
 
 namespace txmq::server {
 namespace {
 
 std::string lower_hex(const unsigned char* bytes, unsigned int size) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(size * 2, '0');
-  for (unsigned int i = 0; i < size; ++i) {
-    out[2 * i] = kHex[bytes[i] >> 4];
-    out[2 * i + 1] = kHex[bytes[i] & 15];
-  }
-  return out;
+  return util::hex_encode(std::string_view(reinterpret_cast<const char*>(bytes), size));
 }
 
 std::string hex_digest(const EVP_MD* md, std::string_view bytes) {
@@ -40,9 +34,6 @@ void append_length_prefixed(std::string& out, std::string_view bytes) {
   out += static_cast<char>(n & 0xff);
   out.append(bytes);
 }
-
-constexpr std::string_view kAlphabet =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 }  // namespace
 
@@ -113,20 +104,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string random_bytes(std::size_t size) {
-  std::string out(size, '\0');
-  std::size_t filled = 0;
-  while (filled < size) {
-    const ssize_t got = getrandom(out.data() + filled, size - filled, 0);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error("getrandom failed");
-    }
-    filled += static_cast<std::size_t>(got);
-  }
-  return out;
-}
-
 std::string md5_of_message_attributes(const nlohmann::json& attributes) {
   std::string buffer;
   // nlohmann::json objects iterate in key order (std::map), which is SQS's order.
@@ -145,92 +122,15 @@ std::string md5_of_message_attributes(const nlohmann::json& attributes) {
   return md5_hex(buffer);
 }
 
-std::string base64_encode(std::string_view bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(bytes[i]) << 16) |
-                       (static_cast<unsigned char>(bytes[i + 1]) << 8) |
-                       static_cast<unsigned char>(bytes[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < bytes.size()) {
-    unsigned v = static_cast<unsigned char>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-std::optional<std::string> base64_decode(std::string_view text) {
-  if (text.size() % 4 != 0) return std::nullopt;
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  for (std::size_t i = 0; i < text.size(); i += 4) {
-    unsigned v = 0;
-    int padding = 0;
-    for (std::size_t k = 0; k < 4; ++k) {
-      const char c = text[i + k];
-      if (c == '=') {
-        // Only at the end, as the last one or two characters.
-        if (i + 4 != text.size() || k < 2) return std::nullopt;
-        ++padding;
-        v <<= 6;
-        continue;
-      }
-      if (padding > 0) return std::nullopt;
-      const std::size_t pos = kAlphabet.find(c);
-      if (pos == std::string_view::npos) return std::nullopt;
-      v = (v << 6) | static_cast<unsigned>(pos);
-    }
-    out += static_cast<char>((v >> 16) & 0xff);
-    if (padding < 2) out += static_cast<char>((v >> 8) & 0xff);
-    if (padding < 1) out += static_cast<char>(v & 0xff);
-  }
-  return out;
-}
-
 std::optional<std::size_t> invalid_body_character(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto b0 = static_cast<unsigned char>(text[i]);
-    std::uint32_t cp = 0;
-    std::size_t length = 0;
-    if (b0 < 0x80) {
-      cp = b0;
-      length = 1;
-    } else if ((b0 & 0xe0) == 0xc0) {
-      cp = b0 & 0x1f;
-      length = 2;
-    } else if ((b0 & 0xf0) == 0xe0) {
-      cp = b0 & 0x0f;
-      length = 3;
-    } else if ((b0 & 0xf8) == 0xf0) {
-      cp = b0 & 0x07;
-      length = 4;
-    } else {
-      return i;
-    }
-    if (i + length > text.size()) return i;
-    for (std::size_t k = 1; k < length; ++k) {
-      const auto b = static_cast<unsigned char>(text[i + k]);
-      if ((b & 0xc0) != 0x80) return i;
-      cp = (cp << 6) | (b & 0x3f);
-    }
-    // Overlong forms and surrogates are not valid UTF-8.
-    const bool overlong = (length == 2 && cp < 0x80) || (length == 3 && cp < 0x800) ||
-                          (length == 4 && cp < 0x10000);
+  for (std::size_t i = 0; i < text.size();) {
+    const std::optional<util::Utf8Char> c = util::utf8_char(text.substr(i));
+    if (!c) return i;
+    const char32_t cp = c->code_point;
     const bool allowed = cp == 0x9 || cp == 0xa || cp == 0xd || (cp >= 0x20 && cp <= 0xd7ff) ||
                          (cp >= 0xe000 && cp <= 0xfffd) || (cp >= 0x10000 && cp <= 0x10ffff);
-    if (overlong || !allowed) return i;
-    i += length;
+    if (!allowed) return i;
+    i += c->size;
   }
   return std::nullopt;
 }

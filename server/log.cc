@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "util/codec.h"
+
 namespace txmq::server {
 
 std::optional<LogFormat> parse_log_format(std::string_view name) {
@@ -35,25 +37,8 @@ std::string rfc3339_millis(std::chrono::system_clock::time_point t) {
 }
 
 std::string one_line(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (byte < 0x20 || byte == 0x7f) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return util::printable(text, std::string_view::npos,
+                         {.backslash = true, .named_controls = true, .non_ascii_kept = true});
 }
 
 std::string format_log_line(LogFormat format, LogLevel level,

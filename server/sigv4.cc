@@ -16,6 +16,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "util/codec.h"
+
 namespace txmq::server {
 namespace {
 
@@ -130,65 +132,14 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool is_hex_digit(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 bool is_hex_string(std::string_view s, std::size_t size) {
-  return s.size() == size && std::all_of(s.begin(), s.end(), is_hex_digit);
+  return s.size() == size &&
+         std::all_of(s.begin(), s.end(), [](char c) { return util::hex_digit_value(c) >= 0; });
 }
 
-bool is_unreserved(unsigned char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '_' || c == '.' || c == '~';
-}
-
-// RFC 3986 percent-encoding with upper-case hex, keeping unreserved characters (and '/').
-void append_uri_encoded(std::string& out, std::string_view bytes, bool keep_slash) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
-  for (const char ch : bytes) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (is_unreserved(c) || (keep_slash && c == '/')) {
-      out += ch;
-    } else {
-      out += '%';
-      out += kDigits[c >> 4];
-      out += kDigits[c & 0xf];
-    }
-  }
-}
-
+// A query's name or value as SigV4 signs it: RFC 3986, '/' encoded too.
 std::string uri_encoded(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size());
-  append_uri_encoded(out, bytes, false);
-  return out;
-}
-
-// %XX decoded and '+' a space, as the Query protocol reads the same query string (one decoding
-// for what is signed and what is acted on: a '+' the signer meant as a plus does not verify);
-// anything else, a stray '%' included, kept as it is.
-std::string query_decoded(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
-      i += 2;
-    } else if (s[i] == '+') {
-      out += ' ';
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
+  return util::percent_encode(bytes, util::Slash::kEncoded);
 }
 
 // The path and query of a request target; an absolute-form target ("http://host/p?q") is cut
@@ -238,25 +189,14 @@ std::string normalized_path(std::string_view path) {
   return out;
 }
 
-using QueryParams = std::vector<std::pair<std::string, std::string>>;
+using QueryParams = util::FormPairs;
 
-// The query's parameters, percent-decoded; "a" without '=' has the value "". Empty pieces
-// ("a=1&&b=2") are no parameters.
+// The query's parameters: %XX decoded and '+' a space, as the Query protocol reads the same
+// query string (one decoding for what is signed and what is acted on: a '+' the signer meant as
+// a plus does not verify); anything else, a stray '%' included, kept as it is. "a" without '='
+// has the value "". Empty pieces ("a=1&&b=2") are no parameters.
 QueryParams parse_query(std::string_view query) {
-  QueryParams params;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view piece = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (piece.empty()) continue;
-    const auto eq = piece.find('=');
-    if (eq == std::string_view::npos) {
-      params.emplace_back(query_decoded(piece), std::string());
-    } else {
-      params.emplace_back(query_decoded(piece.substr(0, eq)), query_decoded(piece.substr(eq + 1)));
-    }
-  }
-  return params;
+  return *util::form_decode(query, util::BadEscape::kKeep);
 }
 
 void append_canonical_query(std::string& out, const QueryParams& params, bool presigned) {
@@ -299,7 +239,7 @@ std::string build_canonical_request(const SignedRequest& request, std::string_vi
   out.reserve(256 + request.target.size() + 64 * request.headers.size());
   out += request.method;
   out += '\n';
-  append_uri_encoded(out, normalized_path(raw_path), true);
+  util::append_percent_encoded(out, normalized_path(raw_path), util::Slash::kKept);
   out += '\n';
   append_canonical_query(out, query, presigned);
   out += '\n';

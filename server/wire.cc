@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "server/digests.h"
+#include "util/codec.h"
 
 namespace txmq::server {
 namespace {
@@ -385,33 +386,15 @@ void write_value(std::string& out, std::string_view action, std::string_view nam
   element(out, name, scalar_text(v));
 }
 
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
+// Each name and value of a Query form: '+' a space, %XX a byte.
 std::string form_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] == '%') {
-      const int hi = i + 2 < s.size() ? hex_digit(s[i + 1]) : -1;
-      const int lo = i + 2 < s.size() ? hex_digit(s[i + 2]) : -1;
-      if (hi < 0 || lo < 0) {
-        throw SqsError::of("MalformedQueryString",
-                           "The query string has a '%' not followed by two hex digits.");
-      }
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else {
-      out += s[i];
-    }
+  std::optional<std::string> decoded =
+      util::percent_decode(s, util::PlusSign::kSpace, util::BadEscape::kRefuse);
+  if (!decoded) {
+    throw SqsError::of("MalformedQueryString",
+                       "The query string has a '%' not followed by two hex digits.");
   }
-  return out;
+  return std::move(*decoded);
 }
 
 }  // namespace

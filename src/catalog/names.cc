@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "db/printable.h"
+#include "util/codec.h"
 #include "txmq/error.h"
 
 namespace txmq::internal {
@@ -24,7 +24,7 @@ void check_name(std::string_view what, std::string_view name) {
   throw Error(Errc::kInvalidArgument,
               fmt::format("invalid {} name '{}': use 1 to {} characters from a-z, 0-9 and _, "
                           "starting with a letter",
-                          what, printable(name), kMaxTopicName));
+                          what, util::printable(name), kMaxTopicName));
 }
 }  // namespace
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "db/printable.h"
+#include "util/codec.h"
 #include "db/dsn.h"
 #include "catalog/topic_catalog.h"
 #include "client/subscription.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <thread>
 
-#include "db/printable.h"
+#include "util/codec.h"
 #include "txmq/error.h"
 
 namespace txmq::internal {
@@ -158,7 +158,7 @@ void refuse_unlisted_writer(Connection& c, const std::string& writer_uuid,
               fmt::format("the cluster's clients write through node {} (txmq_cluster_writer), "
                           "which this DSN does not list: list every node of the cluster in the "
                           "DSN",
-                          printable(address)));
+                          util::printable(address)));
 }
 
 }  // namespace

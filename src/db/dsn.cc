@@ -6,38 +6,24 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "db/printable.h"
 #include "txmq/error.h"
+#include "util/codec.h"
 
 namespace txmq::internal {
+
+using util::printable;
+
 namespace {
 
 [[noreturn]] void refuse(std::string_view why) {
   throw Error(Errc::kInvalidArgument, fmt::format("invalid DSN: {}", why));
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 std::string percent_decode(std::string_view text, std::string_view what) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    int hi = i + 2 < text.size() ? hex_value(text[i + 1]) : -1;
-    int lo = i + 2 < text.size() ? hex_value(text[i + 2]) : -1;
-    if (hi < 0 || lo < 0) refuse(fmt::format("bad percent-escape in {}", what));
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
+  std::optional<std::string> decoded =
+      util::percent_decode(text, util::PlusSign::kLiteral, util::BadEscape::kRefuse);
+  if (!decoded) refuse(fmt::format("bad percent-escape in {}", what));
+  return std::move(*decoded);
 }
 
 template <typename T>

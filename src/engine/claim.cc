@@ -2,9 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <sys/random.h>
-
-#include <cerrno>
 #include <thread>
 
 #include "engine/attributes.h"
@@ -15,23 +12,18 @@
 #include "engine/queue_context.h"
 #include "engine/retry.h"
 #include "engine/settle.h"
+#include "util/random.h"
 
 namespace txmq::internal {
 namespace {
 
 // 64 random bits from the kernel's cryptographic generator: a lease token is the secret half of
 // a receipt, so it must not be guessable from the tokens a consumer saw before (a Mersenne
-// Twister's output is, from 312 of them). One call per claim, not buffered: a buffer would be
-// copied into a forked child, which would then hand out its parent's tokens.
+// Twister's output is, from 312 of them).
 std::uint64_t secure_random() {
   std::uint64_t value = 0;
-  auto* bytes = reinterpret_cast<char*>(&value);
-  std::size_t filled = 0;
-  while (filled < sizeof(value)) {
-    const ssize_t got = getrandom(bytes + filled, sizeof(value) - filled, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw Error(Errc::kInternal, "getrandom failed: no secure lease token");
-    filled += static_cast<std::size_t>(got);
+  if (!util::fill_random(&value, sizeof(value))) {
+    throw Error(Errc::kInternal, "getrandom failed: no secure lease token");
   }
   return value;
 }

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "db/printable.h"
+#include "util/codec.h"
 #include "txmq/error.h"
 #include "txmq/types.h"
 
@@ -15,7 +15,7 @@ Receipt Receipt::parse(std::string_view text) {
     return Error(Errc::kInvalidArgument,
                  fmt::format("malformed receipt '{}': expected ID.TOKEN or ID.TOKEN.GROUP as "
                              "printed by receive",
-                             internal::printable(text)));
+                             util::printable(text)));
   };
   Receipt r;
   std::size_t dot = text.find('.');

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "db/printable.h"
 #include "db/sql.h"
+#include "util/codec.h"
 
 namespace txmq::internal {
 
@@ -134,8 +134,8 @@ Dsn ShardRegistry::dsn_of(std::string_view name) {
     return known->second;
   }
   if (r.rows.empty()) {
-    throw Error(Errc::kNotFound,
-                fmt::format("no server '{}' is recorded (txmq server list)", printable(name)));
+    throw Error(Errc::kNotFound, fmt::format("no server '{}' is recorded (txmq server list)",
+                                             util::printable(name)));
   }
   Dsn dsn = parse_dsn(r.rows[0].bytes(0));
   std::lock_guard lock(mutex_);
@@ -165,7 +165,7 @@ QueueContext& ShardRegistry::server(std::string_view name) {
       made = connect_(dsn);
     } catch (const Error& e) {
       if (e.code() == Errc::kUnavailable) mark_down(name);
-      throw Error(e.code(), fmt::format("server '{}': {}", printable(name), e.what()),
+      throw Error(e.code(), fmt::format("server '{}': {}", util::printable(name), e.what()),
                   e.server_errno());
     }
     context = made.get();

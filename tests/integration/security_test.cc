@@ -13,7 +13,7 @@
 #include <fstream>
 #include <thread>
 
-#include "db/printable.h"
+#include "util/codec.h"
 #include "support.h"
 
 namespace txmq {
@@ -227,7 +227,7 @@ TEST(Security, TlsToAServerWithACertificateMadeHere) {
 void expect_clear_refusal(const std::vector<std::string>& args, const std::string& input = "") {
   test::ProcessResult r = test::run_txmq(args, input);
   std::string shown;
-  for (const std::string& a : args) shown += internal::printable(a, 40) + " ";
+  for (const std::string& a : args) shown += util::printable(a, 40) + " ";
   EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 3 || r.exit_code == 5)
       << shown << "→ exit " << r.exit_code << ": " << r.err;
   EXPECT_FALSE(r.err.empty()) << shown;

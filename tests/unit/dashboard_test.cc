@@ -1,6 +1,7 @@
 // The dashboard's pure pieces (server/dashboard.h): Basic auth, the Host check, payload previews,
 // and the embedded files. No server, no database.
 #include "server/dashboard.h"
+#include "util/codec.h"
 
 #include <gtest/gtest.h>
 
@@ -15,27 +16,7 @@ using dashboard_internal::basic_auth_ok;
 using dashboard_internal::loopback_host;
 using dashboard_internal::preview;
 
-std::string base64(std::string_view in) {
-  static constexpr char kDigits[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(kDigits[(v >> s) & 63]);
-  }
-  if (i + 1 == in.size()) {
-    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    out += {kDigits[(v >> 18) & 63], kDigits[(v >> 12) & 63], '=', '='};
-  } else if (i + 2 == in.size()) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8);
-    out += {kDigits[(v >> 18) & 63], kDigits[(v >> 12) & 63], kDigits[(v >> 6) & 63], '='};
-  }
-  return out;
-}
+std::string base64(std::string_view in) { return util::base64_encode(in); }
 
 TEST(Dashboard, BasicAuthNeedsAKeyOfTheFileWithItsSecret) {
   const Credentials keys = Credentials::parse(
