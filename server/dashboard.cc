@@ -98,7 +98,7 @@ Preview preview(std::string_view payload, std::size_t max_bytes) {
   const std::size_t n = std::min(payload.size(), std::max<std::size_t>(max_bytes / 4, 16));
   for (std::size_t k = 0; k < n; ++k) {
     if (k > 0) p.text.push_back(' ');
-    p.text += fmt::format("{:02x}", static_cast<unsigned char>(payload[k]));
+    p.text += util::hex_encode(payload.substr(k, 1));
   }
   p.truncated = n < payload.size();
   return p;

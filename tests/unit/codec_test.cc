@@ -2,12 +2,13 @@
 // where their callers' rules differ: '+' in a query, a stray '%', base64 padding, overlong UTF-8
 // and surrogates, and the escaping of backslashes, controls and non-ASCII bytes.
 #include "util/codec.h"
-#include "util/random.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <string_view>
+
+#include "util/random.h"
 
 namespace txmq::util {
 namespace {
@@ -83,13 +84,22 @@ TEST(CodecTest, FormDecodeBadEscapes) {
   EXPECT_EQ(kept->at(1).first, "%zz");
 }
 
-TEST(CodecTest, Base64Encodes) {
-  EXPECT_EQ(base64_encode(""), "");
-  EXPECT_EQ(base64_encode("f"), "Zg==");
-  EXPECT_EQ(base64_encode("fo"), "Zm8=");
-  EXPECT_EQ(base64_encode("foo"), "Zm9v");
-  EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
-  EXPECT_EQ(base64_encode("\0\xff\xfe"s), "AP/+");
+TEST(CodecTest, Base64TestVectors) {
+  // RFC 4648, section 10, and bytes outside ASCII.
+  const std::pair<std::string, std::string> vectors[] = {
+      {"", ""},
+      {"f", "Zg=="},
+      {"fo", "Zm8="},
+      {"foo", "Zm9v"},
+      {"foob", "Zm9vYg=="},
+      {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"},
+      {"\0\xff\xfe"s, "AP/+"},
+  };
+  for (const auto& [bytes, text] : vectors) {
+    EXPECT_EQ(base64_encode(bytes), text) << text;
+    EXPECT_EQ(base64_decode(text), bytes) << text;
+  }
 }
 
 TEST(CodecTest, Base64RoundTrips) {
@@ -106,16 +116,16 @@ TEST(CodecTest, Base64ExactPadding) {
   EXPECT_EQ(base64_decode("Zg=="), "f");
   EXPECT_EQ(base64_decode("Zm8="), "fo");
   EXPECT_EQ(base64_decode(""), "");
-  EXPECT_FALSE(base64_decode("Zg"));        // padding missing
+  EXPECT_FALSE(base64_decode("Zg"));  // padding missing
   EXPECT_FALSE(base64_decode("Zm8"));
-  EXPECT_FALSE(base64_decode("Z==="));      // three '='
+  EXPECT_FALSE(base64_decode("Z==="));  // three '='
   EXPECT_FALSE(base64_decode("===="));
   EXPECT_FALSE(base64_decode("Zg==Zg=="));  // padding inside
   EXPECT_FALSE(base64_decode("YW=I"));
   EXPECT_FALSE(base64_decode("Zg==="));
-  EXPECT_FALSE(base64_decode("Y!I="));      // outside the alphabet
+  EXPECT_FALSE(base64_decode("Y!I="));  // outside the alphabet
   EXPECT_FALSE(base64_decode("Zm9v\n"));
-  EXPECT_FALSE(base64_decode("Zm-_"));      // the URL-safe alphabet is not this one
+  EXPECT_FALSE(base64_decode("Zm-_"));  // the URL-safe alphabet is not this one
 }
 
 TEST(CodecTest, Base64OptionalPadding) {
@@ -128,7 +138,7 @@ TEST(CodecTest, Base64OptionalPadding) {
   EXPECT_EQ(lenient("Zg====="), "f");  // any number of trailing '='
   EXPECT_EQ(lenient("Z"), "");         // six bits: no byte
   EXPECT_EQ(lenient("===="), "");
-  EXPECT_FALSE(lenient("YW=I"));       // '=' only at the end
+  EXPECT_FALSE(lenient("YW=I"));  // '=' only at the end
   EXPECT_FALSE(lenient("Zg== "));
   EXPECT_FALSE(lenient("Y!I="));
 }
@@ -149,10 +159,10 @@ TEST(CodecTest, Utf8Characters) {
 
 TEST(CodecTest, Utf8Invalid) {
   for (std::string_view bad : {
-           "\x80",              // a stray continuation byte
-           "\xff", "\xf8\x88\x80\x80\x80",  // no such lead byte
-           "\xc3", "\xe2\x82",  // cut short
-           "\xc3(",             // not a continuation
+           "\x80",                                                      // a stray continuation byte
+           "\xff", "\xf8\x88\x80\x80\x80",                              // no such lead byte
+           "\xc3", "\xe2\x82",                                          // cut short
+           "\xc3(",                                                     // not a continuation
            "\xc0\xaf", "\xc1\xbf", "\xe0\x80\xaf", "\xf0\x80\x80\xaf",  // overlong
            "\xed\xa0\x80", "\xed\xbf\xbf",                              // surrogates
            "\xf4\x90\x80\x80", "\xf7\xbf\xbf\xbf",                      // past U+10FFFF
