@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "cli.h"
-#include "server/config.h"
-#include "server/serve.h"
+#include "server/app/config.h"
+#include "server/app/sqs_server.h"
 
 namespace txmq::cli {
 
