@@ -17,7 +17,7 @@
 
 #include "db/connection.h"
 #include "db/dsn.h"
-#include "server/sigv4.h"
+#include "server/auth/sigv4.h"
 #include "workloads.h"
 
 namespace txmq::bench {

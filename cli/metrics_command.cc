@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "server/metrics.h"
+#include "server/web/metrics.h"
 
 namespace txmq::cli {
 

@@ -1,4 +1,4 @@
-// txmq serve: the Amazon SQS-compatible server (server/serve.h, README "The SQS server").
+// txmq serve: the Amazon SQS-compatible server (server/app/sqs_server.h, docs/sqs.md).
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "cli.h"
-#include "server/config.h"
-#include "server/serve.h"
+#include "server/app/config.h"
+#include "server/app/sqs_server.h"
 
 namespace txmq::cli {
 

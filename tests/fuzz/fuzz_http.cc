@@ -14,8 +14,8 @@
 #include <string_view>
 
 #include "fuzz.h"
-#include "server/service.h"
-#include "server/wire.h"
+#include "server/sqs/service.h"
+#include "server/sqs/wire.h"
 
 namespace {
 

@@ -1053,7 +1053,7 @@ class ShardedTopicTest(SqsTestCase):
         self.assertEqual(a["TxmqServers"], "s1,s2,s3")
         self.assertEqual(a["TxmqPartitions"], "6")
         # The topic is spread: txmq topic list shows its servers, and each server has it. Its
-        # name as server/queues.cc derives it (other tests shard topics over s1,s2,s3 too).
+        # name as server/sqs/queues.cc derives it (other tests shard topics over s1,s2,s3 too).
         name = self.name("spread")
         readable = "".join(c.lower() if c.isascii() and c.isalnum() else "_" for c in name[:30])
         topic = f"sqs_{readable}_{hashlib.sha256(name.encode()).hexdigest()[:12]}"

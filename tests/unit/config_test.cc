@@ -1,6 +1,6 @@
-// txmq serve --config (server/config.h): a good file, and every kind of error with its message
+// txmq serve --config (server/app/config.h): a good file, and every kind of error with its message
 // and line. No server, no database.
-#include "server/config.h"
+#include "server/app/config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // What txmq serve refuses without --credentials because only a browser on another site would
-// send it (server/service.h, cross_site_refusal).
+// send it (server/sqs/service.h, cross_site_refusal).
 #include <gtest/gtest.h>
 
-#include "server/service.h"
+#include "server/sqs/service.h"
 
 namespace txmq::server {
 namespace {

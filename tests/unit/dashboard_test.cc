@@ -1,6 +1,7 @@
-// The dashboard's pure pieces (server/dashboard.h): Basic auth, the Host check, payload previews,
-// and the embedded files. No server, no database.
-#include "server/dashboard.h"
+// The dashboard's pure pieces (server/web/dashboard.h) and its guard (server/auth/web_guard.h):
+// Basic auth, the Host check, payload previews, and the embedded files. No server, no database.
+#include "server/auth/web_guard.h"
+#include "server/web/dashboard.h"
 #include "util/codec.h"
 
 #include <gtest/gtest.h>
@@ -12,8 +13,8 @@
 namespace txmq::server {
 namespace {
 
-using dashboard_internal::basic_auth_ok;
-using dashboard_internal::loopback_host;
+using web_guard::basic_auth_ok;
+using web_guard::loopback_host;
 using dashboard_internal::preview;
 
 std::string base64(std::string_view in) { return util::base64_encode(in); }

@@ -1,6 +1,6 @@
-// /healthz and /readyz (server/health.h) with a fake database check: answers, at most one check
+// /healthz and /readyz (server/web/health.h) with a fake database check: answers, at most one check
 // per fresh_for, the probe's timeout, stopping. No server, no database.
-#include "server/health.h"
+#include "server/web/health.h"
 
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ struct HealthProbes : ::testing::Test {
     auto answer = std::make_shared<std::promise<HttpResponse>>();
     std::future<HttpResponse> got = answer->get_future();
     Responder respond = [answer](HttpResponse r) { answer->set_value(std::move(r)); };
-    if (!health.handle(request, respond)) return std::nullopt;
+    if (!health.handle(request, respond, nullptr)) return std::nullopt;
     if (got.wait_for(10s) != std::future_status::ready) return HttpResponse{.status = 0};
     return got.get();
   }
@@ -96,7 +96,7 @@ TEST_F(HealthProbes, UnreachableGives503AndTheReasonOnlyToTheLog) {
   EXPECT_EQ(probe(health, "/readyz")->status, 200u);
   std::lock_guard lock(lines_mutex);
   ASSERT_EQ(lines.size(), 2u);
-  // As the check threw it: the log writer makes it one line (server/log.h).
+  // As the check threw it: the log writer makes it one line (server/base/log.h).
   EXPECT_EQ(lines[0], "not ready: database unreachable: cannot connect\nto x");
   EXPECT_EQ(lines[1], "ready: the database answers again");
 }
@@ -120,7 +120,7 @@ TEST_F(HealthProbes, StoppingAnswers503AlsoToWaitingProbes) {
   HttpRequest request{http::verb::get, "/readyz", 11};
   std::promise<HttpResponse> answer;
   Responder respond = [&answer](HttpResponse r) { answer.set_value(std::move(r)); };
-  ASSERT_TRUE(health.handle(request, respond));
+  ASSERT_TRUE(health.handle(request, respond, nullptr));
   std::this_thread::sleep_for(50ms);
   health.stopping();
   auto waiting = answer.get_future();

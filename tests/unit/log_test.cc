@@ -1,6 +1,6 @@
-// txmq serve's log lines (server/log.h). No server, no database.
+// txmq serve's log lines (server/base/log.h). No server, no database.
 #include <algorithm>
-#include "server/log.h"
+#include "server/base/log.h"
 
 #include <gtest/gtest.h>
 

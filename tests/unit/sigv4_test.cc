@@ -1,4 +1,4 @@
-#include "server/sigv4.h"
+#include "server/auth/sigv4.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

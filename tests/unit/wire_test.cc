@@ -1,4 +1,4 @@
-// The SQS wire formats and digests of txmq serve (server/wire.h, server/digests.h).
+// The SQS wire formats and digests of txmq serve (server/sqs/wire.h, server/sqs/digests.h).
 #include <map>
 #include <sstream>
 
@@ -6,8 +6,9 @@
 #include <boost/property_tree/xml_parser.hpp>
 #include <gtest/gtest.h>
 
-#include "server/digests.h"
-#include "server/wire.h"
+#include "server/auth/crypto.h"
+#include "server/sqs/digests.h"
+#include "server/sqs/wire.h"
 
 namespace txmq::server {
 namespace {

@@ -1,0 +1,617 @@
+#include "server/http/http.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <optional>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <fmt/format.h>
+
+namespace txmq::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+// A request header's largest size: SigV4 headers and cookies fit many times over.
+constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+// A body is reserved against the memory budget a step ahead of what has arrived, and must keep
+// arriving at the minimum rate: a step's worth of time after its last bytes, it is cut off.
+constexpr std::size_t kBodyStep = 256 * 1024;
+// After a refusal the server stops sending and reads (and drops) what the client still sends,
+// for up to this long or this much, before closing: closing with unread bytes resets the
+// connection, and the client could lose the answer. Dropped bytes cost no memory.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr std::size_t kLingerBytes = 4u << 20;
+// The first read of a request: enough for most headers; the rest grows as Beast needs.
+constexpr std::size_t kFirstRead = 1024;
+// Accept errors are retried after this pause, doubled up to kAcceptBackoffMax.
+constexpr std::chrono::milliseconds kAcceptBackoffMin{10};
+constexpr std::chrono::milliseconds kAcceptBackoffMax{1000};
+
+std::string plain_answer(unsigned status, std::string_view reason, std::string_view text) {
+  return fmt::format(
+             "HTTP/1.1 {} {}\r\nServer: txmq\r\nContent-Type: text/plain; charset=utf-8\r\n"
+             "Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+             status, reason, text.size() + 1, text) +
+         "\n";
+}
+
+std::string byte_size(std::uint64_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= 1024 && bytes % 1024 == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} bytes", bytes);
+}
+
+HttpResponse busy_answer(std::string text) {
+  HttpResponse r = plain_text(503, std::move(text));
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+}  // namespace
+
+// One client connection: waits for a request, reads its header, asks the admission check how
+// much body to read, reads it, hands the request to the handler, writes its answer (posted back
+// onto the connection's strand from whatever thread answered), and waits for the next one.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // kIdle: waiting for a request's first byte, so the acceptor may close it to make room
+  // (kEvicted). kActive: a request is being read, handled or answered.
+  enum Phase : int { kIdle, kActive, kEvicted };
+
+  Session(tcp::socket socket, HttpServer& server)
+      : stream_(std::move(socket)), server_(server), options_(server.options_) {}
+
+  void start() {
+    asio::dispatch(stream_.get_executor(),
+                   [self = shared_from_this()] { self->wait_for_request(); });
+  }
+
+  // From HttpServer::shutdown: an idle connection closes now, a busy one after its answer.
+  void shutdown() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->stopping_ = true;
+      if (!self->busy_) self->close();
+    });
+  }
+
+  // From the acceptor, with the server's lock held: claims an idle connection for closing, so
+  // that it starts no request. False when it is not idle (any more).
+  bool try_evict() {
+    int idle = kIdle;
+    return phase_.compare_exchange_strong(idle, kEvicted);
+  }
+  bool idle() const { return phase_.load() == kIdle; }
+  Clock::rep idle_since() const { return idle_since_.load(); }
+  void close_evicted() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+  }
+
+  // A connection over the cap with none idle to close: 503 at once (a small answer, written
+  // without waiting: the socket's send buffer takes it), then closed. Never started.
+  void refuse_at_once() {
+    static const std::string answer = plain_answer(
+        503, "Service Unavailable", "too many connections: retry, or reuse a connection");
+    beast::error_code ignored;
+    tcp::socket& socket = stream_.socket();
+    socket.non_blocking(true, ignored);
+    socket.write_some(asio::buffer(answer), ignored);
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
+  }
+
+ private:
+  void wait_for_request() {
+    if (stopping_) return close();
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    // Checked against the admission's limit once the header is in. (Boost 1.74 treats "no
+    // limit" as a limit of zero for a Content-Length, hence the largest value.)
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    declared_length_.reset();
+    if (buffer_.size() > 0) {  // the next request came with the last one (pipelining)
+      phase_.store(kActive);
+      header_deadline_ = Clock::now() + options_.header_timeout;
+      return read_header();
+    }
+    // An idle connection keeps no buffer: a body's read may have grown it to 64 KiB, times
+    // thousands of connections.
+    buffer_.shrink_to_fit();
+    // A new connection has header_timeout from its accept for its whole first header; a
+    // keep-alive one may wait idle_timeout for a first byte, then has header_timeout.
+    const Clock::time_point deadline = first_request_ ? accepted_at_ + options_.header_timeout
+                                                      : Clock::now() + options_.idle_timeout;
+    idle_since_.store(Clock::now().time_since_epoch().count());
+    phase_.store(kIdle);
+    stream_.expires_at(deadline);
+    stream_.async_read_some(buffer_.prepare(kFirstRead),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->on_first_bytes(ec, n);
+                            });
+  }
+
+  void on_first_bytes(beast::error_code ec, std::size_t n) {
+    buffer_.commit(n);
+    int idle = kIdle;
+    if (!phase_.compare_exchange_strong(idle, kActive)) return close();  // evicted
+    if (ec) return close();  // closed by the client or idle too long
+    header_deadline_ = first_request_ ? accepted_at_ + options_.header_timeout
+                                      : Clock::now() + options_.header_timeout;
+    read_header();
+  }
+
+  void read_header() {
+    stream_.expires_at(header_deadline_);
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec == http::error::header_limit) {
+      return refuse(
+          plain_text(431, "request headers over the limit of " + byte_size(kHeaderLimit)));
+    }
+    if (ec) return close();  // closed by the client, too slow, or not HTTP
+    keep_alive_ = parser_->get().keep_alive();
+    version_ = parser_->get().version();
+    const RequestHeader& header = parser_->get();
+    Admission admission;
+    if (options_.admission) {
+      try {
+        admission = options_.admission(header);
+      } catch (const std::exception& e) {
+        return refuse(plain_text(500, fmt::format("internal error: {}", e.what())));
+      }
+    }
+    if (admission.refuse) return refuse(std::move(*admission.refuse));
+    if (parser_->is_done()) return dispatch();  // no body
+
+    declared_length_ = parser_->content_length();
+    if (declared_length_ && *declared_length_ > admission.body_limit) {
+      return refuse(
+          plain_text(413, fmt::format("request body of {} bytes over this request's limit of {}",
+                                      *declared_length_, byte_size(admission.body_limit))));
+    }
+    body_limit_ = admission.body_limit;
+    parser_->body_limit(admission.body_limit);
+    // Reserved as the body arrives, a step ahead of it, not all at once from the declared
+    // length: a client that declares 4 MiB and sends nothing holds one step.
+    if (!reserve_body_memory(std::min(kBodyStep, next_body_step()))) return refuse_over_budget();
+    body_started_ = Clock::now();
+    // Sent only now that the body is wanted: a client that waits for it (curl with a large
+    // body) sends nothing that would be refused.
+    if (version_ >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream_.expires_at(body_deadline());
+      return asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                               [self = shared_from_this()](beast::error_code write_ec, std::size_t) {
+                                 if (write_ec) return self->close();
+                                 self->read_body();
+                               });
+    }
+    read_body();
+  }
+
+  // The most the body can still need, up to one step: what its declared length or its limit
+  // leaves beyond what is held.
+  std::size_t next_body_step() const {
+    const std::size_t bound = declared_length_ ? *declared_length_ : body_limit_;
+    const std::size_t held = parser_->get().body().size();
+    return bound > held ? std::min(kBodyStep, bound - held) : 0;
+  }
+
+  // header_timeout, then the body at min_body_rate, counted on what has arrived (re-armed at
+  // each read): a client that stops sending is cut off a step's time later, whatever length it
+  // declared.
+  Clock::time_point body_deadline() const {
+    const std::uint64_t due = parser_->get().body().size() + kBodyStep;
+    const auto allowance = std::chrono::milliseconds(
+        due * 1000 / std::max<std::size_t>(options_.min_body_rate, 1));
+    return body_started_ + options_.header_timeout + allowance;
+  }
+
+  void read_body() {
+    stream_.expires_at(body_deadline());
+    http::async_read_some(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
+  }
+
+  void on_body(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      return refuse(plain_text(413, fmt::format("request body over this request's limit of {}",
+                                                byte_size(body_limit_))));
+    }
+    if (ec) return close();
+    if (parser_->is_done()) return dispatch();
+    // What arrived is reserved, and a step more before the next read.
+    const std::size_t wanted = parser_->get().body().size() + next_body_step();
+    if (wanted > body_bytes_reserved_ && !reserve_body_memory(wanted - body_bytes_reserved_)) {
+      return refuse_over_budget();
+    }
+    read_body();
+  }
+
+  void dispatch() {
+    stream_.expires_never();
+    busy_ = true;
+    HttpRequest request = parser_->release();
+    auto self = shared_from_this();
+    // The body's share of the budget goes with the request: it is released when the handler
+    // lets go of its responder (the request with it), not when the answer is written, so that
+    // requests answered early (a deadline) but still queued keep counting.
+    auto hold = std::make_shared<BodyHold>(server_.body_bytes_reserved_, body_bytes_reserved_);
+    body_bytes_reserved_ = 0;
+    server_.handler_(std::move(request), [self, hold](HttpResponse response) {
+      asio::post(self->stream_.get_executor(),
+                 [self, r = std::move(response)]() mutable { self->write(std::move(r)); });
+    });
+  }
+
+  // A dispatched body's reservation, released when the last responder copy goes.
+  struct BodyHold {
+    BodyHold(std::shared_ptr<std::atomic<std::size_t>> total, std::size_t bytes)
+        : total_(std::move(total)), bytes_(bytes) {}
+    ~BodyHold() { *total_ -= bytes_; }
+    BodyHold(const BodyHold&) = delete;
+    BodyHold& operator=(const BodyHold&) = delete;
+
+   private:
+    std::shared_ptr<std::atomic<std::size_t>> total_;
+    std::size_t bytes_;
+  };
+
+  bool reserve_body_memory(std::size_t bytes) {
+    if (!server_.reserve_body_memory(bytes)) return false;
+    body_bytes_reserved_ += bytes;
+    return true;
+  }
+
+  void release_body_memory() {
+    if (body_bytes_reserved_ == 0) return;
+    server_.release_body_memory(body_bytes_reserved_);
+    body_bytes_reserved_ = 0;
+  }
+
+  void refuse_over_budget() {
+    server_.warn_at_most_once_a_minute(
+        server_.last_budget_warning_,
+        fmt::format("request bodies being read reached the budget of {} (--max-body-memory): "
+                    "requests answered 503 until some finish",
+                    byte_size(options_.body_memory_budget)));
+    refuse(busy_answer("too many request bodies being read at once: retry"));
+  }
+
+  // Answers and closes without reading the body (or the rest of it).
+  void refuse(HttpResponse r) {
+    keep_alive_ = false;
+    refused_ = true;
+    release_body_memory();
+    busy_ = true;
+    write(std::move(r));
+  }
+
+  void write(HttpResponse r) {
+    release_body_memory();  // the handler has answered: done with the body
+    auto response = std::make_shared<http::response<http::string_body>>();
+    response->version(version_);
+    response->result(r.status);
+    response->set(http::field::server, "txmq");
+    response->set(http::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) response->set(name, value);
+    response->body() = std::move(r.body);
+    response->keep_alive(keep_alive_ && !stopping_);
+    response->prepare_payload();
+    // A client that does not read its answer is cut off like an idle one.
+    stream_.expires_after(options_.idle_timeout);
+    http::async_write(stream_, *response,
+                      [self = shared_from_this(), response](beast::error_code ec, std::size_t) {
+                        self->busy_ = false;
+                        if (ec) return self->close();
+                        if (self->refused_) return self->linger();
+                        if (!response->keep_alive()) return self->close();
+                        self->first_request_ = false;
+                        self->wait_for_request();
+                      });
+  }
+
+  // After a refusal: no more sending; what the client still sends is read and dropped for a
+  // moment (so that it reads the answer rather than a reset), then the connection closes.
+  void linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    buffer_.consume(buffer_.size());
+    stream_.expires_after(kLingerTime);
+    drop_input();
+  }
+
+  void drop_input() {
+    stream_.async_read_some(buffer_.prepare(16 * 1024),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->lingered_bytes_ += n;
+                              if (ec || self->lingered_bytes_ >= kLingerBytes) return self->close();
+                              self->drop_input();
+                            });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    release_body_memory();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+    server_.closed(this);
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer& server_;
+  const HttpServerOptions& options_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::atomic<int> phase_{kActive};
+  std::atomic<Clock::rep> idle_since_{0};
+  const Clock::time_point accepted_at_ = Clock::now();
+  Clock::time_point header_deadline_;
+  Clock::time_point body_started_;
+  boost::optional<std::uint64_t> declared_length_;
+  std::size_t body_limit_ = kDefaultBodyLimit;
+  std::size_t body_bytes_reserved_ = 0;
+  std::size_t lingered_bytes_ = 0;
+  bool first_request_ = true;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+  bool busy_ = false;
+  bool refused_ = false;
+  bool stopping_ = false;
+  bool closed_ = false;
+};
+
+HttpServer::HttpServer(asio::io_context& io, const tcp::endpoint& endpoint, RequestHandler handler,
+                       HttpServerOptions options)
+    : io_(io),
+      acceptor_(asio::make_strand(io)),
+      handler_(std::move(handler)),
+      options_(std::move(options)),
+      accept_retry_(acceptor_.get_executor()) {
+  acceptor_.open(endpoint.protocol());
+  acceptor_.set_option(asio::socket_base::reuse_address(true));
+  acceptor_.bind(endpoint);
+  acceptor_.listen(asio::socket_base::max_listen_connections);
+  // The reserve descriptor's accept (on EMFILE) must not block; async_accept is unaffected.
+  acceptor_.non_blocking(true);
+  keep_reserve();
+}
+
+void HttpServer::keep_reserve() {
+  if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+HttpServer::~HttpServer() {
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
+}
+
+tcp::endpoint HttpServer::local_endpoint() const { return acceptor_.local_endpoint(); }
+
+void HttpServer::start() {
+  asio::dispatch(acceptor_.get_executor(), [this] { accept(); });
+}
+
+void HttpServer::accept() {
+  acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (ec) return on_accept_error(ec);
+    accept_backoff_ = std::chrono::milliseconds(0);
+    // Without its reserve the table is full: the connection taken closes an idle one, so that
+    // the reserve and the next connection find a descriptor.
+    keep_reserve();
+    if (accept_failing_ && reserve_fd_ >= 0) {  // the episode is over
+      accept_failing_ = false;
+      if (accept_failure_said_ && options_.warn) options_.warn("accepting connections again");
+      accept_failure_said_ = false;
+    }
+    take_connection(std::move(socket), /*make_room=*/reserve_fd_ < 0);
+    accept();
+  });
+}
+
+void HttpServer::on_accept_error(const boost::system::error_code& ec) {
+  const bool out_of_descriptors =
+      ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+  if (!accept_failing_) {  // once per episode, and at most once a minute
+    accept_failure_said_ = warn_at_most_once_a_minute(
+        last_accept_warning_,
+        fmt::format("accepting a connection failed: {}; retrying after pauses of {} ms doubling "
+                    "to {} ms until one succeeds{}",
+                    ec.message(), kAcceptBackoffMin.count(), kAcceptBackoffMax.count(),
+                    out_of_descriptors ? " (raise LimitNOFILE, or lower --max-connections)" : ""));
+  }
+  accept_failing_ = true;
+  bool took_one = false;
+  if (out_of_descriptors) {
+    // Fails while the table is still full: a connection closed since frees the descriptor.
+    keep_reserve();
+    if (reserve_fd_ >= 0) {
+      // Give up the reserve to take one waiting connection (a probe, say) and close the
+      // longest-idle one for it, below the cap too: that frees a descriptor for the reserve
+      // and the next waiting connection. With none idle it is answered 503. Either way the
+      // connections waiting in the listen queue are not left hanging.
+      ::close(reserve_fd_);
+      reserve_fd_ = -1;
+      tcp::socket socket(asio::make_strand(io_));
+      beast::error_code accept_ec;
+      acceptor_.accept(socket, accept_ec);
+      if (!accept_ec) {
+        take_connection(std::move(socket), /*make_room=*/true);
+        took_one = true;
+      }
+      keep_reserve();
+    }
+  }
+  // A connection taken is progress: the next try at once (it cannot spin: each round takes a
+  // connection, or finds no reserve and pauses); else the pause doubles.
+  if (took_one) {
+    accept_backoff_ = std::chrono::milliseconds(0);
+    return asio::post(acceptor_.get_executor(), [this] { accept(); });
+  }
+  accept_backoff_ = accept_backoff_.count() == 0 ? kAcceptBackoffMin
+                                                 : std::min(accept_backoff_ * 2, kAcceptBackoffMax);
+  accept_retry_.expires_after(accept_backoff_);
+  accept_retry_.async_wait([this](beast::error_code wait_ec) {
+    if (wait_ec) return;  // cancelled by shutdown
+    accept();
+  });
+}
+
+void HttpServer::take_connection(tcp::socket socket, bool make_room) {
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto session = std::make_shared<Session>(std::move(socket), *this);
+  std::shared_ptr<Session> evicted;
+  bool full = false;
+  std::size_t open = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    if (make_room || sessions_.size() >= options_.max_connections) {
+      evicted = evict_longest_idle_locked();
+      full = evicted == nullptr;
+    }
+    if (!full) sessions_.emplace(session.get(), session);
+    open = sessions_.size();
+  }
+  if ((evicted || full) && !make_room) {  // out of descriptors: said by on_accept_error
+    warn_at_most_once_a_minute(
+        last_cap_warning_, fmt::format("{} connections open, the cap (--max-connections {}): {}",
+                                       open, options_.max_connections,
+                                       full ? "none idle, new connections are answered 503"
+                                            : "the longest-idle one is closed for each new one"));
+  }
+  if (evicted) evicted->close_evicted();
+  if (full) return session->refuse_at_once();
+  session->start();
+}
+
+std::shared_ptr<Session> HttpServer::evict_longest_idle_locked() {
+  // A scan of every connection, but only when the cap is reached.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    Session* longest = nullptr;
+    Clock::rep since = std::numeric_limits<Clock::rep>::max();
+    for (const auto& [raw, session] : sessions_) {
+      if (raw->idle() && raw->idle_since() < since) {
+        longest = raw;
+        since = raw->idle_since();
+      }
+    }
+    if (longest == nullptr) return nullptr;
+    if (longest->try_evict()) {  // else it started a request meanwhile: look again
+      auto it = sessions_.find(longest);
+      std::shared_ptr<Session> evicted = std::move(it->second);
+      sessions_.erase(it);
+      return evicted;
+    }
+  }
+  return nullptr;
+}
+
+bool HttpServer::reserve_body_memory(std::size_t bytes) {
+  std::size_t reserved = body_bytes_reserved_->load();
+  do {
+    if (bytes > options_.body_memory_budget - std::min(reserved, options_.body_memory_budget)) {
+      return false;
+    }
+  } while (!body_bytes_reserved_->compare_exchange_weak(reserved, reserved + bytes));
+  return true;
+}
+
+void HttpServer::release_body_memory(std::size_t bytes) { *body_bytes_reserved_ -= bytes; }
+
+bool HttpServer::warn_at_most_once_a_minute(Clock::time_point& last, std::string text) {
+  if (!options_.warn) return false;
+  {
+    std::lock_guard lock(mutex_);
+    const Clock::time_point now = Clock::now();
+    if (last != Clock::time_point{} && now - last < std::chrono::minutes(1)) return false;
+    last = now;
+  }
+  options_.warn(text);
+  return true;
+}
+
+void HttpServer::shutdown(std::function<void()> done) {
+  asio::post(acceptor_.get_executor(), [this, done = std::move(done)]() mutable {
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+    accept_retry_.cancel();
+    std::vector<std::shared_ptr<Session>> sessions;
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      on_all_closed_ = std::move(done);
+      for (const auto& [raw, session] : sessions_) sessions.push_back(session);
+      if (sessions_.empty() && on_all_closed_) {
+        auto callback = std::move(on_all_closed_);
+        on_all_closed_ = nullptr;
+        asio::post(io_, callback);
+      }
+    }
+    for (const auto& s : sessions) s->shutdown();
+  });
+}
+
+std::size_t HttpServer::open_connections() {
+  std::lock_guard lock(mutex_);
+  return sessions_.size();
+}
+
+void HttpServer::closed(Session* session) {
+  std::function<void()> callback;
+  std::shared_ptr<Session> keep;  // destroyed outside the lock
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = sessions_.find(session); it != sessions_.end()) {
+      keep = std::move(it->second);
+      sessions_.erase(it);
+    }
+    if (stopping_ && sessions_.empty() && on_all_closed_) {
+      callback = std::move(on_all_closed_);
+      on_all_closed_ = nullptr;
+    }
+  }
+  if (callback) asio::post(io_, callback);
+}
+
+std::string_view header_of(const RequestHeader& r, boost::beast::http::field f) {
+  auto it = r.find(f);
+  if (it == r.end()) return {};
+  return {it->value().data(), it->value().size()};
+}
+
+HttpResponse plain_text(unsigned status, std::string text) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = std::move(text);
+  if (r.body.empty() || r.body.back() != '\n') r.body.push_back('\n');
+  return r;
+}
+
+}  // namespace txmq::server

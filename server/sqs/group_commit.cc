@@ -1,0 +1,81 @@
+// Group commit (server/sqs/group_commit.h): the drains that settle a topic's waiting single
+// sends and deletes in one transaction each.
+#include "server/sqs/group_commit.h"
+
+#include <span>
+
+#include "server/sqs/service.h"
+#include "server/sqs/service_call.h"
+
+namespace txmq::server {
+
+void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {
+  if (sends_.add(topic, std::move(pending))) drain_sends(topic);
+}
+
+// Group commit: the first sender of a topic sends, in one transaction, every single send that
+// arrived for it meanwhile, and again until none is left; a failed batch is retried one message
+// at a time, so that one message's error stays its own.
+// One drain at a time per topic (CommitGroups::add): two measured slower on 2 cores (txmq bench
+// --only serve: SendMessage at 16 clients 0.58-0.62x of raw INSERT with one, 0.51-0.54x with
+// two), the cost being CPU, not commits.
+void SqsService::drain_sends(const std::string& topic) {
+  for (;;) {
+    std::vector<PendingSend> group = sends_.next(topic);
+    if (group.empty()) return;
+    // Calls answered meanwhile (their deadline passed while the database did not answer) are
+    // not sent: their callers were told to retry.
+    std::erase_if(group, [](const PendingSend& p) { return p.call && p.call->answered; });
+    if (group.empty()) continue;
+    counters_.send_groups.fetch_add(1, std::memory_order_relaxed);
+    counters_.sends_grouped.fetch_add(group.size(), std::memory_order_relaxed);
+    std::vector<OutgoingMessage> messages;
+    messages.reserve(group.size());
+    for (auto& p : group) messages.push_back(std::move(p.message));
+    try {
+      const std::vector<std::uint64_t> ids = client_.send_batch(topic, messages);
+      for (std::size_t i = 0; i < group.size(); ++i) group[i].done(ids[i], nullptr);
+    } catch (const Error& e) {
+      if (group.size() == 1 || e.code() == Errc::kNotFound || e.code() == Errc::kCommitUnknown) {
+        for (auto& p : group) p.done(0, std::current_exception());
+        continue;
+      }
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        try {
+          group[i].done(client_.send_batch(topic, std::span(&messages[i], 1)).at(0), nullptr);
+        } catch (...) {
+          group[i].done(0, std::current_exception());
+        }
+      }
+    } catch (...) {
+      for (auto& p : group) p.done(0, std::current_exception());
+    }
+  }
+}
+
+void SqsService::enqueue_delete(const std::string& topic, PendingDelete pending) {
+  if (deletes_.add(topic, std::move(pending))) drain_deletes(topic);
+}
+
+// Group commit of deletes, as drain_sends: Client::ack settles a batch of receipts together.
+void SqsService::drain_deletes(const std::string& topic) {
+  for (;;) {
+    std::vector<PendingDelete> group = deletes_.next(topic);
+    if (group.empty()) return;
+    std::erase_if(group, [](const PendingDelete& p) { return p.call && p.call->answered; });
+    if (group.empty()) continue;
+    counters_.delete_groups.fetch_add(1, std::memory_order_relaxed);
+    counters_.deletes_grouped.fetch_add(group.size(), std::memory_order_relaxed);
+    std::vector<std::string> receipts;
+    receipts.reserve(group.size());
+    for (auto& p : group) receipts.push_back(p.receipt);
+    try {
+      const std::vector<Settle> outcomes = client_.ack(topic, receipts);
+      for (std::size_t i = 0; i < group.size(); ++i) group[i].done(outcomes[i], nullptr);
+    } catch (...) {
+      for (auto& p : group) p.done(Settle::kNotFound, std::current_exception());
+    }
+  }
+}
+
+}  // namespace txmq::server

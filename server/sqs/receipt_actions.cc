@@ -1,0 +1,135 @@
+// The SQS actions on received messages, by their ReceiptHandle: DeleteMessage (through the group
+// commit, group_commit.cc), DeleteMessageBatch, ChangeMessageVisibility and its batch.
+#include <fmt/format.h>
+
+#include "server/sqs/inputs.h"
+#include "server/sqs/service.h"
+#include "server/sqs/service_call.h"
+#include "server/sqs/wire.h"
+
+namespace txmq::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The library's receipt in a ReceiptHandle that this queue gave out; ReceiptHandleIsInvalid for
+// anything else (forged, altered, another queue's).
+std::string receipt_of(const QueueCatalog& catalog, const QueueInfo& q, const std::string& handle) {
+  std::optional<std::string> receipt = catalog.unseal(q.name, handle);
+  try {
+    if (receipt) Receipt::parse(*receipt);
+  } catch (const Error&) {
+    receipt.reset();
+  }
+  if (!receipt) {
+    fail("ReceiptHandleIsInvalid",
+         fmt::format("The input receipt handle \"{}\" is not a valid receipt handle.",
+                     handle.substr(0, 100)));
+  }
+  return std::move(*receipt);
+}
+
+// SQS: a standard queue's stale handle still deletes (txmq's fencing decides whether the
+// message goes: only if nobody received it since); a FIFO queue's is refused.
+std::optional<SqsError> delete_outcome(const QueueInfo& q, Settle outcome) {
+  if (outcome == Settle::kOk || !q.fifo) return std::nullopt;
+  return SqsError::of("InvalidParameterValue",
+                      "Value for parameter ReceiptHandle is invalid. Reason: The receipt handle "
+                      "has expired.");
+}
+
+}  // namespace
+
+void SqsService::delete_message(const std::shared_ptr<Call>& call) {
+  auto q = queue_of(*call);
+  const std::string receipt =
+      receipt_of(catalog_, *q, string_member(call->input, "ReceiptHandle", true));
+  enqueue_delete(q->topic, {call, receipt, [this, call, q](Settle outcome, std::exception_ptr error) {
+                              if (error) return reply_error(*call, error);
+                              if (auto e = delete_outcome(*q, outcome)) {
+                                return reply_error(*call, std::make_exception_ptr(*e));
+                              }
+                              reply(*call, json::object());
+                            }});
+}
+
+json SqsService::delete_message_batch(Call& c) {
+  auto q = queue_of(c);
+  const json& entries = batch_entries(c.input, 10);
+  json successful = json::array();
+  json failed = json::array();
+  std::vector<std::string> receipts;
+  std::vector<std::string> ids;
+  for (const auto& e : entries) {
+    const std::string id = e["Id"].get<std::string>();
+    try {
+      std::string receipt = receipt_of(catalog_, *q, string_member(e, "ReceiptHandle", true));
+      receipts.push_back(std::move(receipt));
+      ids.push_back(id);
+    } catch (const SqsError& error) {
+      failed.push_back(failed_entry(id, error));
+    }
+  }
+  if (!receipts.empty()) {
+    const std::vector<Settle> outcomes = client_.ack(q->topic, receipts);
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      if (auto e = delete_outcome(*q, outcomes[i])) {
+        failed.push_back(failed_entry(ids[i], *e));
+      } else {
+        successful.push_back({{"Id", ids[i]}});
+      }
+    }
+  }
+  return {{"Successful", successful}, {"Failed", failed}};
+}
+
+namespace {
+
+std::optional<SqsError> visibility_outcome(Settle outcome) {
+  if (outcome == Settle::kOk) return std::nullopt;
+  return SqsError::of("InvalidParameterValue",
+                      "Value for parameter ReceiptHandle is invalid. Reason: Message does not "
+                      "exist or is not available for visibility timeout change.");
+}
+
+}  // namespace
+
+json SqsService::change_message_visibility(Call& c) {
+  auto q = queue_of(c);
+  const std::string receipt =
+      receipt_of(catalog_, *q, string_member(c.input, "ReceiptHandle", true));
+  if (!int_member(c.input, "VisibilityTimeout")) {
+    fail("MissingParameter", "The request must contain the parameter VisibilityTimeout.");
+  }
+  const std::int64_t seconds = int_in(c.input, "VisibilityTimeout", 0, 43200, 0);
+  if (auto e = visibility_outcome(client_.extend(q->topic, receipt, std::chrono::seconds(seconds)))) {
+    throw *e;
+  }
+  return json::object();
+}
+
+json SqsService::change_message_visibility_batch(Call& c) {
+  auto q = queue_of(c);
+  const json& entries = batch_entries(c.input, 10);
+  json successful = json::array();
+  json failed = json::array();
+  for (const auto& e : entries) {
+    const std::string id = e["Id"].get<std::string>();
+    try {
+      const std::string receipt =
+          receipt_of(catalog_, *q, string_member(e, "ReceiptHandle", true));
+      const std::int64_t seconds = int_in(e, "VisibilityTimeout", 0, 43200, 0);
+      if (auto error =
+              visibility_outcome(client_.extend(q->topic, receipt, std::chrono::seconds(seconds)))) {
+        throw *error;
+      }
+      successful.push_back({{"Id", id}});
+    } catch (const SqsError& error) {
+      failed.push_back(failed_entry(id, error));
+    }
+  }
+  return {{"Successful", successful}, {"Failed", failed}};
+}
+
+}  // namespace txmq::server

@@ -1,0 +1,187 @@
+// The SQS actions that send: SendMessage (through the group commit, group_commit.cc) and
+// SendMessageBatch (also Txmq.SendMessageBatch: up to 10,000 entries, all or nothing).
+#include <fmt/format.h>
+
+#include "server/auth/crypto.h"
+#include "server/sqs/digests.h"
+#include "server/sqs/messages.h"
+#include "server/sqs/inputs.h"
+#include "server/sqs/service.h"
+#include "server/sqs/service_call.h"
+#include "server/sqs/wire.h"
+
+namespace txmq::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kMaxBatchBytes = 1 << 20;
+
+// A consumer group cannot be sent to alone: a send reaches every group of the topic.
+void check_sendable(const QueueInfo& q) {
+  if (!q.source_queue) return;
+  fail("UnsupportedOperation",
+       fmt::format("Queue {} is a consumer-group queue of {}: send to {}, and every one of its "
+                   "consumer-group queues receives the message.",
+                   q.name, *q.source_queue, *q.source_queue));
+}
+
+// One message of SendMessage or a batch entry, checked against SQS's rules and the queue's
+// settings; returns the message to send.
+OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
+  OutgoingMessage m;
+  const auto body = entry.find("MessageBody");
+  if (body == entry.end() || !body->is_string()) {
+    fail("MissingParameter", "The request must contain the parameter MessageBody.");
+  }
+  m.payload = body->get<std::string>();
+  if (m.payload.empty()) {
+    fail("MissingParameter", "The request must contain the parameter MessageBody.");
+  }
+  if (auto at = invalid_body_character(m.payload)) {
+    fail("InvalidMessageContents",
+         fmt::format("Invalid binary character in the message body at byte {}. Allowed: #x9 | "
+                     "#xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF",
+                     *at));
+  }
+  const std::size_t size = m.payload.size() + read_attributes(entry, m.attributes);
+  if (static_cast<std::int64_t>(size) > q.maximum_message_size) {
+    fail("InvalidParameterValue",
+         fmt::format("One or more parameters are invalid. Reason: Message must be shorter than "
+                     "{} bytes.",
+                     q.maximum_message_size));
+  }
+  const auto delay = int_member(entry, "DelaySeconds");
+  if (delay) {
+    if (q.fifo) {
+      fail("InvalidParameterValue",
+           "Value " + std::to_string(*delay) +
+               " for parameter DelaySeconds is invalid. Reason: The request include parameter "
+               "that is not valid for this queue type.");
+    }
+    if (*delay < 0 || *delay > 366LL * 24 * 3600) {
+      fail("InvalidParameterValue",
+           fmt::format("Value {} for parameter DelaySeconds is invalid. Reason: must be from 0 "
+                       "to 31622400 seconds (txmq allows more than SQS's 900).",
+                       *delay));
+    }
+  }
+  m.delay = std::chrono::seconds(delay.value_or(q.delay_seconds));
+  auto id_member = [&](const char* name) -> std::string {
+    std::string v = string_member(entry, name, false);
+    if (!v.empty() && !punctuation_id(v)) {
+      fail("InvalidParameterValue",
+           fmt::format("Value for parameter {} is invalid: 1 to 128 characters of "
+                       "alphanumerics and punctuation",
+                       name));
+    }
+    return v;
+  };
+  const std::string group = id_member("MessageGroupId");
+  std::string dedup = id_member("MessageDeduplicationId");
+  if (q.fifo) {
+    if (group.empty()) {
+      fail("MissingParameter", "The request must contain the parameter MessageGroupId.");
+    }
+    m.key = group;
+    if (dedup.empty()) {
+      if (!q.content_based_deduplication) {
+        fail("InvalidParameterValue",
+             "The queue should either have ContentBasedDeduplication enabled or "
+             "MessageDeduplicationId provided explicitly");
+      }
+      m.attributes[std::string(kDedupIdAttribute)] = {"String", sha256_hex(m.payload)};
+      dedup = m.attributes[std::string(kDedupIdAttribute)].value;
+    } else {
+      m.attributes[std::string(kDedupIdAttribute)] = {"String", dedup};
+    }
+    // DeduplicationScope=messageGroup: the same id in two groups is two messages.
+    m.dedup_key = q.deduplication_per_group ? group + '\n' + dedup : dedup;
+  } else if (!dedup.empty()) {
+    fail("InvalidParameterValue",
+         "The request include parameter MessageDeduplicationId that is not valid for this "
+         "queue type");
+  }
+  return m;
+}
+
+// The answer to a send of message m, but its ids (sent_ids adds them).
+json sent_digests(const OutgoingMessage& m) {
+  json out = {{"MD5OfMessageBody", md5_hex(m.payload)}};
+  json user = user_attributes_all(m.attributes);
+  if (!user.empty()) out["MD5OfMessageAttributes"] = md5_of_message_attributes(user);
+  if (auto it = m.attributes.find(kTraceHeaderAttribute); it != m.attributes.end()) {
+    json sys = {{"AWSTraceHeader", {{"DataType", "String"}, {"StringValue", it->second.value}}}};
+    out["MD5OfMessageSystemAttributes"] = md5_of_message_attributes(sys);
+  }
+  return out;
+}
+
+void sent_ids(json& out, const QueueInfo& q, std::uint64_t id) {
+  out["MessageId"] = message_id(q.topic, id);
+  if (q.fifo) out["SequenceNumber"] = fmt::format("{:020}", id);
+}
+
+// The answer to a send of message m that got id.
+json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
+  json out = sent_digests(m);
+  sent_ids(out, q, id);
+  return out;
+}
+
+}  // namespace
+
+void SqsService::send_message(const std::shared_ptr<Call>& call) {
+  auto q = queue_of(*call);
+  check_sendable(*q);
+  OutgoingMessage m = outgoing(call->input, *q);
+  // The digests are made here, on this call's worker, not by the drain, which answers the calls
+  // of its group commit one after another (and the message is not copied for them).
+  json answer = sent_digests(m);
+  enqueue_send(q->topic, {call, std::move(m), [this, call, q, answer = std::move(answer)](
+                                            std::uint64_t id, std::exception_ptr error) mutable {
+                            if (error) return reply_error(*call, error);
+                            sent_ids(answer, *q, id);
+                            reply(*call, answer);
+                          }});
+}
+
+json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
+  auto q = queue_of(c);
+  check_sendable(*q);
+  const json& entries = batch_entries(c.input, max_entries);
+  std::size_t total = 0;
+  for (const auto& e : entries) total += entry_bytes(e);
+  if (max_entries == 10 && total > kMaxBatchBytes) {
+    fail("BatchRequestTooLong",
+         fmt::format("Batch requests cannot be longer than {} bytes. You have sent {} bytes.",
+                     kMaxBatchBytes, total));
+  }
+  json successful = json::array();
+  json failed = json::array();
+  std::vector<OutgoingMessage> messages;
+  std::vector<std::string> ids;
+  for (const auto& e : entries) {
+    const std::string id = e["Id"].get<std::string>();
+    try {
+      messages.push_back(outgoing(e, *q));
+      ids.push_back(id);
+    } catch (const SqsError& error) {
+      if (c.txmq_action) throw;  // all or nothing
+      failed.push_back(failed_entry(id, error));
+    }
+  }
+  if (!messages.empty()) {
+    // One transaction for the valid entries.
+    const std::vector<std::uint64_t> sent = client_.send_batch(q->topic, messages);
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      json s = sent_json(*q, messages[i], sent[i]);
+      s["Id"] = ids[i];
+      successful.push_back(std::move(s));
+    }
+  }
+  return {{"Successful", successful}, {"Failed", failed}};
+}
+
+}  // namespace txmq::server

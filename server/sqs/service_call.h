@@ -1,0 +1,29 @@
+#pragma once
+
+// One request to the SQS service in flight, as the service and its actions see it (private to
+// server/sqs/).
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "server/sqs/service.h"
+
+namespace txmq::server {
+
+std::string new_request_id();
+
+struct SqsService::Call : SqsRequest {
+  HttpRequest request;
+  std::string request_id = new_request_id();
+  Responder respond;
+  std::atomic<bool> answered{false};
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  // When it gets 503 if not answered by then (ServiceOptions::request_timeout), as
+  // steady_clock ticks; a long poll moves it past its wait.
+  std::atomic<std::chrono::steady_clock::rep> deadline{0};
+};
+
+}  // namespace txmq::server

@@ -1,0 +1,331 @@
+#include "server/web/metrics.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <tuple>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <fmt/format.h>
+
+#include "server/auth/web_guard.h"
+
+namespace txmq::server {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+
+namespace {
+
+// The SQS actions txmq serve answers; anything else is counted as "other", so that a client
+// cannot make up label values.
+const std::set<std::string, std::less<>> kActions = {
+    "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "CreateQueue",
+    "DeleteMessage",           "DeleteMessageBatch",           "DeleteQueue",
+    "GetQueueAttributes",      "GetQueueUrl",                  "ListDeadLetterSourceQueues",
+    "ListQueueTags",           "ListQueues",                   "PurgeQueue",
+    "ReceiveMessage",          "SendMessage",                  "SendMessageBatch",
+    "SetQueueAttributes",      "TagQueue",                     "UntagQueue"};
+
+// A label value, escaped as the text format wants.
+std::string label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string number(double v) { return fmt::format("{}", v); }
+
+void family(std::string& out, std::string_view name, std::string_view type,
+            std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void sample(std::string& out, std::string_view name, std::string_view labels, double value) {
+  fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", name, labels, number(value));
+}
+
+// buckets: cumulative counts per bound of kMetricBuckets, then all.
+void histogram(std::string& out, std::string_view name, std::string_view labels,
+               const std::vector<std::uint64_t>& buckets, double sum, double count) {
+  for (std::size_t b = 0; b < std::size(kMetricBuckets); ++b) {
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{{},le=\"{}\"}} {}\n", name, labels,
+                   number(kMetricBuckets[b]), b < buckets.size() ? buckets[b] : 0);
+  }
+  fmt::format_to(std::back_inserter(out), "{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels,
+                 static_cast<std::uint64_t>(count));
+  fmt::format_to(std::back_inserter(out), "{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels,
+                 number(sum), name, labels, static_cast<std::uint64_t>(count));
+}
+
+struct Gauge {
+  std::string_view name;
+  std::string_view help;
+  double (*of)(const TopicStats&);
+};
+
+const Gauge kGauges[] = {
+    {"txmq_messages_ready", "Messages claimable now (new, retried, or with an expired lease).",
+     [](const TopicStats& s) { return static_cast<double>(s.ready); }},
+    {"txmq_messages_in_flight", "Messages leased to a consumer whose lease has not expired.",
+     [](const TopicStats& s) { return static_cast<double>(s.in_flight); }},
+    {"txmq_messages_delayed", "Messages not yet claimable: delayed sends and nacks with a delay.",
+     [](const TopicStats& s) { return static_cast<double>(s.delayed); }},
+    {"txmq_messages_waiting_on_key",
+     "Messages waiting behind an earlier message with the same key (keyed FIFO).",
+     [](const TopicStats& s) { return static_cast<double>(s.waiting_on_key); }},
+    {"txmq_dead_letters", "Messages in the group's dead-letter table.",
+     [](const TopicStats& s) { return static_cast<double>(s.dead); }},
+    {"txmq_oldest_ready_age_seconds", "Age of the oldest ready message; 0 when none is ready.",
+     [](const TopicStats& s) { return s.oldest_ready_age_seconds; }},
+    {"txmq_lag_seconds",
+     "Age of the group's oldest unacknowledged message (ready, in flight, delayed or waiting on "
+     "its key); 0 when none.",
+     [](const TopicStats& s) { return s.lag_seconds; }},
+    {"txmq_stats_estimated",
+     "1 when the group's counts are estimates: a table held more rows than are counted exactly "
+     "per scrape.",
+     [](const TopicStats& s) { return s.estimated ? 1.0 : 0.0; }},
+};
+
+struct Total {
+  std::string_view recorded;  // RecordedMetric::name
+  std::string_view name;
+  std::string_view help;
+  bool per_group;
+};
+
+const Total kCounters[] = {
+    {"sent", "txmq_messages_sent_total",
+     "Messages whose send committed (Client::send, send_batch, Transaction and process sends; "
+     "not Outbox sends, whose commit txmq does not see).",
+     false},
+    {"received", "txmq_messages_received_total", "Deliveries: messages claimed by receive or process.",
+     true},
+    {"acked", "txmq_messages_acked_total",
+     "Messages acknowledged (ack, or committed by process).", true},
+    {"nacked", "txmq_messages_nacked_total", "Nacks that took effect.", true},
+    {"lease_expired", "txmq_lease_expiries_total",
+     "Deliveries of messages whose previous lease ended unsettled (ran out, or was given back "
+     "with a lease of 0).",
+     true},
+    {"dead_lettered", "txmq_messages_dead_lettered_total",
+     "Messages moved to the dead-letter table or topic.", true},
+};
+
+const Total kHistograms[] = {
+    {"send_seconds", "txmq_send_duration_seconds",
+     "Duration of Client::send and send_batch calls that succeeded.", false},
+    {"claim_seconds", "txmq_claim_duration_seconds",
+     "Duration of claims that got messages (without the wait for them).", true},
+    {"end_to_end_seconds", "txmq_end_to_end_latency_seconds",
+     "From a send's commit to its message's acknowledgement (database clock).", true},
+};
+
+std::string topic_labels(std::string_view topic, std::string_view group) {
+  return group.empty() ? fmt::format("topic=\"{}\"", label(topic))
+                       : fmt::format("topic=\"{}\",group=\"{}\"", label(topic), label(group));
+}
+
+}  // namespace
+
+void RequestMetrics::record(std::string_view action, bool txmq_action, std::string_view outcome,
+                            double seconds) {
+  std::string name = kActions.count(action) > 0
+                         ? (txmq_action ? fmt::format("Txmq.{}", action) : std::string(action))
+                         : "other";
+  seconds = std::max(seconds, 0.0);
+  const std::size_t bucket = metric_bucket(seconds);
+  std::lock_guard lock(mutex_);
+  PerAction& a = actions_[name];
+  auto it = a.outcomes.find(outcome);
+  if (it == a.outcomes.end()) it = a.outcomes.emplace(std::string(outcome), 0).first;
+  ++it->second;
+  ++a.buckets[bucket];
+  a.sum += seconds;
+  ++a.count;
+}
+
+void RequestMetrics::render(std::string& out) const {
+  std::lock_guard lock(mutex_);
+  family(out, "txmq_sqs_requests_total", "counter",
+         "SQS API requests answered, by action and outcome (ok, or the SQS error code).");
+  for (const auto& [action, a] : actions_) {
+    for (const auto& [outcome, n] : a.outcomes) {
+      sample(out, "txmq_sqs_requests_total",
+             fmt::format("action=\"{}\",outcome=\"{}\"", label(action), label(outcome)),
+             static_cast<double>(n));
+    }
+  }
+  family(out, "txmq_sqs_request_duration_seconds", "histogram",
+         "Time from a request's arrival to its answer, by action (long polls included).");
+  for (const auto& [action, a] : actions_) {
+    std::vector<std::uint64_t> cumulative(a.buckets.size());
+    std::uint64_t running = 0;
+    for (std::size_t b = 0; b < a.buckets.size(); ++b) cumulative[b] = running += a.buckets[b];
+    histogram(out, "txmq_sqs_request_duration_seconds",
+              fmt::format("action=\"{}\"", label(action)), cumulative, a.sum,
+              static_cast<double>(a.count));
+  }
+}
+
+std::string render_metrics(Client& client, std::uint64_t exact_up_to,
+                           const ServerMetrics* server) {
+  const auto start = std::chrono::steady_clock::now();
+  struct GroupGauges {
+    std::string topic;
+    std::string group;
+    TopicStats stats;
+  };
+  std::vector<GroupGauges> groups;
+  std::vector<std::string> topics;
+  for (const TopicInfo& t : client.list_topics()) {
+    std::vector<GroupInfo> listed;
+    try {
+      listed = client.list_groups(t.name);
+      for (const GroupInfo& g : listed) {
+        groups.push_back({t.name, g.name, client.stats(t.name, g.name, exact_up_to)});
+      }
+    } catch (const Error& e) {
+      if (e.code() == Errc::kNotFound) continue;  // dropped meanwhile
+      throw;
+    }
+    topics.push_back(t.name);
+  }
+  const std::vector<RecordedMetric> recorded = client.recorded_metrics();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::string out;
+  out.reserve(4096 + groups.size() * 2048);
+  for (const Gauge& g : kGauges) {
+    family(out, g.name, "gauge", g.help);
+    for (const GroupGauges& gg : groups) {
+      sample(out, g.name, topic_labels(gg.topic, gg.group), g.of(gg.stats));
+    }
+  }
+  // By (topic, group, name): every series below looks one up.
+  std::map<std::tuple<std::string_view, std::string_view, std::string_view>, const RecordedMetric*>
+      by_series;
+  for (const RecordedMetric& m : recorded) by_series[{m.topic, m.group, m.name}] = &m;
+  auto find = [&](std::string_view topic, std::string_view group,
+                  std::string_view name) -> const RecordedMetric* {
+    auto it = by_series.find({topic, group, name});
+    return it == by_series.end() ? nullptr : it->second;
+  };
+  // Every existing topic and group has every series, at 0 before anything happened.
+  for (const Total& c : kCounters) {
+    family(out, c.name, "counter", c.help);
+    if (c.per_group) {
+      for (const GroupGauges& gg : groups) {
+        const RecordedMetric* m = find(gg.topic, gg.group, c.recorded);
+        sample(out, c.name, topic_labels(gg.topic, gg.group), m ? m->value : 0);
+      }
+    } else {
+      for (const std::string& topic : topics) {
+        const RecordedMetric* m = find(topic, "", c.recorded);
+        sample(out, c.name, topic_labels(topic, ""), m ? m->value : 0);
+      }
+    }
+  }
+  const std::vector<std::uint64_t> none;
+  for (const Total& h : kHistograms) {
+    family(out, h.name, "histogram", h.help);
+    auto one = [&](std::string_view topic, std::string_view group) {
+      const RecordedMetric* m = find(topic, group, h.recorded);
+      histogram(out, h.name, topic_labels(topic, group), m ? m->buckets : none, m ? m->sum : 0,
+                m ? m->value : 0);
+    };
+    if (h.per_group) {
+      for (const GroupGauges& gg : groups) one(gg.topic, gg.group);
+    } else {
+      for (const std::string& topic : topics) one(topic, "");
+    }
+  }
+  family(out, "txmq_metrics_read_seconds", "gauge",
+         "Time this exposition took to read the gauges and totals from the database.");
+  fmt::format_to(std::back_inserter(out), "txmq_metrics_read_seconds {}\n", number(took));
+  if (server != nullptr) {
+    if (server->requests != nullptr) server->requests->render(out);
+    if (server->long_polls) {
+      family(out, "txmq_sqs_long_polls", "gauge", "ReceiveMessage calls waiting for messages now.");
+      fmt::format_to(std::back_inserter(out), "txmq_sqs_long_polls {}\n", server->long_polls());
+    }
+    if (server->connections) {
+      family(out, "txmq_http_connections", "gauge", "HTTP connections open now.");
+      fmt::format_to(std::back_inserter(out), "txmq_http_connections {}\n",
+                     server->connections());
+    }
+  }
+  return out;
+}
+
+// --- GET /metrics --------------------------------------------------------------------------------
+
+struct MetricsEndpoint::State {
+  State(Client& c, ServerMetrics s, std::uint64_t e)
+      : client(c), server(std::move(s)), exact_up_to(e) {}
+  Client& client;
+  const ServerMetrics server;
+  const std::uint64_t exact_up_to;
+  asio::thread_pool pool{1};  // one scrape at a time; they queue
+  std::atomic<bool> stopping{false};
+};
+
+MetricsEndpoint::MetricsEndpoint(Client& client, ServerMetrics server, std::uint64_t exact_up_to)
+    : state_(std::make_shared<State>(client, std::move(server), exact_up_to)) {}
+
+MetricsEndpoint::~MetricsEndpoint() { stop(); }
+
+void MetricsEndpoint::stop() {
+  if (state_->stopping.exchange(true)) return;
+  state_->pool.join();
+}
+
+bool MetricsEndpoint::handle(HttpRequest& request, Responder& respond,
+                             const std::shared_ptr<const Credentials>& credentials) {
+  const std::string_view target(request.target().data(), request.target().size());
+  if (target.substr(0, target.find('?')) != "/metrics") return false;
+  if (request.method() != http::verb::get && request.method() != http::verb::head) {
+    HttpResponse r = plain_text(405, "GET only\n");
+    r.headers.emplace_back("Allow", "GET, HEAD");
+    respond(std::move(r));
+    return true;
+  }
+  if (std::optional<HttpResponse> refused =
+          web_guard::refusal(request, credentials.get(), "/metrics")) {
+    respond(std::move(*refused));
+    return true;
+  }
+  if (state_->stopping) {
+    respond(plain_text(503, "txmq serve is stopping\n"));
+    return true;
+  }
+  const bool head = request.method() == http::verb::head;
+  asio::post(state_->pool, [state = state_, respond, head] {
+    HttpResponse r;
+    try {
+      r = plain_text(200, render_metrics(state->client, state->exact_up_to, &state->server));
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    } catch (const std::exception& e) {
+      r = plain_text(503, fmt::format("metrics unavailable: {}\n", e.what()));
+    }
+    if (head) r.body.clear();
+    respond(std::move(r));
+  });
+  return true;
+}
+
+}  // namespace txmq::server

@@ -1,0 +1,73 @@
+#pragma once
+
+// Prometheus metrics (docs/metrics.md): every topic's and group's gauges, the totals all clients
+// record (ClientOptions::record_metrics), and txmq serve's own request figures. Served at
+// GET /metrics by txmq serve, printed once by `txmq metrics`.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "server/http/http.h"
+#include "server/web/endpoint.h"
+#include "txmq/client.h"
+
+namespace txmq::server {
+
+// Requests of one txmq serve by action and outcome, and their latency. Thread-safe.
+class RequestMetrics {
+ public:
+  // action: the SQS action (others count as "other"); outcome: "ok" or the SQS error code.
+  void record(std::string_view action, bool txmq_action, std::string_view outcome,
+              double seconds);
+  void render(std::string& out) const;
+
+ private:
+  struct PerAction {
+    std::map<std::string, std::uint64_t, std::less<>> outcomes;
+    std::array<std::uint64_t, std::size(kMetricBuckets) + 1> buckets{};  // not cumulative
+    double sum = 0;
+    std::uint64_t count = 0;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::string, PerAction, std::less<>> actions_;
+};
+
+// What txmq serve adds to the library's metrics.
+struct ServerMetrics {
+  const RequestMetrics* requests = nullptr;
+  std::function<std::uint64_t()> long_polls;   // held now
+  std::function<std::uint64_t()> connections;  // HTTP connections open now
+};
+
+// The whole exposition (text format 0.0.4). Gauges count exactly up to `exact_up_to` rows per
+// table, then estimate (Client::stats). Throws txmq::Error when the database cannot be read.
+std::string render_metrics(Client& client, std::uint64_t exact_up_to,
+                           const ServerMetrics* server = nullptr);
+
+// GET /metrics on txmq serve: protected as the dashboard (server/auth/web_guard.h: Basic auth
+// with --credentials, else loopback Host names only); rendered on a thread of its own, one
+// scrape at a time.
+class MetricsEndpoint final : public WebEndpoint {
+ public:
+  MetricsEndpoint(Client& client, ServerMetrics server, std::uint64_t exact_up_to);
+  ~MetricsEndpoint();
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+
+  // True when it took the request (GET or HEAD /metrics).
+  bool handle(HttpRequest& request, Responder& respond,
+              const std::shared_ptr<const Credentials>& credentials) override;
+  void stop() override;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace txmq::server
