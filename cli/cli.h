@@ -10,7 +10,7 @@
 
 namespace txmq::cli {
 
-// Exit codes: part of the stable contract (README).
+// Exit codes: part of the stable contract (docs/command.md).
 enum Exit : int {
   kExitOk = 0,
   kExitUsage = 1,

@@ -217,7 +217,7 @@ void add_topic_commands(CLI::App& app, Globals& g) {
   add_topic_setting_options(create, *create_settings);
   auto create_servers = std::make_shared<std::string>();
   create->add_option("--servers", *create_servers,
-                     "spread the partitions over these servers (txmq server add), partition p "
+                     "shard the topic over these servers (txmq server add), partition p "
                      "on the (p mod N)-th: a,b,c");
   create->callback([&g, create_name, create_settings, create_servers] {
     TopicOptions options;
@@ -284,7 +284,7 @@ void add_topic_commands(CLI::App& app, Globals& g) {
   });
 
   auto show_name = std::make_shared<std::string>();
-  CLI::App* show = topic->add_subcommand("show", "a topic's settings and, when spread, where "
+  CLI::App* show = topic->add_subcommand("show", "a topic's settings and, when sharded, where "
                                                  "each partition lives");
   show->add_option("name", *show_name, "topic name")->required();
   show->callback([&g, show_name] {
@@ -779,7 +779,7 @@ void add_archive_commands(CLI::App& app, Globals& g) {
 
 void add_server_commands(CLI::App& app, Globals& g) {
   CLI::App* server = app.add_subcommand(
-      "server", "servers that topics may be spread over (README \"Several servers\")");
+      "server", "servers that topics may be sharded over (docs/shards.md)");
   server->require_subcommand(1);
   auto add_args = std::make_shared<std::pair<std::string, std::string>>();
   CLI::App* add = server->add_subcommand(
@@ -827,7 +827,7 @@ void add_server_commands(CLI::App& app, Globals& g) {
     }
   });
 
-  CLI::App* partition = app.add_subcommand("partition", "partitions of a spread topic");
+  CLI::App* partition = app.add_subcommand("partition", "partitions of a sharded topic");
   partition->require_subcommand(1);
   struct MoveArgs {
     std::string topic, to;

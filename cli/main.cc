@@ -1,4 +1,4 @@
-// The txmq command. Exit codes and output formats are a stable contract: see README.md.
+// The txmq command. Exit codes and output formats are a stable contract: see docs/command.md.
 #include "cli.h"
 
 int main(int argc, char** argv) {

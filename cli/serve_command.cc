@@ -30,7 +30,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
       "serve",
       "serve the Amazon SQS API (Query and JSON protocols, SigV4) over HTTP, so that the "
       "AWS CLI and every AWS SDK can use txmq; GET /healthz and /readyz for probes "
-      "(README \"The SQS server\")");
+      "(docs/sqs.md)");
   CLI::Option* config = cmd->add_option(
       "--config", a->config,
       "TOML file of these options by their long names (listen = \"0.0.0.0:9324\", workers = 32, "

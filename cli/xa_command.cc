@@ -1,4 +1,4 @@
-// txmq xa status | recover: exactly-once across two databases (Client::process_xa, README
+// txmq xa status | recover: exactly-once across two databases (Client::process_xa, docs/library.md
 // "Exactly-once across databases"): the batches a resource holds in doubt, and one recovery pass.
 #include <fmt/format.h>
 

@@ -42,10 +42,10 @@ class Client {
   std::vector<TopicInfo> list_topics();
   TopicInfo topic(std::string_view name);
 
-  // --- Several servers (README "Several servers") ------------------------------------------------
+  // --- Shards: a topic's partitions on several servers (docs/shards.md) -------------------------
   //
   // The client's database is the catalog: it records servers by name and where each partition
-  // of a spread topic (TopicOptions::servers) lives. Ids carry their partition, so receipts go
+  // of a sharded topic (TopicOptions::servers) lives. Ids carry their partition, so receipts go
   // straight to their server; a send_batch commits on one server (a batch whose keys or dedup
   // keys map to partitions on several servers is refused); process() is exactly-once per server.
 
@@ -57,7 +57,7 @@ class Client {
   std::vector<ServerInfo> list_servers();
   // Forgets a server. kFailedPrecondition while a partition lives on it.
   void remove_server(std::string_view name);
-  // Moves one partition of a spread topic to another server, with its messages (waiting, in
+  // Moves one partition of a sharded topic to another server, with its messages (waiting, in
   // flight with their leases, delayed, parked behind keys, dead letters), dedup keys and archive,
   // while sends to the topic's other partitions go on. Sends to the partition wait (up to 30 s)
   // while it moves. Run again after a failure: it finishes or undoes a cut-short move.

@@ -66,8 +66,8 @@ struct TopicOptions {
   RetryPolicy retry;
   // Partitions (1 to 64; can be raised later, never lowered). Each partition is a table of its
   // own per group: sends with a key go to the key's partition (jump consistent hash of the key's
-  // FNV-1a hash, README "Partitions"), others are spread round-robin; receivers claim across
-  // partitions in turn, or from the ones they are assigned. Ids carry their partition.
+  // FNV-1a hash, docs/library.md, "Partitions"), others are spread round-robin; receivers claim
+  // across partitions in turn, or from the ones they are assigned. Ids carry their partition.
   int partitions = 1;
   // How long acknowledged messages are kept in the topic's archive (txmq archive list), up to
   // 3660 days; 0: not archived. A message is archived when a group acknowledges it (once per
@@ -83,9 +83,9 @@ struct TopicOptions {
   // acknowledged or dead-lettered. Older messages are deleted instead of delivered (SQS's
   // MessageRetentionPeriod).
   Micros retention{0};
-  // Servers (names given to Client::add_server) over which the topic's partitions are spread:
-  // partition p lives on servers[p % servers.size()], whole, with its own tables there (README
-  // "Several servers"). Empty: the client's own database. Set at creation; partitions added
+  // Servers (names given to Client::add_server) over which the topic is sharded: partition p
+  // lives on servers[p % servers.size()], whole, with its own tables there (docs/shards.md).
+  // Empty: the client's own database. Set at creation; partitions added
   // later are placed the same way; Client::move_partition moves one.
   std::vector<std::string> servers;
 
@@ -96,13 +96,13 @@ struct TopicInfo {
   std::string name;
   TopicOptions options;
   Clock::time_point created_at;
-  // A spread topic's placement: the server of each partition (empty: the client's database),
+  // A sharded topic's placement: the server of each partition (empty: the client's database),
   // and its epoch, which every change of placement raises.
   std::vector<std::string> placement;
   std::uint64_t placement_epoch = 0;
 };
 
-// A server that topics may be spread over (Client::add_server).
+// A server that topics may be sharded over (Client::add_server).
 struct ServerInfo {
   std::string name;
   std::string dsn;  // as given: never a password (it names a password file or variable)
@@ -184,7 +184,7 @@ struct ReceiveOptions {
   std::optional<Micros> lease;
   // When nothing is claimable, wait up to this long (at most 1 hour) for a message. Waiting costs
   // the server about one statement per second per waiting process, whatever the number of
-  // waiting threads; a committed send wakes a waiting consumer at once (README, "Long polling").
+  // waiting threads; a committed send wakes a waiting consumer at once (docs/library.md, "Long polling").
   Micros wait{0};
   // The consumer group to claim for; empty: "default".
   std::string group;
@@ -286,7 +286,7 @@ struct DeadLetter {
   Clock::time_point died_at;
 };
 
-// --- Exactly-once across databases (Client::process_xa; README "Exactly-once across databases")
+// --- Exactly-once across databases (Client::process_xa; docs/library.md, "Exactly-once across databases")
 
 // The application's other database, which Client::process_xa enlists with XA: a MariaDB
 // (10.5 or later) or MySQL (8.0 or later) server that is not a Galera node (Galera refuses XA).

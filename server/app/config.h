@@ -1,6 +1,6 @@
 #pragma once
 
-// txmq serve --config FILE (README "The SQS server"): a TOML file whose keys are the command's
+// txmq serve --config FILE (docs/operations.md): a TOML file whose keys are the command's
 // long option names, at the top level:
 //   listen = "0.0.0.0:9324"
 //   credentials = "credentials"        # relative paths: relative to the file's directory

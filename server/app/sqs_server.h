@@ -3,7 +3,7 @@
 // txmq serve assembled: the composition root that builds the HTTP server (server/http/), the
 // authentication (server/auth/), the SQS service (server/sqs/) and the web endpoints
 // (server/web/) on one Client, and runs them: the Amazon SQS API over HTTP on a txmq database
-// (README "The SQS server").
+// (docs/sqs.md).
 #include <cstdint>
 #include <memory>
 #include <string>

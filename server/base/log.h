@@ -1,6 +1,6 @@
 #pragma once
 
-// txmq serve's log, which every layer writes to (README "The SQS server"): one line per event,
+// txmq serve's log, which every layer writes to (docs/operations.md): one line per event,
 // written with one write() so that lines from several threads never interleave. `text` is
 // "txmq serve: MESSAGE"; `json` is one JSON object per line for log collectors:
 //   {"time":"2026-11-23T07:50:54.123Z","level":"error","msg":"...", FIELDS...}

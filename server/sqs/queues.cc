@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 constexpr auto kCacheFor = std::chrono::seconds(1);
 constexpr std::size_t kMaxCached = 10000;
-// Beyond SQS's caps, where txmq can do more (README "What differs from SQS").
+// Beyond SQS's caps, where txmq can do more (docs/sqs.md, "What differs from SQS").
 constexpr std::int64_t kMaxDelaySeconds = 366LL * 24 * 3600;
 constexpr std::int64_t kMaxRetentionSeconds = 3660LL * 24 * 3600;
 // Room in a topic's max_payload_bytes for the system attributes the server stores with a

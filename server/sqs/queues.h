@@ -26,13 +26,13 @@
 
 namespace txmq::server {
 
-// txmq's own queue attributes, beyond SQS's (README, "Consumer groups as queues").
+// txmq's own queue attributes, beyond SQS's (docs/sqs.md, "Consumer groups as queues").
 inline constexpr std::string_view kSourceQueueAttribute = "TxmqSourceQueue";
 inline constexpr std::string_view kConsumerGroupAttribute = "TxmqConsumerGroup";
 inline constexpr std::string_view kGroupStartAttribute = "TxmqGroupStart";
-// A queue whose topic is spread over servers recorded with `txmq server add` (README "Several
-// servers"): their names, comma-separated, and the topic's partition count (default: one per
-// server). Given at creation; they cannot change.
+// A queue whose topic is sharded over servers recorded with `txmq server add` (docs/shards.md):
+// their names, comma-separated, and the topic's partition count (default: one per server).
+// Given at creation; they cannot change.
 inline constexpr std::string_view kServersAttribute = "TxmqServers";
 inline constexpr std::string_view kPartitionsAttribute = "TxmqPartitions";
 

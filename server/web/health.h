@@ -1,6 +1,6 @@
 #pragma once
 
-// txmq serve's probes, for systemd, Kubernetes and load balancers (README "The SQS server"):
+// txmq serve's probes, for systemd, Kubernetes and load balancers (docs/operations.md):
 //   GET /healthz  liveness: 200 "ok" while the server runs its event loop; 503 "stopping" once
 //                 it stops.
 //   GET /readyz   readiness: 200 "ok" when the database answered a trivial query within the last

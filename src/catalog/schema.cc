@@ -16,7 +16,7 @@ std::int64_t schema_version(Connection& c) {
 }
 
 // True when the catalog is complete and current. Then nothing is created, so that clients
-// need no DDL privileges (README "Security"); only the first client and upgrades do.
+// need no DDL privileges (docs/security.md); only the first client and upgrades do.
 bool catalog_is_current(Connection& c) {
   try {
     Result r = c.execute(

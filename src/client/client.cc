@@ -96,11 +96,11 @@ struct Client::Impl {
     return context;
   }
 
-  // Runs `local` for a topic of the client's own database, `spread` for one sharded over
-  // servers. A topic that another client spread moments ago (this client's shard map cache
-  // says "not spread" for up to 5 s) is looked up again when the local call finds no topic.
-  template <typename Local, typename ShardRouter>
-  auto route(std::string_view topic, Local&& local, ShardRouter&& sharded) -> decltype(local()) {
+  // Runs `local` for a topic of the client's own database, `sharded` for one sharded over
+  // servers. A topic that another client sharded moments ago (this client's shard map cache
+  // says "not sharded" for up to 5 s) is looked up again when the local call finds no topic.
+  template <typename Local, typename Sharded>
+  auto route(std::string_view topic, Local&& local, Sharded&& sharded) -> decltype(local()) {
     if (std::optional<internal::ShardMap> p = registry.shard_map(topic)) return sharded(*p);
     try {
       return local();
@@ -261,7 +261,7 @@ bool Client::create_topic(std::string_view name, const TopicOptions& options) {
   if (!options.servers.empty()) return i.router.create_topic(name, options);
   if (i.registry.reload(name)) {
     throw Error(Errc::kAlreadyExists,
-                fmt::format("topic '{}' exists, spread over servers (txmq topic show {})", name,
+                fmt::format("topic '{}' exists, sharded over servers (txmq topic show {})", name,
                             name));
   }
   return i.queue.catalog.create(name, options);
@@ -276,8 +276,8 @@ void Client::update_topic(std::string_view name, const TopicOptions& options) {
   i.route(name, [&] {
     if (!options.servers.empty()) {
       throw Error(Errc::kInvalidArgument,
-                  fmt::format("topic '{}' lives in the client's database: it cannot be spread "
-                              "over servers by an update (create a spread topic)",
+                  fmt::format("topic '{}' lives in the client's database: it cannot be sharded "
+                              "over servers by an update (create a sharded topic)",
                               name));
     }
     i.queue.catalog.update(name, options);
@@ -285,16 +285,16 @@ void Client::update_topic(std::string_view name, const TopicOptions& options) {
 }
 std::vector<TopicInfo> Client::list_topics() {
   Impl& i = *impl_;
-  std::vector<internal::ShardMap> spread = i.registry.all();
+  std::vector<internal::ShardMap> sharded = i.registry.all();
   std::vector<TopicInfo> out;
   for (TopicInfo& t : i.queue.catalog.list()) {
     // The catalog's database may hold partitions of a sharded topic: listed once, below.
-    const bool is_spread = std::any_of(spread.begin(), spread.end(), [&](const auto& p) {
+    const bool is_sharded = std::any_of(sharded.begin(), sharded.end(), [&](const auto& p) {
       return p.topic == t.name;
     });
-    if (!is_spread) out.push_back(std::move(t));
+    if (!is_sharded) out.push_back(std::move(t));
   }
-  for (const internal::ShardMap& p : spread) {
+  for (const internal::ShardMap& p : sharded) {
     try {
       out.push_back(i.router.topic(p));
     } catch (const Error& e) {
@@ -385,7 +385,7 @@ std::size_t Client::process_xa(std::string_view topic, const XaResource& resourc
       topic, [&] { return internal::process_xa(i.queue, i.xa, topic, resource, options, handler); },
       [&](const internal::ShardMap&) -> std::size_t {
         throw Error(Errc::kFailedPrecondition,
-                    fmt::format("topic {} is spread over several servers: process_xa works on "
+                    fmt::format("topic {} is sharded over several servers: process_xa works on "
                                 "topics of the client's own database",
                                 topic));
       });

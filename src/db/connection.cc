@@ -105,7 +105,7 @@ Connection::Connection(const Dsn& dsn) {
                  "SET SESSION autocommit = 1, time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
                  "NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION',"
                  " lock_wait_timeout = 60");
-  // TLS (README "Security"). Connector/C checks the certificate's chain whenever a CA is given,
+  // TLS (docs/security.md). Connector/C checks the certificate's chain whenever a CA is given,
   // and its host name only with VERIFY_SERVER_CERT: so verify-ca is a CA without the host
   // check, verify-identity both, and required encrypts (checking a chain only if a CA is given).
   if (!dsn.ssl_mode.empty() && dsn.ssl_mode != "disabled") {

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "db/connection.h"
+#include "util/codec.h"
 #include "txmq/error.h"
 
 namespace txmq {
@@ -41,20 +42,8 @@ Layout layout_of(const std::string& home) {
   return {h, h / "data", h / "mysqld.sock", h / "mysqld.pid", h / "server.log", h / "lock"};
 }
 
-std::string percent_encode(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 std::string dsn_for(const Layout& l) {
-  return fmt::format("mysql://root@localhost/txmq?socket={}", percent_encode(l.socket.string()));
+  return fmt::format("mysql://root@localhost/txmq?socket={}", util::percent_encode(l.socket.string(), util::Slash::kKept));
 }
 
 std::string find_program(std::initializer_list<const char*> names, const char* env_override) {

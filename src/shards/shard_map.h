@@ -14,7 +14,7 @@
 
 #include "engine/queue_context.h"
 
-// Topics sharded over several servers (README "Several servers"). The client's database is the
+// Topics sharded over several servers (docs/shards.md). The client's database is the
 // catalog: txmq_servers names the servers and their DSNs (never a password), txmq_placements
 // says on which server each partition of a sharded topic lives, with an epoch that every change
 // raises. Each server holds the topic as a topic of its own (same settings, groups and
@@ -54,7 +54,7 @@ class ShardRegistry {
   ShardRegistry(QueueContext& catalog, Connect connect)
       : catalog_(catalog), connect_(std::move(connect)) {}
 
-  // The topic's shard map, cached for a few seconds; nullopt when the topic is not spread (it
+  // The topic's shard map, cached for a few seconds; nullopt when the topic is not sharded (it
   // lives in the catalog's database, or does not exist). While the catalog cannot be reached,
   // the shard map read last (the members' fence still refuses a partition that moved).
   std::optional<ShardMap> shard_map(std::string_view topic);

@@ -162,7 +162,7 @@ TopicInfo ShardRouter::topic(const ShardMap& p) {
 void ShardRouter::update_topic(const ShardMap& had, const TopicOptions& options) {
   if (!options.servers.empty() && options.servers != had.servers) {
     throw Error(Errc::kInvalidArgument,
-                fmt::format("topic '{}' is spread over {}: its servers cannot be changed by an "
+                fmt::format("topic '{}' is sharded over {}: its servers cannot be changed by an "
                             "update (move partitions with txmq partition move)",
                             had.topic, join_names(had.servers)));
   }

@@ -58,7 +58,7 @@ class ShardRouter {
   void move_partition(std::string_view topic, int partition, std::string_view server);
 
  private:
-  // The shard map of a topic that must be spread (kNotFound otherwise).
+  // The shard map of a topic that must be sharded (kNotFound otherwise).
   ShardMap must(std::string_view topic, bool fresh = false);
   // Runs fn(shard map) again with a fresh shard map, for up to 30 s, while a server says that a
   // partition is not placed on it (a move, or this client's shard map is out of date).

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "util/codec.h"
+
 namespace txmq::internal {
 
 namespace {
@@ -11,13 +13,6 @@ namespace {
 constexpr std::string_view kGtridPrefix = "txmq1.";
 constexpr std::size_t kHexDigits = 16;
 constexpr std::size_t kGtridLength = kGtridPrefix.size() + kHexDigits + 1 + kHexDigits;
-
-std::string hex_of(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
-  return out;
-}
 
 // Exactly 16 lower-case hex digits.
 std::optional<std::uint64_t> parse_hex16(std::string_view text) {
@@ -62,7 +57,7 @@ std::uint32_t xa_resource_hash(std::string_view name) {
 }
 
 std::string XaBranchName::sql() const {
-  return fmt::format("X'{}',X'{}',{}", hex_of(gtrid()), hex_of(bqual()), kXaFormatId);
+  return fmt::format("X'{}',X'{}',{}", util::hex_encode(gtrid()), util::hex_encode(bqual()), kXaFormatId);
 }
 
 std::optional<XaBranchName> XaBranchName::from_recovered(std::int64_t format_id,

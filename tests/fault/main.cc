@@ -228,7 +228,7 @@ class Orchestrator {
     return cluster_->admin(nodes[rng_() % nodes.size()]);
   }
 
-  // The children connect as a user with only the privileges README "Privileges" lists for
+  // The children connect as a user with only the privileges docs/security.md, "Privileges" lists for
   // sending and consuming; the topics, groups and the application's tables are made as root.
   void set_up() {
     if (options_.shards) return set_up_shards();

@@ -100,7 +100,7 @@ void sleep_ms(std::mt19937_64& rng, int max_ms) {
 // by spaces, "catalog" for the catalog's server): the transactions go to each server in turn,
 // each through a client of that server's database (the catalog's: this producer's client), as
 // an application whose business rows live on that server would; a client's transactions send
-// to the partitions placed on its own database (README "Several servers").
+// to the partitions placed on its own database (docs/shards.md).
 int run_producer(const RoleArgs& args) {
   Role role(args, "producer", 2);
   History& history = role.history;

@@ -1,4 +1,4 @@
-// The txmq command's contract: arguments, outputs, exit codes (README "The txmq command").
+// The txmq command's contract: arguments, outputs, exit codes (docs/command.md).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

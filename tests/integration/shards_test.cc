@@ -1,4 +1,4 @@
-// A topic sharded over three servers (README "Several servers"): the fixture's server is the
+// A topic sharded over three servers (docs/shards.md): the fixture's server is the
 // catalog and server s1; CTest's txmq_server fixture starts s2 and s3 too, in TXMQ_SHARD_HOMES (set
 // by tests/CMakeLists.txt; the environment variable overrides it).
 #include <gtest/gtest.h>

@@ -350,6 +350,21 @@ class CrossSiteWithoutCredentials(ServeCase):
         self.assertTrue(queue_exists(self.sqs, "hostile-rebind"), "the rebound DeleteQueue ran")
 
 
+class DashboardQueryEscapes(ServeCase):
+    """The dashboard's API reads its query string with the shared percent decoding: a bad escape
+    is a 400, not an exception that ends the process."""
+
+    def test_a_bad_escape_in_a_dashboard_query_is_400_and_serve_goes_on(self):
+        port = self.serve.port
+        for target in ("/ui/api/history?topic=%zz", "/ui/api/dead?topic=a%2", "/ui/api/overview?%"):
+            a = raw(port, "GET", target)
+            self.assertEqual(a.status, 400, (target, a.body))
+            self.assertAlive(self.serve)
+        a = raw(port, "GET", "/ui/api/overview")
+        self.assertEqual(a.status, 200, a.body)
+        self.assertEqual(self.sqs.list_queues()["ResponseMetadata"]["HTTPStatusCode"], 200)
+
+
 class SignatureCoversTheAction(ServeCase):
     """Finding 5: with --credentials, the action, protocol and queue come only from what the
     signature covers: an unsigned X-Amz-Target turns no signed request into another action."""

@@ -1018,7 +1018,7 @@ class ErrorsTest(SqsTestCase):
 @unittest.skipUnless(os.environ.get("TXMQ_SHARD_HOMES") and os.environ.get("TXMQ_SQS_TXMQ"),
                      "needs CTest's shard servers (TXMQ_SHARD_HOMES) and the txmq binary")
 class ShardedTopicTest(SqsTestCase):
-    """A queue whose topic is spread over three servers (README "Several servers")."""
+    """A queue whose topic is sharded over three servers (docs/shards.md)."""
 
     @staticmethod
     def txmq(*args, home=None):

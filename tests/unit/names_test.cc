@@ -71,7 +71,7 @@ TEST(NamesTest, GroupsAndPartitionsHaveTablesOfTheirOwn) {
   EXPECT_EQ(wait_channel("orders", 3), "orders$3");
 }
 
-// The key -> partition map is part of the format (README, "Partitions"): pinned here.
+// The key -> partition map is part of the format (docs/library.md, "Partitions"): pinned here.
 TEST(NamesTest, KeysMapToStablePartitions) {
   EXPECT_EQ(partition_of_key("anything", 1), 0u);
   std::vector<unsigned> at16;

@@ -1,4 +1,4 @@
-// The pure parts of exactly-once across databases (src/queue/xa.h): branch names and recovery's
+// The pure parts of exactly-once across databases (src/xa/xa.h): branch names and recovery's
 // choice in every state.
 #include <gtest/gtest.h>
 
