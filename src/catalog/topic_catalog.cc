@@ -21,9 +21,9 @@ void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_vi
   throw error;
 }
 
-Unit unit_of(std::string_view topic, unsigned group, unsigned partition) {
-  return Unit{std::string(topic), group, partition, topic_tables(topic, group, partition),
-              wait_channel(topic, group)};
+PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition) {
+  return PartitionQueue{std::string(topic), group, partition, topic_tables(topic, group, partition),
+                        wait_channel(topic, group)};
 }
 
 const GroupEntry& TopicLayout::group(std::string_view name) const {

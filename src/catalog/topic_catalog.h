@@ -109,14 +109,14 @@ class TopicCatalog {
 };
 
 // One queue: a group's partition of a topic, with its own tables.
-struct Unit {
+struct PartitionQueue {
   std::string topic;
   unsigned group = 0;
   unsigned partition = 0;
   TopicTables tables;
   std::string channel;  // where the group's waiting consumers register
 };
-Unit unit_of(std::string_view topic, unsigned group, unsigned partition);
+PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition);
 
 // Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
 // naming the topic, after forgetting the topic's cached settings.

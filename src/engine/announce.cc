@@ -11,9 +11,9 @@ std::shared_ptr<Subscriber> subscribe(QueueContext& q, std::string_view topic,
   if (!wake) throw Error(Errc::kInvalidArgument, "subscribe needs a wake function");
   const TopicLayout layout = q.catalog.layout(topic);
   // All partitions of the group: the same waiter as receive's without a partition choice.
-  std::vector<Unit> units = claim_units(layout, layout.group(group), {});
+  std::vector<PartitionQueue> units = claim_order(layout, layout.group(group), {});
   // A sharded topic with no partition on this server (any more): the channel still wakes.
-  if (units.empty()) units.push_back(unit_of(topic, layout.group(group).number, 0));
+  if (units.empty()) units.push_back(partition_queue(topic, layout.group(group).number, 0));
   return q.waiters.subscribe(units.front().channel, queue_tables_of(units), std::move(wake));
 }
 
@@ -34,7 +34,8 @@ void announce(QueueContext& q, std::string_view topic, std::size_t count) {
   }
 }
 
-void made_claimable(QueueContext& q, const Unit& unit, const std::vector<std::uint64_t>& ids) {
+void made_claimable(QueueContext& q, const PartitionQueue& unit,
+                    const std::vector<std::uint64_t>& ids) {
   if (ids.empty()) return;
   q.hints.lower(unit.tables.queue, *std::min_element(ids.begin(), ids.end()));
   q.waiters.announce(unit.channel, ids.size());

@@ -65,8 +65,8 @@ struct ClaimResult {
   std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
 };
 
-ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const Unit& unit, int max_messages,
-                       Micros lease) {
+ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQueue& unit,
+                       int max_messages, Micros lease) {
   const TopicTables& t = unit.tables;
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
   try {
@@ -232,13 +232,13 @@ void check_claim_options(int max_messages, Micros wait) {
   }
 }
 
-std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
-                              const std::vector<int>& only) {
-  std::vector<Unit> units;
+std::vector<PartitionQueue> claim_order(const TopicLayout& layout, const GroupEntry& group,
+                                        const std::vector<int>& only) {
+  std::vector<PartitionQueue> units;
   // Partitions placed on other servers (a sharded topic, shard_map.h) are not walked here.
   if (only.empty()) {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
-      if (layout.is_placed(p)) units.push_back(unit_of(layout.info.name, group.number, p));
+      if (layout.is_placed(p)) units.push_back(partition_queue(layout.info.name, group.number, p));
     }
     return units;
   }
@@ -249,14 +249,14 @@ std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group
                               layout.info.name, layout.info.options.partitions - 1, p));
     }
     if (!layout.is_placed(static_cast<unsigned>(p))) continue;
-    units.push_back(unit_of(layout.info.name, group.number, static_cast<unsigned>(p)));
+    units.push_back(partition_queue(layout.info.name, group.number, static_cast<unsigned>(p)));
   }
   return units;
 }
 
-std::vector<std::string> queue_tables_of(const std::vector<Unit>& units) {
+std::vector<std::string> queue_tables_of(const std::vector<PartitionQueue>& units) {
   std::vector<std::string> tables;
-  for (const Unit& u : units) tables.push_back(u.tables.queue);
+  for (const PartitionQueue& u : units) tables.push_back(u.tables.queue);
   return tables;
 }
 
@@ -270,7 +270,7 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
   if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
-  const std::vector<Unit> units = claim_units(layout, group, options.partitions);
+  const std::vector<PartitionQueue> units = claim_order(layout, group, options.partitions);
   if (units.empty()) return {};  // none of them on this server
   const auto wanted = static_cast<std::size_t>(options.max_messages);
   std::vector<Message> messages;
@@ -279,7 +279,7 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
     const std::size_t first = q.turn.fetch_add(1) % units.size();
     std::size_t dead_lettered = 0;
     for (std::size_t i = 0; i < units.size() && messages.size() < wanted; ++i) {
-      const Unit& unit = units[(first + i) % units.size()];
+      const PartitionQueue& unit = units[(first + i) % units.size()];
       const auto start = std::chrono::steady_clock::now();
       ClaimResult claimed = on_topic(q, topic, [&] {
         return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease);

@@ -16,9 +16,9 @@ namespace txmq::internal {
 // id, attempts, enqueued_at and NOW(6) as microseconds, msg_key, payload.
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages);
 // The queues a claim of `group` walks: all partitions, or the ones given (checked).
-std::vector<Unit> claim_units(const TopicLayout& layout, const GroupEntry& group,
-                              const std::vector<int>& only);
-std::vector<std::string> queue_tables_of(const std::vector<Unit>& units);
+std::vector<PartitionQueue> claim_order(const TopicLayout& layout, const GroupEntry& group,
+                                        const std::vector<int>& only);
+std::vector<std::string> queue_tables_of(const std::vector<PartitionQueue>& units);
 // The fields of a message from a select_claimable row (not the receipt or lease expiry).
 Message message_from_row(Row& row);
 

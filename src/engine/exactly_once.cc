@@ -163,8 +163,8 @@ std::size_t process_units(QueueContext& q, std::string_view topic, const Process
                           const ProcessOnce& once) {
   check_claim_options(options.max_messages, options.wait);
   const TopicLayout layout = q.catalog.layout(topic);
-  const std::vector<Unit> units =
-      claim_units(layout, layout.group(options.group), options.partitions);
+  const std::vector<PartitionQueue> units =
+      claim_order(layout, layout.group(options.group), options.partitions);
   if (units.empty()) return 0;  // none of them on this server
   std::size_t processed = 0;
   claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
@@ -173,7 +173,7 @@ std::size_t process_units(QueueContext& q, std::string_view topic, const Process
     const std::size_t first = q.turn.fetch_add(1) % units.size();
     bool dead_lettered = false;
     for (std::size_t i = 0; i < units.size(); ++i) {
-      const Unit& unit = units[(first + i) % units.size()];
+      const PartitionQueue& unit = units[(first + i) % units.size()];
       // A missing table is the topic's (dropped meanwhile) unless the handler's own statement
       // met it: then the handler's error goes to the caller as it was.
       bool handler_failed = false;
@@ -206,7 +206,8 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
                     const TransactionalHandler& handler) {
   if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
   return process_units(q, topic, options,
-                       [&](const TopicLayout& layout, const Unit& unit, bool& handler_failed) {
+                       [&](const TopicLayout& layout, const PartitionQueue& unit,
+                           bool& handler_failed) {
                          return process_once(q, layout.info, unit.tables, options.max_messages,
                                              handler, handler_failed);
                        });

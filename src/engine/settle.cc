@@ -201,9 +201,9 @@ std::string_view group_name(const TopicLayout& layout, unsigned number) {
 }
 
 // The queue a receipt's message is in; none when it is not in the layout.
-std::optional<Unit> unit_of_receipt(const TopicLayout& layout, const Receipt& r) {
+std::optional<PartitionQueue> unit_of_receipt(const TopicLayout& layout, const Receipt& r) {
   if (!in_layout(layout, r)) return std::nullopt;
-  return unit_of(layout.info.name, r.group, partition_of(r.id));
+  return partition_queue(layout.info.name, r.group, partition_of(r.id));
 }
 
 // Deletes a bounded batch of archive rows past the topic's retention, at most every 10 s per
@@ -245,7 +245,7 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
   std::vector<double> acked;
   on_topic(q, topic, [&] {
     for (const auto& [where, which] : by_queue) {
-      const Unit unit = unit_of(topic, std::get<0>(where), std::get<1>(where));
+      const PartitionQueue unit = partition_queue(topic, std::get<0>(where), std::get<1>(where));
       const std::string_view group = group_name(layout, std::get<0>(where));
       for (std::size_t from = 0; from < which.size(); from += kChunk) {
         std::vector<std::size_t> chunk(which.begin() + from,
@@ -270,7 +270,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
   const Receipt r = Receipt::parse(receipt);
   const TopicLayout layout = q.catalog.layout(topic);
   const TopicInfo& info = layout.info;
-  const std::optional<Unit> unit = unit_of_receipt(layout, r);
+  const std::optional<PartitionQueue> unit = unit_of_receipt(layout, r);
   if (!unit) return Settle::kNotFound;
   const TopicTables& t = unit->tables;
   std::vector<std::uint64_t> promoted;
@@ -328,7 +328,7 @@ Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt,
   const Receipt r = Receipt::parse(receipt);
   const TopicLayout layout = q.catalog.layout(topic);
   const TopicInfo& info = layout.info;
-  const std::optional<Unit> unit = unit_of_receipt(layout, r);
+  const std::optional<PartitionQueue> unit = unit_of_receipt(layout, r);
   if (!unit) return Settle::kNotFound;
   const TopicTables& t = unit->tables;
   // As at the claim: peers may take it at the new lease end plus the retry delay. A lease of 0
