@@ -386,17 +386,6 @@ void write_value(std::string& out, std::string_view action, std::string_view nam
   element(out, name, scalar_text(v));
 }
 
-// Each name and value of a Query form: '+' a space, %XX a byte.
-std::string form_decode(std::string_view s) {
-  std::optional<std::string> decoded =
-      util::percent_decode(s, util::PlusSign::kSpace, util::BadEscape::kRefuse);
-  if (!decoded) {
-    throw SqsError::of("MalformedQueryString",
-                       "The query string has a '%' not followed by two hex digits.");
-  }
-  return std::move(*decoded);
-}
-
 }  // namespace
 
 SqsError::SqsError(std::string code_, std::string query_code_, std::string message,
@@ -422,22 +411,18 @@ SqsError SqsError::of(std::string_view code, std::string message) {
 }
 
 std::vector<std::pair<std::string, std::string>> parse_form(std::string_view text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  while (!text.empty()) {
-    if (out.size() == kMaxFormParameters) {
-      throw SqsError::of("MalformedQueryString",
-                         fmt::format("The request has more than {} parameters.",
-                                     kMaxFormParameters));
-    }
-    const std::size_t amp = text.find('&');
-    const std::string_view pair = text.substr(0, amp);
-    text = amp == std::string_view::npos ? std::string_view{} : text.substr(amp + 1);
-    if (pair.empty()) continue;
-    const std::size_t eq = pair.find('=');
-    out.emplace_back(form_decode(pair.substr(0, eq)),
-                     eq == std::string_view::npos ? "" : form_decode(pair.substr(eq + 1)));
+  util::FormFault fault = util::FormFault::kNone;
+  std::optional<util::FormPairs> pairs =
+      util::form_decode(text, util::BadEscape::kRefuse, kMaxFormParameters, fault);
+  if (fault == util::FormFault::kTooManyPairs) {
+    throw SqsError::of("MalformedQueryString",
+                       fmt::format("The request has more than {} parameters.", kMaxFormParameters));
   }
-  return out;
+  if (!pairs) {
+    throw SqsError::of("MalformedQueryString",
+                       "The query string has a '%' not followed by two hex digits.");
+  }
+  return std::move(*pairs);
 }
 
 std::string query_action(const std::vector<std::pair<std::string, std::string>>& params) {

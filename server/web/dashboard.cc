@@ -524,10 +524,16 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
 
   util::FormPairs params;
   if (q != std::string_view::npos) {
+    // The page sends topic, group and limit: a query of more is not the page's.
+    constexpr std::size_t kMaxQueryPairs = 64;
+    util::FormFault fault = util::FormFault::kNone;
     std::optional<util::FormPairs> decoded =
-        util::form_decode(target.substr(q + 1), util::BadEscape::kRefuse);
+        util::form_decode(target.substr(q + 1), util::BadEscape::kRefuse, kMaxQueryPairs, fault);
     if (!decoded) {
-      answer(plain_text(400, "the query has a '%' not followed by two hex digits"));
+      answer(plain_text(400, fault == util::FormFault::kTooManyPairs
+                                 ? fmt::format("the query has more than {} parameters",
+                                               kMaxQueryPairs)
+                                 : "the query has a '%' not followed by two hex digits"));
       return true;
     }
     params = std::move(*decoded);

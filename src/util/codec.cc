@@ -1,6 +1,7 @@
 #include "util/codec.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace txmq::util {
 namespace {
@@ -81,8 +82,19 @@ std::optional<std::string> percent_decode(std::string_view text, PlusSign plus, 
 }
 
 std::optional<FormPairs> form_decode(std::string_view text, BadEscape bad) {
+  FormFault fault = FormFault::kNone;
+  return form_decode(text, bad, std::numeric_limits<std::size_t>::max(), fault);
+}
+
+std::optional<FormPairs> form_decode(std::string_view text, BadEscape bad, std::size_t max_pairs,
+                                     FormFault& fault) {
   FormPairs pairs;
+  fault = FormFault::kNone;
   while (!text.empty()) {
+    if (pairs.size() == max_pairs) {
+      fault = FormFault::kTooManyPairs;
+      return std::nullopt;
+    }
     const std::size_t amp = text.find('&');
     const std::string_view piece = text.substr(0, amp);
     text = amp == std::string_view::npos ? std::string_view() : text.substr(amp + 1);
@@ -92,7 +104,10 @@ std::optional<FormPairs> form_decode(std::string_view text, BadEscape bad) {
     std::optional<std::string> value =
         eq == std::string_view::npos ? std::string()
                                      : percent_decode(piece.substr(eq + 1), PlusSign::kSpace, bad);
-    if (!name || !value) return std::nullopt;
+    if (!name || !value) {
+      fault = FormFault::kBadEscape;
+      return std::nullopt;
+    }
     pairs.emplace_back(std::move(*name), std::move(*value));
   }
   return pairs;

@@ -42,6 +42,11 @@ std::optional<std::string> percent_decode(std::string_view text, PlusSign plus, 
 // "". nullopt for a bad escape under BadEscape::kRefuse.
 using FormPairs = std::vector<std::pair<std::string, std::string>>;
 std::optional<FormPairs> form_decode(std::string_view text, BadEscape bad);
+// The same, bounded: a text that goes on after `max_pairs` pairs is refused before the rest is
+// split or decoded (hostile forms and queries). `fault` says why a text was refused.
+enum class FormFault { kNone, kBadEscape, kTooManyPairs };
+std::optional<FormPairs> form_decode(std::string_view text, BadEscape bad, std::size_t max_pairs,
+                                     FormFault& fault);
 
 // --- base64 (RFC 4648, the standard alphabet) --------------------------------------------------
 

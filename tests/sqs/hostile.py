@@ -360,6 +360,10 @@ class DashboardQueryEscapes(ServeCase):
             a = raw(port, "GET", target)
             self.assertEqual(a.status, 400, (target, a.body))
             self.assertAlive(self.serve)
+        # More pairs than the page ever sends: refused, not split into thousands of strings.
+        a = raw(port, "GET", "/ui/api/overview?" + "a=1&" * 10000)
+        self.assertEqual(a.status, 400, a.body)
+        self.assertIn(b"more than 64 parameters", a.body)
         a = raw(port, "GET", "/ui/api/overview")
         self.assertEqual(a.status, 200, a.body)
         self.assertEqual(self.sqs.list_queues()["ResponseMetadata"]["HTTPStatusCode"], 200)

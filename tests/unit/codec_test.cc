@@ -84,6 +84,22 @@ TEST(CodecTest, FormDecodeBadEscapes) {
   EXPECT_EQ(kept->at(1).first, "%zz");
 }
 
+TEST(CodecTest, FormDecodeIsBoundedInPairs) {
+  FormFault fault = FormFault::kNone;
+  const std::optional<FormPairs> two = form_decode("a=1&&b=2", BadEscape::kRefuse, 2, fault);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->size(), 2u);
+  EXPECT_EQ(fault, FormFault::kNone);
+  // Refused as soon as the text goes on past the bound, before the rest is decoded.
+  EXPECT_FALSE(form_decode("a=1&b=2&%zz", BadEscape::kRefuse, 2, fault));
+  EXPECT_EQ(fault, FormFault::kTooManyPairs);
+  EXPECT_TRUE(form_decode("a=1&b=2&", BadEscape::kRefuse, 2, fault));  // nothing after the last &
+  EXPECT_FALSE(form_decode("a=1&b=2&&", BadEscape::kRefuse, 2, fault));
+  EXPECT_EQ(fault, FormFault::kTooManyPairs);
+  EXPECT_FALSE(form_decode("a=%4&b=2&c=3", BadEscape::kRefuse, 2, fault));
+  EXPECT_EQ(fault, FormFault::kBadEscape);
+}
+
 TEST(CodecTest, Base64TestVectors) {
   // RFC 4648, section 10, and bytes outside ASCII.
   const std::pair<std::string, std::string> vectors[] = {
