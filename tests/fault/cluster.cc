@@ -67,9 +67,10 @@ void GaleraCluster::stop() noexcept {
   script({"stop"});
 }
 
-std::string GaleraCluster::dsn(int node, std::string_view userinfo) const {
+std::string GaleraCluster::dsn(int node, std::string_view userinfo,
+                               std::string_view database) const {
   return fmt::format("mysql://{}@127.0.0.1:{}/{}?connect_timeout=3", userinfo,
-                     ports_.at(node - 1), database_);
+                     ports_.at(node - 1), database.empty() ? database_ : database);
 }
 
 std::string GaleraCluster::multi_dsn(std::string_view userinfo) const {

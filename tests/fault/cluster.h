@@ -43,8 +43,8 @@ class GaleraCluster {
 
   int size() const { return static_cast<int>(ports_.size()); }
   const std::string& database() const { return database_; }
-  // userinfo is "user" or "user:escaped-password".
-  std::string dsn(int node, std::string_view userinfo) const;
+  // userinfo is "user" or "user:escaped-password"; the run's database unless one is named.
+  std::string dsn(int node, std::string_view userinfo, std::string_view database = {}) const;
   std::string multi_dsn(std::string_view userinfo) const;
 
   // The script, waited for (kill, pause, resume: quick). Returns its exit status.

@@ -279,10 +279,7 @@ class Orchestrator {
   void check_shard_on_a_galera_node() {
     const std::string shard_database = cluster_->database() + "_shard";
     admin().query(fmt::format("CREATE DATABASE IF NOT EXISTS `{}`", shard_database));
-    std::string shard_dsn = cluster_->dsn(2, "root");
-    const std::string catalog_database = "/" + cluster_->database() + "?";
-    shard_dsn.replace(shard_dsn.find(catalog_database), catalog_database.size(),
-                      "/" + shard_database + "?");
+    const std::string shard_dsn = cluster_->dsn(2, "root", shard_database);
     std::vector<std::string> warnings;
     {
       ClientOptions o;
