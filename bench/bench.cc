@@ -112,11 +112,20 @@ std::string read_first_line_with(const char* path, const char* prefix) {
 // `topics`: lines saying where the bench's topics are, when not in the client's own database.
 nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& topics) {
   internal::Connection c(dsn);
-  internal::Result r = c.execute(
+  // MySQL names the isolation transaction_isolation and sizes its redo log by
+  // innodb_redo_log_capacity (9.x has no innodb_log_file_size).
+  const bool mysql = c.server().mysql;
+  internal::Result r = c.execute(fmt::format(
       "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
-      "@@binlog_format, @@global.tx_isolation, @@session.tx_isolation, @@innodb_buffer_pool_size, "
-      "@@innodb_log_file_size, @@innodb_flush_method, @@innodb_doublewrite, @@max_allowed_packet");
+      "@@binlog_format, @@global.{0}, @@session.{0}, @@innodb_buffer_pool_size, "
+      "@@{1}, @@innodb_flush_method, @@innodb_doublewrite, @@max_allowed_packet",
+      mysql ? "transaction_isolation" : "tx_isolation",
+      mysql ? "innodb_redo_log_capacity" : "innodb_log_file_size"));
   const internal::Row& row = r.rows.at(0);
+  // MariaDB says ON/OFF as 1/0; MySQL's innodb_doublewrite is a word (ON, OFF, DETECT_ONLY, ...).
+  const auto on = [&row](std::size_t i) {
+    return row.cell(i).is_integer ? row.i64(i) != 0 : row.bytes(i) != "OFF";
+  };
   utsname u{};
   uname(&u);
   nlohmann::json machine = {
@@ -134,9 +143,9 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& 
       {"global_isolation", row.bytes(5)},
       {"txmq_session_isolation", row.bytes(6)},
       {"innodb_buffer_pool_size", row.i64(7)},
-      {"innodb_log_file_size", row.i64(8)},
+      {mysql ? "innodb_redo_log_capacity" : "innodb_log_file_size", row.i64(8)},
       {"innodb_flush_method", row.bytes(9)},
-      {"innodb_doublewrite", row.i64(10) != 0},
+      {"innodb_doublewrite", on(10)},
       {"max_allowed_packet", row.i64(11)}};
   const bool durable = row.i64(1) == 1 && (row.i64(3) == 0 || row.i64(2) == 1);
   server["durable"] = durable;
@@ -146,7 +155,8 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& 
                 machine["cpu_model"].get<std::string>().c_str(),
                 machine["memory"].get<std::string>().c_str(),
                 machine["kernel"].get<std::string>().c_str());
-    std::printf("Server   MariaDB %s at %s\n", row.bytes(0).c_str(), dsn.describe().c_str());
+    std::printf("Server   %s %s at %s\n", mysql ? "MySQL" : "MariaDB", row.bytes(0).c_str(),
+                dsn.describe().c_str());
     std::printf("         innodb_flush_log_at_trx_commit=%lld sync_binlog=%lld binlog=%s%s "
                 "isolation: global %s, sessions %s\n",
                 static_cast<long long>(row.i64(1)), static_cast<long long>(row.i64(2)),
@@ -154,7 +164,7 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& 
                 row.bytes(5).c_str(), row.bytes(6).c_str());
     std::printf("         buffer pool %lld MiB, redo log %lld MiB, flush method %s, doublewrite %s\n",
                 static_cast<long long>(row.i64(7) >> 20), static_cast<long long>(row.i64(8) >> 20),
-                row.bytes(9).c_str(), row.i64(10) != 0 ? "ON" : "OFF");
+                row.bytes(9).c_str(), on(10) ? "ON" : "OFF");
     std::printf("         %s\n", durable ? "full durability: every commit is on disk when acknowledged"
                                           : "NOT DURABLE: a crash can lose acknowledged commits; "
                                             "figures are not comparable with a durable server");

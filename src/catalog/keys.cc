@@ -121,9 +121,15 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
                            "payload, attributes FROM {} WHERE park_id IN {{}}",
                            t.queue, t.parked),
                park_ids);
-      Result ids = in_lists(
-          c, fmt::format("DELETE FROM {} WHERE park_id IN {{}} RETURNING id", t.parked), park_ids);
-      for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
+      for (std::size_t from = 0; from < park_ids.size(); from += kMaxRowsPerStatement) {
+        const std::size_t to = std::min(park_ids.size(), from + kMaxRowsPerStatement);
+        std::vector<Param> chunk(park_ids.begin() + from, park_ids.begin() + to);
+        const std::size_t n = in_list_size(chunk.size());
+        pad_ids(chunk, 0, n);
+        Result ids = delete_returning(c, t.parked, fmt::format("WHERE park_id IN {}", placeholders(n)),
+                                      chunk, "id", "park_id");
+        for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
+      }
       for_keys(c,
                fmt::format("UPDATE {} SET heads = 1, parked = parked - 1 WHERE msg_key IN {{}}",
                            t.keys),

@@ -2,12 +2,39 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "catalog/names.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
 #include "catalog/topic_tables.h"
 #include "db/sql.h"
 
 namespace txmq::internal {
+
+void add_columns(Connection& c, const std::string& table, std::initializer_list<ColumnToAdd> columns) {
+  std::string changes;
+  if (c.server().alter_extensions()) {
+    for (const ColumnToAdd& column : columns) {
+      changes += fmt::format("{}ADD COLUMN IF NOT EXISTS {} {}", changes.empty() ? "" : ", ",
+                             column.name, column.definition);
+    }
+  } else {
+    Result have = c.execute(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
+        "TABLE_NAME = ?",
+        {std::string_view(table.starts_with('`') ? unquoted(table) : table)});
+    for (const ColumnToAdd& column : columns) {
+      const bool present = std::any_of(have.rows.begin(), have.rows.end(), [&](const Row& row) {
+        return row.bytes(0) == column.name;
+      });
+      if (present) continue;
+      changes += fmt::format("{}ADD COLUMN {} {}", changes.empty() ? "" : ", ", column.name,
+                             column.definition);
+    }
+  }
+  if (!changes.empty()) c.query(fmt::format("ALTER TABLE {} {}", table, changes));
+}
 
 namespace {
 
@@ -24,9 +51,8 @@ void seed_keys(Connection& c, const TopicTables& t) {
 }  // namespace
 
 void migrate_from_2(Connection& c) {
-  c.query(
-      "ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS"
-      " dedup_window_us BIGINT UNSIGNED NOT NULL DEFAULT 300000000 AFTER max_payload_bytes");
+  add_columns(c, "txmq_topics",
+              {{"dedup_window_us", "BIGINT UNSIGNED NOT NULL DEFAULT 300000000 AFTER max_payload_bytes"}});
   Result topics = c.execute("SELECT name FROM txmq_topics", {});
   for (const Row& row : topics.rows) create_topic_tables(c, topic_tables(row.bytes(0)));
   c.execute("UPDATE txmq_schema SET version = 3, updated_at = NOW(6) WHERE singleton = 1", {});
@@ -35,12 +61,11 @@ void migrate_from_2(Connection& c) {
 // Version 3 -> 4: topics gain a retry policy (existing ones get the defaults) and keyed FIFO
 // tables, seeded from the keyed messages they hold.
 void migrate_from_3(Connection& c) {
-  c.query(
-      "ALTER TABLE txmq_topics"
-      " ADD COLUMN IF NOT EXISTS retry_initial_us BIGINT UNSIGNED NOT NULL DEFAULT 1000000,"
-      " ADD COLUMN IF NOT EXISTS retry_multiplier DOUBLE NOT NULL DEFAULT 2,"
-      " ADD COLUMN IF NOT EXISTS retry_max_us BIGINT UNSIGNED NOT NULL DEFAULT 300000000,"
-      " ADD COLUMN IF NOT EXISTS retry_jitter DOUBLE NOT NULL DEFAULT 0.2");
+  add_columns(c, "txmq_topics",
+              {{"retry_initial_us", "BIGINT UNSIGNED NOT NULL DEFAULT 1000000"},
+               {"retry_multiplier", "DOUBLE NOT NULL DEFAULT 2"},
+               {"retry_max_us", "BIGINT UNSIGNED NOT NULL DEFAULT 300000000"},
+               {"retry_jitter", "DOUBLE NOT NULL DEFAULT 0.2"}});
   Result topics = c.execute("SELECT name FROM txmq_topics", {});
   for (const Row& row : topics.rows) {
     const TopicTables t = topic_tables(row.bytes(0));
@@ -54,12 +79,11 @@ void migrate_from_3(Connection& c) {
 // their group "default" (number 0, whose tables are the version-4 ones), and an archive table.
 // Waiter registrations name a group's channel (up to 64 characters).
 void migrate_from_4(Connection& c) {
-  c.query(
-      "ALTER TABLE txmq_topics"
-      " ADD COLUMN IF NOT EXISTS partitions INT UNSIGNED NOT NULL DEFAULT 1,"
-      " ADD COLUMN IF NOT EXISTS archive_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-      " ADD COLUMN IF NOT EXISTS layout BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-      " ADD COLUMN IF NOT EXISTS next_group INT UNSIGNED NOT NULL DEFAULT 1");
+  add_columns(c, "txmq_topics",
+              {{"partitions", "INT UNSIGNED NOT NULL DEFAULT 1"},
+               {"archive_us", "BIGINT UNSIGNED NOT NULL DEFAULT 0"},
+               {"layout", "BIGINT UNSIGNED NOT NULL DEFAULT 0"},
+               {"next_group", "INT UNSIGNED NOT NULL DEFAULT 1"}});
   c.query(
       "INSERT IGNORE INTO txmq_groups (topic, name, number, created_at)"
       " SELECT name, 'default', 0, created_at FROM txmq_topics");
@@ -74,11 +98,9 @@ void migrate_from_4(Connection& c) {
 // Version 5 -> 6: message rows gain their attributes (queue, parked, dead-letter and archive
 // tables of every group and partition) and queue rows the time of their first claim.
 void migrate_from_5(Connection& c) {
-  c.query(
-      "ALTER TABLE txmq_topics"
-      " ADD COLUMN IF NOT EXISTS dead_letter_topic VARCHAR(48) CHARACTER SET ascii COLLATE "
-      "ascii_bin NULL,"
-      " ADD COLUMN IF NOT EXISTS retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0");
+  add_columns(c, "txmq_topics",
+              {{"dead_letter_topic", "VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+               {"retention_us", "BIGINT UNSIGNED NOT NULL DEFAULT 0"}});
   Result queues = c.execute(
       "SELECT g.topic, g.number, t.partitions FROM txmq_groups AS g JOIN txmq_topics AS t ON "
       "t.name = g.topic",
@@ -88,18 +110,13 @@ void migrate_from_5(Connection& c) {
     const auto group = static_cast<unsigned>(row.u64(1));
     for (unsigned p = 0; p < static_cast<unsigned>(row.u64(2)); ++p) {
       const TopicTables t = topic_tables(topic, group, p);
-      c.query(fmt::format(
-          "ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes LONGBLOB NULL, ADD COLUMN IF NOT "
-          "EXISTS first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'",
-          t.queue));
+      add_columns(c, t.queue,
+                  {{"attributes", "LONGBLOB NULL"},
+                   {"first_claimed_at", "DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'"}});
       for (const std::string& table : {t.parked, t.dead}) {
-        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes LONGBLOB NULL",
-                            table));
+        add_columns(c, table, {{"attributes", "LONGBLOB NULL"}});
       }
-      if (group == 0 && p == 0) {
-        c.query(fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS attributes LONGBLOB NULL",
-                            t.archive));
-      }
+      if (group == 0 && p == 0) add_columns(c, t.archive, {{"attributes", "LONGBLOB NULL"}});
     }
   }
   c.execute("UPDATE txmq_schema SET version = 6, updated_at = NOW(6) WHERE singleton = 1", {});
@@ -109,11 +126,9 @@ void migrate_from_5(Connection& c) {
 // user lock that Galera does not replicate. Upgrade every client together: a version-6 client
 // would not see the claims, nor a version-7 one its named locks.
 void migrate_from_6(Connection& c) {
-  c.query(
-      "ALTER TABLE txmq_topics"
-      " ADD COLUMN IF NOT EXISTS layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE "
-      "ascii_bin NULL,"
-      " ADD COLUMN IF NOT EXISTS layout_claimed_until DATETIME(6) NULL");
+  add_columns(c, "txmq_topics",
+              {{"layout_claimed_by", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+               {"layout_claimed_until", "DATETIME(6) NULL"}});
   c.execute("UPDATE txmq_schema SET version = 7, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
@@ -122,7 +137,7 @@ void migrate_from_6(Connection& c) {
 // catalog records the servers and the shard map (txmq_servers, txmq_placements, created by
 // bootstrap).
 void migrate_from_7(Connection& c) {
-  c.query("ALTER TABLE txmq_topics ADD COLUMN IF NOT EXISTS placed BIGINT UNSIGNED NULL");
+  add_columns(c, "txmq_topics", {{"placed", "BIGINT UNSIGNED NULL"}});
   c.execute("UPDATE txmq_schema SET version = 8, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
@@ -130,7 +145,7 @@ void migrate_from_7(Connection& c) {
 // batch's decision; txmq_schema.instance_id names this database in the branches' xids
 // (written once, by the first client that needs it).
 void migrate_from_8(Connection& c) {
-  c.query("ALTER TABLE txmq_schema ADD COLUMN IF NOT EXISTS instance_id BIGINT UNSIGNED NULL");
+  add_columns(c, "txmq_schema", {{"instance_id", "BIGINT UNSIGNED NULL"}});
   c.query(kCreateXaTable);
   c.execute("UPDATE txmq_schema SET version = 9, updated_at = NOW(6) WHERE singleton = 1", {});
 }

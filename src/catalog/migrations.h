@@ -2,6 +2,10 @@
 #pragma once
 
 
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
 #include "db/connection.h"
 
 namespace txmq::internal {
@@ -22,6 +26,16 @@ inline constexpr const char* kCreateXaTable =
     " created_at DATETIME(6) NOT NULL,"
     " KEY (resource, created_at)) ENGINE=InnoDB";
 
+
+// ALTER TABLE `table` (quoted) adding those of `columns` (name, definition) it lacks; nothing
+// when it has them all. MariaDB: ADD COLUMN IF NOT EXISTS; MySQL has no IF NOT EXISTS, so the
+// columns it has are read from information_schema first. Migrations add columns only so, and
+// run on both servers.
+struct ColumnToAdd {
+  std::string_view name;
+  std::string_view definition;  // "BIGINT UNSIGNED NOT NULL DEFAULT 0 AFTER x"
+};
+void add_columns(Connection& c, const std::string& table, std::initializer_list<ColumnToAdd> columns);
 
 // Version N -> N + 1, serialised between clients by the lock on txmq_schema's row (schema.cc).
 void migrate_from_2(Connection& c);

@@ -135,11 +135,9 @@ void TopicCatalog::bootstrap() {
     // One client migrates; the others wait for its lock on txmq_schema's row and find the
     // version current. The lock's columns first (a database of version 6 or older lacks
     // them): DDL, idempotent, and replicated to every node of a Galera cluster.
-    c.query(
-        "ALTER TABLE txmq_schema"
-        " ADD COLUMN IF NOT EXISTS claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin "
-        "NULL,"
-        " ADD COLUMN IF NOT EXISTS claimed_until DATETIME(6) NULL");
+    add_columns(c, "txmq_schema",
+                {{"claimed_by", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+                 {"claimed_until", "DATETIME(6) NULL"}});
     const std::string token = lock_token();
     const Param key(std::int64_t{1});
     const Locked got = lock_row(c, kSchemaLock, key, token,

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "db/sql.h"
+#include "util/scope_exit.h"
 
 namespace txmq::internal {
 
@@ -52,6 +53,31 @@ constexpr auto kFencePause = std::chrono::milliseconds(500);
 constexpr unsigned kLockWaitTimeout = 1205;        // ER_LOCK_WAIT_TIMEOUT (ALTER ... WAIT)
 constexpr unsigned kNotInstant = 1846;             // ER_ALTER_OPERATION_NOT_SUPPORTED_REASON
 constexpr unsigned kNotInstantNoReason = 1845;     // ER_ALTER_OPERATION_NOT_SUPPORTED
+constexpr unsigned kMaxRowVersions = 4092;         // MySQL: ER_INNODB_MAX_ROW_VERSION (64 instant changes)
+constexpr unsigned kDuplicateColumn = 1060;        // ER_DUP_FIELDNAME
+
+bool not_instant(unsigned server_errno) {
+  return server_errno == kNotInstant || server_errno == kNotInstantNoReason ||
+         server_errno == kMaxRowVersions;
+}
+
+// ALTER TABLE `table` `change`, waiting at most `seconds` for the table's metadata lock:
+// MariaDB's ALTER TABLE ... WAIT; MySQL has no WAIT, so the session's lock_wait_timeout says it
+// for that statement (and is set back to the connection's 60 s after).
+void alter_waiting(Connection& c, const std::string& table, std::string_view change, int seconds) {
+  if (c.server().alter_extensions()) {
+    c.query(fmt::format("ALTER TABLE {} WAIT {} {}", table, seconds, change));
+    return;
+  }
+  c.query(fmt::format("SET SESSION lock_wait_timeout = {}", seconds));
+  ScopeExit restore([&] {
+    try {
+      if (!c.broken()) c.query("SET SESSION lock_wait_timeout = 60");
+    } catch (const Error&) {  // the connection failed: it is discarded anyway
+    }
+  });
+  c.query(fmt::format("ALTER TABLE {} {}", table, change));
+}
 
 // The queue tables of the topic's groups (`groups`: their numbers) and its first `partitions`
 // partitions that have the send fence on this server, quoted.
@@ -95,8 +121,8 @@ void alter_for_fence(Connection& c, const std::string& table, std::string_view c
   for (int attempt = 1;; ++attempt) {
     if (!renew()) throw lock_lost(table);
     try {
-      c.query(fmt::format("ALTER TABLE {} WAIT {} {}{}", table, kFenceWaitSeconds, change,
-                          instant ? ", ALGORITHM=INSTANT" : ""));
+      alter_waiting(c, table, fmt::format("{}{}", change, instant ? ", ALGORITHM=INSTANT" : ""),
+                    kFenceWaitSeconds);
       return;
     } catch (const Error& e) {
       if (e.server_errno() != kLockWaitTimeout || c.broken()) throw;
@@ -123,13 +149,15 @@ void alter_for_fence(Connection& c, const std::string& table, std::string_view c
 void drop_send_fences(Connection& c, const TopicLayout& layout, const RenewLock& renew) {
   std::vector<unsigned> groups;
   for (const GroupEntry& g : layout.groups) groups.push_back(g.number);
-  const std::string change = fmt::format("DROP COLUMN IF EXISTS {}", kSendFence);
+  // (MySQL has no IF EXISTS; the tables listed have the column, and the topic's lock keeps it.)
+  const std::string change = fmt::format(
+      "DROP COLUMN {}{}", c.server().alter_extensions() ? "IF EXISTS " : "", kSendFence);
   for (const std::string& table :
        fenced_tables(c, layout.info.name, groups, layout.partitions())) {
     try {
       alter_for_fence(c, table, change, true, renew);
     } catch (const Error& e) {
-      if (e.server_errno() != kNotInstant && e.server_errno() != kNotInstantNoReason) throw;
+      if (!not_instant(e.server_errno())) throw;
       alter_for_fence(c, table, change, false, renew);  // the server rebuilds the table
     }
   }
@@ -149,9 +177,12 @@ void add_send_fences(Connection& c, std::string_view topic, unsigned group, unsi
     if (!placed_in(placed, p)) continue;
     try {
       alter_for_fence(c, topic_tables(topic, group, p).queue,
-                      fmt::format("ADD COLUMN IF NOT EXISTS {} TINYINT NULL", kSendFence), true,
-                      renew);
-    } catch (const Error&) {
+                      fmt::format("ADD COLUMN {}{} TINYINT NULL",
+                                  c.server().alter_extensions() ? "IF NOT EXISTS " : "",
+                                  kSendFence),
+                      true, renew);
+    } catch (const Error& e) {
+      if (e.server_errno() == kDuplicateColumn) continue;  // MySQL: it is there already
       // No privilege (1142), no instant ALTER, transactions that held the table, the lock
       // lost, or the connection failed: sends take the checked statement.
       return;

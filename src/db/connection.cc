@@ -5,6 +5,7 @@
 #include <mysql.h>
 #include <mysqld_error.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -129,6 +130,19 @@ Connection::Connection(const Dsn& dsn) {
     throw Error(code, fmt::format("cannot connect to {}: {}", dsn.describe(), message), e, state,
                 message);
   }
+  server_ = server_kind_of(mysql_get_server_info(mysql_));
+  if (server_.mysql) {
+    // MySQL caches information_schema.TABLES' figures (AUTO_INCREMENT: stats' ids_taken) for a
+    // day by default; txmq reads them as they are.
+    try {
+      query("SET SESSION information_schema_stats_expiry = 0");
+    } catch (...) {
+      statements_.clear();
+      mysql_close(mysql_);
+      mysql_ = nullptr;
+      throw;
+    }
+  }
   touch();
 }
 
@@ -136,7 +150,17 @@ Connection::Connection(MYSQL* borrowed, Borrowed) : mysql_(borrowed), owned_(fal
   if (mysql_ == nullptr) {
     throw Error(Errc::kInvalidArgument, "the enlisted MYSQL* connection is null");
   }
+  const char* version = mysql_get_server_info(mysql_);
+  server_ = server_kind_of(version != nullptr ? version : "");
   touch();
+}
+
+std::uint64_t Connection::auto_increment_step() {
+  if (auto_increment_step_ == 0) {
+    Result r = execute("SELECT @@SESSION.auto_increment_increment", {});
+    auto_increment_step_ = r.rows.empty() ? 1 : std::max<std::uint64_t>(r.rows[0].u64(0), 1);
+  }
+  return auto_increment_step_;
 }
 
 Connection::~Connection() {
@@ -156,9 +180,10 @@ void Connection::raise(MYSQL_STMT* stmt, std::string_view doing) {
   std::string state = stmt != nullptr ? mysql_stmt_sqlstate(stmt) : mysql_sqlstate(mysql_);
   // A node that cannot serve (Galera) is left as a lost connection is: the pool goes elsewhere.
   if (is_connection_error(e) || is_node_unavailable(e)) broken_ = true;
+  const char* server = server_.mysql ? "MySQL" : "MariaDB";
   std::string what = echoes_data(e)
-                         ? fmt::format("{} failed: MariaDB error {} ({})", doing, e, state)
-                         : fmt::format("{} failed: {} (MariaDB error {})", doing, message, e);
+                         ? fmt::format("{} failed: {} error {} ({})", doing, server, e, state)
+                         : fmt::format("{} failed: {} ({} error {})", doing, message, server, e);
   throw Error(classify(e), what, e, state, message);
 }
 
@@ -193,6 +218,31 @@ void Connection::query(std::string_view sql) {
   if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) raise(nullptr, "query");
   // Drain any result so the connection stays usable.
   if (MYSQL_RES* res = mysql_store_result(mysql_)) mysql_free_result(res);
+}
+
+Result Connection::query_rows(std::string_view sql) {
+  touch();
+  autocommit_outside_transactions();
+  if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) raise(nullptr, "query");
+  Result result;
+  MYSQL_RES* res = mysql_store_result(mysql_);
+  if (res == nullptr) {
+    if (mysql_errno(mysql_) != 0) raise(nullptr, "reading results");
+    result.affected_rows = mysql_affected_rows(mysql_);
+    return result;
+  }
+  std::unique_ptr<MYSQL_RES, decltype(&mysql_free_result)> guard(res, mysql_free_result);
+  const unsigned columns = mysql_num_fields(res);
+  while (MYSQL_ROW row = mysql_fetch_row(res)) {
+    const unsigned long* lengths = mysql_fetch_lengths(res);
+    std::vector<Row::Cell> cells(columns);
+    for (unsigned c = 0; c < columns; ++c) {
+      cells[c].null = row[c] == nullptr;
+      if (!cells[c].null) cells[c].bytes.assign(row[c], lengths[c]);
+    }
+    result.rows.emplace_back(std::move(cells));
+  }
+  return result;
 }
 
 void Connection::begin() {
@@ -414,21 +464,53 @@ std::int64_t Row::parse_integer(const std::string& text) {
   throw Error(Errc::kInternal, fmt::format("a column read as an integer holds '{}'", text));
 }
 
-std::string unsupported_server(std::string_view version) {
-  unsigned major = 0;
-  unsigned minor = 0;
-  const char* end = version.data() + version.size();
-  auto [dot, major_error] = std::from_chars(version.data(), end, major);
-  const bool parsed = major_error == std::errc() && dot != end && *dot == '.' &&
-                      std::from_chars(dot + 1, end, minor).ec == std::errc();
-  if (version.find("MariaDB") == std::string_view::npos) {
-    return fmt::format(
-        "the server runs {} {}, not MariaDB: txmq needs MariaDB 10.6 or later for its queue "
-        "tables (its sends and claims use INSERT ... RETURNING and DELETE ... RETURNING, which "
-        "MySQL does not have)",
-        parsed && major >= 5 && major < 10 ? "MySQL" : "version", version);
+namespace {
+
+// "A.B.C" at the start of `text`; false when it is not there.
+bool parse_version(std::string_view text, ServerKind& kind) {
+  const char* p = text.data();
+  const char* end = p + text.size();
+  unsigned* parts[] = {&kind.major, &kind.minor, &kind.patch};
+  for (int i = 0; i < 3; ++i) {
+    auto [next, ec] = std::from_chars(p, end, *parts[i]);
+    if (ec != std::errc()) return i >= 2;
+    p = next;
+    if (i < 2) {
+      if (p == end || *p != '.') return false;
+      ++p;
+    }
   }
-  if (!parsed || major < 10 || (major == 10 && minor < 6)) {
+  return true;
+}
+
+}  // namespace
+
+ServerKind server_kind_of(std::string_view version) {
+  ServerKind kind;
+  kind.mysql = version.find("MariaDB") == std::string_view::npos;
+  // MariaDB before 11 told old clients "5.5.5-10.x.y-MariaDB": the real version follows.
+  if (!kind.mysql && version.starts_with("5.5.5-")) version.remove_prefix(6);
+  if (!parse_version(version, kind)) kind.major = kind.minor = kind.patch = 0;
+  return kind;
+}
+
+std::string ServerKind::describe() const {
+  return fmt::format("{} {}.{}.{}", mysql ? "MySQL" : "MariaDB", major, minor, patch);
+}
+
+std::string unsupported_server(std::string_view version) {
+  const ServerKind kind = server_kind_of(version);
+  if (kind.major == 0) {
+    return fmt::format("the server's version '{}' is not one txmq knows: it needs MariaDB 10.6 "
+                       "or later, or MySQL 8.0.1 or later (8.4 and 9.7 LTS are tested)",
+                       version);
+  }
+  if (kind.mysql && (kind.major < 8 || (kind.major == 8 && kind.minor == 0 && kind.patch < 1))) {
+    return fmt::format("the server runs MySQL {}: txmq needs 8.0.1 or later (its claims use "
+                       "FOR UPDATE SKIP LOCKED, new in 8.0.1; 8.4 and 9.7 LTS are tested)",
+                       version);
+  }
+  if (!kind.mysql && (kind.major < 10 || (kind.major == 10 && kind.minor < 6))) {
     return fmt::format("the server runs MariaDB {}: txmq needs 10.6 or later (its claims use "
                        "FOR UPDATE SKIP LOCKED, new in 10.6)",
                        version);

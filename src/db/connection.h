@@ -66,6 +66,25 @@ struct Result {
 
 class Connection;
 
+// Which server a connection talks to, read once at connect from the version string of its
+// handshake. Where MariaDB and MySQL differ, the statement differs (docs/servers.md, "What
+// differs"); the algorithm does not.
+struct ServerKind {
+  bool mysql = false;  // MySQL (or Percona Server); otherwise MariaDB
+  unsigned major = 0;
+  unsigned minor = 0;
+  unsigned patch = 0;
+  // INSERT/DELETE ... RETURNING: MariaDB only (10.5+).
+  bool returning() const noexcept { return !mysql; }
+  // ALTER TABLE ... WAIT n, ADD/DROP COLUMN IF [NOT] EXISTS: MariaDB only.
+  bool alter_extensions() const noexcept { return !mysql; }
+  // "MariaDB 10.11.6", "MySQL 9.7.4".
+  std::string describe() const;
+};
+// Parses VERSION() / the handshake's version: "10.11.6-MariaDB-0+deb12u1", "9.7.4-2",
+// "5.5.5-10.11.6-MariaDB" (the prefix old clients were given).
+ServerKind server_kind_of(std::string_view version);
+
 // A server-side prepared statement. Owned and cached by its Connection.
 class Statement {
  public:
@@ -104,6 +123,9 @@ class Connection {
   }
   // Runs a statement through the text protocol: for DDL and statements without input.
   void query(std::string_view sql);
+  // The same, returning its rows (every cell as bytes; i64() parses them): for statements the
+  // server will not prepare (MySQL's XA RECOVER).
+  Result query_rows(std::string_view sql);
 
   // Opens a transaction by turning autocommit off, and leaves it off after commit or rollback:
   // the next transaction on this connection then costs no round trip to open (the pool hands
@@ -129,6 +151,10 @@ class Connection {
   void touch() noexcept { last_used_ = std::chrono::steady_clock::now(); }
 
   MYSQL* handle() noexcept { return mysql_; }
+  const ServerKind& server() const noexcept { return server_; }
+  // @@auto_increment_increment of the session, read once: the ids of a multi-row INSERT are
+  // first, first + step, ... (MySQL has no RETURNING to say them).
+  std::uint64_t auto_increment_step();
   // Which writer of a cluster this connection was made to (Cluster::Writer::generation).
   std::uint64_t generation() const noexcept { return generation_; }
   void set_generation(std::uint64_t generation) noexcept { generation_ = generation; }
@@ -142,6 +168,8 @@ class Connection {
   void autocommit_outside_transactions();
 
   MYSQL* mysql_ = nullptr;
+  ServerKind server_;
+  std::uint64_t auto_increment_step_ = 0;  // 0: not read yet
   bool owned_ = true;
   bool broken_ = false;
   bool in_transaction_ = false;
@@ -163,8 +191,7 @@ bool is_transient_conflict(unsigned server_errno) noexcept;  // deadlock, lock w
 bool is_node_unavailable(unsigned server_errno) noexcept;
 
 // Why a server of this VERSION() cannot hold txmq's queues, or empty when it can: txmq needs
-// MariaDB 10.6 or later (FOR UPDATE SKIP LOCKED since 10.6; INSERT ... RETURNING since 10.5, and
-// MySQL has no RETURNING at all).
+// FOR UPDATE SKIP LOCKED, which MariaDB has since 10.6 and MySQL since 8.0.1.
 std::string unsupported_server(std::string_view version);
 
 }  // namespace txmq::internal

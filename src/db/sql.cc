@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "txmq/error.h"
+
 namespace txmq::internal {
 
 std::string micros_of(std::string_view column) {
@@ -41,6 +43,59 @@ Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values) 
     for (Row& row : r.rows) all.rows.push_back(std::move(row));
   }
   return all;
+}
+
+std::vector<std::uint64_t> insert_returning_ids(Connection& c, const std::string& insert,
+                                                std::span<const Param> params, std::size_t rows) {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(rows);
+  if (c.server().returning()) {
+    Result r = c.execute(insert + " RETURNING id", params);
+    for (const Row& row : r.rows) ids.push_back(row.u64(0));
+  } else {
+    Result r = c.execute(insert, params);
+    const std::uint64_t step = rows > 1 ? c.auto_increment_step() : 1;
+    for (std::size_t i = 0; i < r.affected_rows; ++i) ids.push_back(r.insert_id + i * step);
+  }
+  if (ids.size() != rows) {
+    throw Error(Errc::kInternal, fmt::format("an INSERT of {} rows inserted {}", rows, ids.size()));
+  }
+  return ids;
+}
+
+Result delete_returning(Connection& c, std::string_view table, std::string_view where,
+                        std::span<const Param> params, std::string_view columns,
+                        std::string_view key) {
+  if (c.server().returning()) {
+    return c.execute(fmt::format("DELETE FROM {} {} RETURNING {}", table, where, columns), params);
+  }
+  const bool own = !c.in_transaction();
+  if (own) c.begin();
+  try {
+    Result picked = c.execute(
+        fmt::format("SELECT {}, {} FROM {} {} FOR UPDATE", key, columns, table, where), params);
+    Result out;
+    if (!picked.rows.empty()) {
+      std::vector<Param> keys;
+      keys.reserve(picked.rows.size());
+      for (const Row& row : picked.rows) keys.emplace_back(row.u64(0));
+      out.affected_rows =
+          in_lists(c, fmt::format("DELETE FROM {} WHERE {} IN {{}}", table, key), std::move(keys))
+              .affected_rows;
+      out.rows.reserve(picked.rows.size());
+      for (const Row& row : picked.rows) {
+        std::vector<Row::Cell> cells;
+        cells.reserve(row.size() - 1);
+        for (std::size_t i = 1; i < row.size(); ++i) cells.push_back(row.cell(i));
+        out.rows.emplace_back(std::move(cells));
+      }
+    }
+    if (own) c.commit();
+    return out;
+  } catch (...) {
+    if (own) c.rollback();
+    throw;
+  }
 }
 
 }  // namespace txmq::internal

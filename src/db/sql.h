@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,24 @@ void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n);
 // Runs `sql` (which holds one "{}" for an IN list) over `values` (keys or ids) in chunks of at
 // most 1,000; returns all rows and the total of affected rows.
 Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values);
+
+// Deletes the rows of `table` that `where` picks ("WHERE ...", maybe with "ORDER BY ... LIMIT n";
+// bound by `params`) and returns `columns` (an expression list over them) of each. MariaDB: one
+// DELETE ... RETURNING. MySQL has no RETURNING: a SELECT ... FOR UPDATE of the rows' `key` and
+// columns, then a DELETE of those keys (the locks keep the two the same rows); in the caller's
+// transaction, or in one of its own when the connection is in none.
+Result delete_returning(Connection& c, std::string_view table, std::string_view where,
+                        std::span<const Param> params, std::string_view columns,
+                        std::string_view key = "id");
+
+// Runs `insert` (an INSERT ... VALUES of `rows` rows into a table with an AUTO_INCREMENT id) and
+// returns the ids given to its rows, in order. MariaDB: the statement with RETURNING id. MySQL:
+// from the first id and the session's auto_increment_increment: InnoDB reserves the ids of an
+// INSERT ... VALUES, whose number of rows is known before it runs, in one block under its
+// auto-increment mutex, in every innodb_autoinc_lock_mode (only INSERT ... SELECT and LOAD DATA
+// take them one at a time).
+std::vector<std::uint64_t> insert_returning_ids(Connection& c, const std::string& insert,
+                                                std::span<const Param> params, std::size_t rows);
 
 // Rows per multi-row statement: large enough that a batch costs few round trips, small enough
 // that the statement stays well inside max_allowed_packet and the 65,535 placeholder limit.

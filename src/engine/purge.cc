@@ -7,6 +7,7 @@
 
 #include "catalog/topic_catalog.h"
 #include "catalog/keys.h"
+#include "db/sql.h"
 #include "engine/queue_context.h"
 
 namespace txmq::internal {
@@ -45,10 +46,10 @@ std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
   for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
     n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
       c.begin();
-      Result r = c.execute(fmt::format("DELETE FROM {} WHERE park_id <= ? ORDER BY park_id LIMIT "
-                                       "{} RETURNING msg_key",
-                                       t.parked, kPurgeChunk),
-                           {last_park_id});
+      const Param bound[] = {last_park_id};
+      Result r = delete_returning(
+          c, t.parked, fmt::format("WHERE park_id <= ? ORDER BY park_id LIMIT {}", kPurgeChunk),
+          bound, "msg_key", "park_id");
       std::map<std::string, std::int64_t> per_key;
       for (const Row& row : r.rows) per_key[row.bytes(0)]++;
       for (const auto& [key, count] : per_key) {
@@ -64,10 +65,10 @@ std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
   for (std::uint64_t n = kPurgeChunk; n == kPurgeChunk;) {
     n = q.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
       c.begin();
-      Result r = c.execute(fmt::format("DELETE FROM {} WHERE id <= ? ORDER BY id LIMIT {} "
-                                       "RETURNING msg_key",
-                                       t.queue, kPurgeChunk),
-                           {last_id});
+      const Param bound[] = {last_id};
+      Result r = delete_returning(
+          c, t.queue, fmt::format("WHERE id <= ? ORDER BY id LIMIT {}", kPurgeChunk), bound,
+          "msg_key");
       std::vector<std::string> keys;
       for (Row& row : r.rows) {
         if (!row.null(0)) keys.push_back(row.take_bytes(0));

@@ -88,7 +88,7 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
 // `first_payload`: the first row's payload expression (a check that binds its own parameters
 // before the payload's). `fenced`: the statement names the send fence (the catalog, "Send
 // fences"), and fails with 1054 once the topic's layout no longer allows it.
-std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape, bool returning,
+std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape,
                        std::string_view first_payload = "?", bool fenced = false) {
   std::string sql =
       fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}{}) VALUES ", table,
@@ -107,7 +107,6 @@ std::string insert_sql(const std::string& table, std::size_t rows, RowShape shap
     if (i > 0) sql += ',';
     sql += i == 0 ? first : next;
   }
-  if (returning) sql += " RETURNING id";
   return sql;
 }
 
@@ -123,9 +122,9 @@ void bind_row(std::vector<Param>& params, RowShape shape, const OutgoingMessage&
   }
 }
 
-// Inserts the messages with multi-row INSERT ... RETURNING, cut by rows and bytes; returns their
-// ids in order. RETURNING rather than first id + i: no reliance on innodb_autoinc_lock_mode, and
-// reading ids from the first one measured no faster (bench/, send_batch of 10,000).
+// Inserts the messages with multi-row INSERTs, cut by rows and bytes; returns their ids in order
+// (insert_returning_ids: RETURNING on MariaDB, where reading ids from the first one measured no
+// faster in bench/, send_batch of 10,000).
 std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
                                        const std::vector<const OutgoingMessage*>& messages,
                                        std::size_t max_statement_bytes) {
@@ -159,11 +158,10 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
       bind_row(params, shape, *messages[i], messages[i]->payload,
                shape.attributes ? std::string_view(encoded[i - begin]) : std::string_view());
     }
-    Result r = c.execute(insert_sql(table, end - begin, shape, true), params);
-    if (r.rows.size() != end - begin) {
-      throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
+    for (std::uint64_t id :
+         insert_returning_ids(c, insert_sql(table, end - begin, shape), params, end - begin)) {
+      ids.push_back(id);
     }
-    for (const Row& row : r.rows) ids.push_back(row.u64(0));
     begin = end;
   }
   return ids;
@@ -528,8 +526,7 @@ const std::string& single_send_sql(std::string_view topic, unsigned group, unsig
   if (auto it = made.find(key); it != made.end()) return it->second;
   if (made.size() >= kMostKept) made.clear();
   return made
-      .emplace(key, insert_sql(topic_tables(topic, group, partition).queue, 1, shape, false, "?",
-                               true))
+      .emplace(key, insert_sql(topic_tables(topic, group, partition).queue, 1, shape, "?", true))
       .first->second;
 }
 
@@ -560,7 +557,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   const std::optional<std::uint64_t> id = insert_guarded(
       q, layout, p,
       [&](const std::string& into, std::string_view first_payload, bool fenced) {
-        return insert_sql(into, 1, shape, false, first_payload, fenced);
+        return insert_sql(into, 1, shape, first_payload, fenced);
       },
       params, shape.delay ? 1 : 0,
       [](Connection& c, const std::string& sql, const std::vector<Param>& bound) {
@@ -614,20 +611,13 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   std::optional<Ids> ids = insert_guarded(
       q, layout, p,
       [&](const std::string& into, std::string_view first_payload, bool fenced) {
-        return insert_sql(into, rows.size(), shape, true, first_payload, fenced);
+        return insert_sql(into, rows.size(), shape, first_payload, fenced);
       },
       params, shape.delay ? 1 : 0,  // the check's parameters come before the first payload
-      [](Connection& c, const std::string& sql, const std::vector<Param>& bound) {
-        Result r = c.execute(sql, bound);
-        Ids got;
-        got.reserve(r.rows.size());
-        for (const Row& row : r.rows) got.push_back(row.u64(0));
-        return got;
+      [&](Connection& c, const std::string& sql, const std::vector<Param>& bound) {
+        return insert_returning_ids(c, sql, bound, rows.size());
       });
   if (!ids) return std::nullopt;
-  if (ids->size() != messages.size()) {
-    throw Error(Errc::kInternal, "INSERT ... RETURNING returned a wrong number of ids");
-  }
   announce(q, layout, claimable_now(messages));
   return ids;
 }

@@ -79,9 +79,8 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
                                            std::vector<Param> ids) {
   const std::size_t n = in_list_size(ids.size());
   pad_ids(ids, 0, n);
-  Result deleted = c.execute(
-      fmt::format("DELETE FROM {} WHERE id IN {} RETURNING msg_key", t.queue, placeholders(n)),
-      ids);
+  Result deleted = delete_returning(c, t.queue, fmt::format("WHERE id IN {}", placeholders(n)),
+                                    ids, "msg_key");
   std::vector<std::string> keys;
   for (Row& row : deleted.rows) {
     if (!row.null(0)) keys.push_back(row.take_bytes(0));
@@ -116,9 +115,10 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   pairs += ")";
   const std::string where =
       fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
-  const std::string sql = fmt::format(
-      "DELETE FROM {} {} RETURNING id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))",
-      t.queue, where);
+  const auto delete_acked = [&](Connection& c) {
+    return delete_returning(c, t.queue, where, params,
+                            "id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))");
+  };
   auto latencies = [&acked](const Result& r) {
     acked.clear();
     for (const Row& row : r.rows) acked.push_back(static_cast<double>(row.i64(2)) / 1e6);
@@ -155,7 +155,7 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                                     params);
                           c.execute(archive_sql(t, where), params);
                         }
-                        Result r = c.execute(sql, params);
+                        Result r = delete_acked(c);
                         classify(c, attempt, r);
                         latencies(r);
                         std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys_of(r));
@@ -167,7 +167,7 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   // A reply lost after the DELETE was sent leaves its outcome unknown: kCommitUnknown, not a
   // guess (the message comes back if the delete did not happen).
   q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt& attempt) {
-    Result r = c.execute(sql, params);
+    Result r = delete_acked(c);
     classify(c, attempt, r);
     latencies(r);
     stray_keys = keys_of(r);

@@ -892,6 +892,38 @@ void Waiters::run_announcer() {
   }
 }
 
+namespace {
+
+// Takes the `wanted` oldest registrations on `topic` out of txmq_waiters; their connection ids.
+// MariaDB: one DELETE ... RETURNING, so two senders never take the same one. MySQL has no
+// RETURNING: a SELECT, then a DELETE of what it found. Two senders may then take the same
+// registration, and one of them kills a watch the other kills too: a wake-up spent twice, none
+// lost (the watch that is woken runs a pass that sees both senders' messages).
+Result take_registrations(Connection& c, const std::string& topic, std::size_t wanted) {
+  const Param params[] = {std::string_view(topic), static_cast<std::int64_t>(wanted)};
+  if (c.server().returning()) {
+    return c.execute(
+        "DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ? "
+        "RETURNING connection_id",
+        params);
+  }
+  Result r = c.execute(
+      "SELECT connection_id FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ?",
+      params);
+  if (r.rows.empty()) return r;
+  std::vector<Param> ids;
+  for (const Row& row : r.rows) ids.emplace_back(row.u64(0));
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(ids, 0, n);
+  ids.insert(ids.begin(), std::string_view(topic));
+  c.execute(fmt::format("DELETE FROM txmq_waiters WHERE topic = ? AND connection_id IN {}",
+                        placeholders(n)),
+            ids);
+  return r;
+}
+
+}  // namespace
+
 void Waiters::wake_waiters(Connection& c, std::map<std::string, std::size_t, std::less<>> round,
                            std::set<std::uint64_t> pokes) {
   std::set<std::uint64_t> killed;  // one KILL per connection, however many channels it watches
@@ -920,10 +952,7 @@ void Waiters::wake_waiters(Connection& c, std::map<std::string, std::size_t, std
     std::vector<std::pair<std::uint64_t, const std::string*>> woken;
     std::map<std::string, std::size_t, std::less<>> again;
     for (const auto& [topic, wanted] : round) {
-      Result r = c.execute(
-          "DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ? "
-          "RETURNING connection_id",
-          {std::string_view(topic), static_cast<std::int64_t>(wanted)});
+      Result r = take_registrations(c, topic, wanted);
       std::size_t lost = 0;
       for (const Row& row : r.rows) {
         const std::uint64_t id = row.u64(0);

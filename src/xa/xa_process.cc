@@ -307,7 +307,7 @@ Seen look(Connection& a, Connection& b, const XaSite& site, std::uint64_t instan
     seen.decisions[s.token] = s.decision == "commit" ? XaDecision::kCommit : XaDecision::kAbort;
     seen.rows.push_back(std::move(s));
   }
-  Result recovered = b.execute("XA RECOVER", {});
+  Result recovered = b.query_rows("XA RECOVER");  // MySQL will not prepare it
   for (Row& row : recovered.rows) {
     std::optional<XaBranchName> name =
         XaBranchName::from_recovered(row.i64(0), row.i64(1), row.i64(2), row.bytes(3));

@@ -26,7 +26,7 @@ namespace {
 using internal::XaBranchName;
 
 std::optional<XaBranchName> recovered(internal::Connection& c, std::uint64_t token) {
-  internal::Result r = c.execute("XA RECOVER", {});
+  internal::Result r = c.query_rows("XA RECOVER");
   for (const internal::Row& row : r.rows) {
     auto name = XaBranchName::from_recovered(row.i64(0), row.i64(1), row.i64(2), row.bytes(3));
     if (name && name->token == token) return name;

@@ -110,19 +110,32 @@ TEST(DsnTest, ErrorsNeverEchoThePassword) {
   EXPECT_EQ(d.describe().find("hunter2"), std::string::npos);
 }
 
-// Which servers can hold txmq's queues: MariaDB 10.6 or later; MySQL is refused naming why.
-TEST(ServerVersion, MariaDb106AndLaterAreSupportedMySqlAndOlderMariaDbAreNot) {
+// Which servers can hold txmq's queues: MariaDB 10.6 or later and MySQL 8.0.1 or later (both
+// have FOR UPDATE SKIP LOCKED); older ones are refused naming why.
+TEST(ServerVersion, MariaDb106AndMySql801AndLaterAreSupportedOlderOnesAreNot) {
   for (const char* ok : {"10.6.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "10.11.6-MariaDB-log",
-                         "11.4.2-MariaDB-ubu2404", "12.0.1-MariaDB"}) {
+                         "11.4.2-MariaDB-ubu2404", "12.0.1-MariaDB", "5.5.5-10.11.6-MariaDB",
+                         "8.0.1", "8.0.36", "8.4.0-commercial", "9.7.4-2"}) {
     EXPECT_EQ(unsupported_server(ok), "") << ok;
   }
-  EXPECT_NE(unsupported_server("8.0.36").find("not MariaDB"), std::string::npos);
-  EXPECT_NE(unsupported_server("8.0.36").find("MySQL 8.0.36"), std::string::npos);
-  EXPECT_NE(unsupported_server("8.4.0-commercial").find("RETURNING"), std::string::npos);
+  EXPECT_NE(unsupported_server("8.0.0-dmr").find("MySQL 8.0.0-dmr"), std::string::npos);
+  EXPECT_NE(unsupported_server("5.7.44-log").find("SKIP LOCKED"), std::string::npos);
   EXPECT_NE(unsupported_server("10.5.23-MariaDB").find("10.6 or later"), std::string::npos);
   EXPECT_NE(unsupported_server("5.5.5-10.3.39-MariaDB").find("10.6 or later"), std::string::npos);
   EXPECT_NE(unsupported_server("10.x-MariaDB").find("10.6 or later"), std::string::npos);
-  EXPECT_NE(unsupported_server("").find("not MariaDB"), std::string::npos);
+  EXPECT_NE(unsupported_server("").find("not one txmq knows"), std::string::npos);
+}
+
+TEST(ServerVersion, KindAndVersionAreReadFromTheHandshakeVersion) {
+  ServerKind maria = server_kind_of("5.5.5-10.11.6-MariaDB-0+deb12u1");
+  EXPECT_FALSE(maria.mysql);
+  EXPECT_EQ(maria.describe(), "MariaDB 10.11.6");
+  EXPECT_TRUE(maria.returning());
+  ServerKind mysql = server_kind_of("9.7.4-2");
+  EXPECT_TRUE(mysql.mysql);
+  EXPECT_EQ(mysql.describe(), "MySQL 9.7.4");
+  EXPECT_FALSE(mysql.returning());
+  EXPECT_FALSE(mysql.alter_extensions());
 }
 
 }  // namespace
