@@ -116,6 +116,9 @@ Connection::Connection(const Dsn& dsn) {
     my_bool verify_host = dsn.ssl_mode == "verify-identity";
     mysql_optionsv(mysql_, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify_host);
   }
+  if (!dsn.server_public_key.empty()) {
+    mysql_optionsv(mysql_, MYSQL_SERVER_PUBLIC_KEY, dsn.server_public_key.c_str());
+  }
   const char* socket = dsn.socket.empty() ? nullptr : dsn.socket.c_str();
   const char* host = socket != nullptr ? "localhost" : dsn.host.c_str();
   if (mysql_real_connect(mysql_, host, dsn.user.c_str(), dsn.password.c_str(), dsn.database.c_str(),

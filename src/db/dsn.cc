@@ -57,6 +57,12 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
     dsn.ssl_mode = value;
   } else if (name == "ssl-ca" || name == "ssl_ca") {
     dsn.ssl_ca = percent_decode(value, "ssl-ca");
+  } else if (name == "server-public-key" || name == "server_public_key") {
+    const std::string path = percent_decode(value, "server-public-key");
+    if (std::ifstream(path).fail()) {
+      refuse(fmt::format("cannot read the server's public key file {}", printable(path, 256)));
+    }
+    dsn.server_public_key = path;
   } else if (name == "password-file" || name == "password_file") {
     const std::string path = percent_decode(value, "password-file");
     std::ifstream in(path, std::ios::binary);
@@ -79,7 +85,7 @@ void apply_parameter(Dsn& dsn, std::string_view name, std::string_view value) {
   } else {
     refuse(
         fmt::format("unknown parameter '{}' (known: socket, connect_timeout, read_timeout, ssl-mode, "
-                    "ssl-ca, password-file, password-env)",
+                    "ssl-ca, server-public-key, password-file, password-env)",
                     printable(name)));
   }
 }

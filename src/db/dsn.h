@@ -7,7 +7,7 @@
 namespace txmq::internal {
 
 // mysql://user:password@host:port/database?socket=PATH&connect_timeout=S&read_timeout=S
-// &ssl-mode=MODE&ssl-ca=PATH&password-file=PATH&password-env=NAME. Also mariadb://. User and password are
+// &ssl-mode=MODE&ssl-ca=PATH&server-public-key=PATH&password-file=PATH&password-env=NAME. Also mariadb://. User and password are
 // percent-decoded. password-file reads the password from the file's first line instead, so that
 // it appears in no DSN; password-env reads it from an environment variable. Unknown parameters are refused so that a typo is an error, not a
 // silently ignored setting.
@@ -38,6 +38,10 @@ struct Dsn {
   int connect_timeout_seconds = 5;
   std::string ssl_mode;  // "", disabled, required, verify-ca, verify-identity
   std::string ssl_ca;
+  // MySQL's caching_sha2_password without TLS: the server's RSA public key (PEM), with which the
+  // password is sent encrypted. Without it, Connector/C asks the server for its key and trusts
+  // whatever answers; with TLS (ssl-mode) neither is needed.
+  std::string server_public_key;
   // Seconds a statement may go without an answer before the connection counts as lost (0: the
   // default, 120 s for one server and 30 s for a host list, where a frozen node must not hold
   // clients longer than a failover takes).
