@@ -69,8 +69,16 @@ Result delete_returning(Connection& c, std::string_view table, std::string_view 
   if (c.server().returning()) {
     return c.execute(fmt::format("DELETE FROM {} {} RETURNING {}", table, where, columns), params);
   }
-  const bool own = !c.in_transaction();
-  if (own) c.begin();
+  // A transaction of its own when the caller has none: the SELECT's locks must last until the
+  // DELETE. An application's connection (borrowed) may be in one that txmq did not open.
+  const bool own = c.borrowed() ? !c.session_in_transaction() : !c.in_transaction();
+  if (own) {
+    if (c.borrowed()) {
+      c.query("START TRANSACTION");  // back to the application's autocommit at COMMIT
+    } else {
+      c.begin();
+    }
+  }
   try {
     Result picked = c.execute(
         fmt::format("SELECT {}, {} FROM {} {} FOR UPDATE", key, columns, table, where), params);
@@ -90,10 +98,25 @@ Result delete_returning(Connection& c, std::string_view table, std::string_view 
         out.rows.emplace_back(std::move(cells));
       }
     }
-    if (own) c.commit();
+    if (own) {
+      if (c.borrowed()) {
+        c.query("COMMIT");
+      } else {
+        c.commit();
+      }
+    }
     return out;
   } catch (...) {
-    if (own) c.rollback();
+    if (own) {
+      if (!c.borrowed()) {
+        c.rollback();
+      } else if (!c.broken()) {
+        try {
+          c.query("ROLLBACK");
+        } catch (const Error&) {  // the connection failed: the server rolls back
+        }
+      }
+    }
     throw;
   }
 }

@@ -29,7 +29,9 @@
 //    KILL QUERY once on each connection returned, however many of its channels were announced,
 //    and puts their registrations back at the end of the order: up to one watch per message
 //    made claimable, the least recently woken first, and two senders never pick the same
-//    registration. The announcements of concurrent senders share one such round every 5 ms.
+//    registration (on MySQL, which has no RETURNING, a SELECT and a DELETE: two may, and a
+//    wake-up is spent twice; take_registrations). The announcements of concurrent senders
+//    share one such round every 5 ms.
 //  - No wake-up is lost: a watch registers a channel *before* a look covers it, and the sender
 //    reads the registrations *after* its commit. Either the look sees the message, or the sender
 //    sees the registration and interrupts the watch. Whatever statement a KILL interrupts (the
