@@ -13,17 +13,25 @@
 namespace txmq::internal {
 
 void add_columns(Connection& c, const std::string& table, std::initializer_list<ColumnToAdd> columns) {
-  std::string changes;
   if (c.server().alter_extensions()) {
+    std::string changes;
     for (const ColumnToAdd& column : columns) {
       changes += fmt::format("{}ADD COLUMN IF NOT EXISTS {} {}", changes.empty() ? "" : ", ",
                              column.name, column.definition);
     }
-  } else {
+    c.query(fmt::format("ALTER TABLE {} {}", table, changes));
+    return;
+  }
+  // MySQL: the columns the table lacks now. Another client may add them between the read and
+  // the ALTER (clients that start together run bootstrap together): then the ALTER, atomic,
+  // changes nothing and fails with 1060, and the columns are read again.
+  constexpr unsigned kDuplicateColumn = 1060;
+  for (int attempt = 1;; ++attempt) {
     Result have = c.execute(
         "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
         "TABLE_NAME = ?",
         {std::string_view(table.starts_with('`') ? unquoted(table) : table)});
+    std::string changes;
     for (const ColumnToAdd& column : columns) {
       const bool present = std::any_of(have.rows.begin(), have.rows.end(), [&](const Row& row) {
         return row.bytes(0) == column.name;
@@ -32,8 +40,14 @@ void add_columns(Connection& c, const std::string& table, std::initializer_list<
       changes += fmt::format("{}ADD COLUMN {} {}", changes.empty() ? "" : ", ", column.name,
                              column.definition);
     }
+    if (changes.empty()) return;
+    try {
+      c.query(fmt::format("ALTER TABLE {} {}", table, changes));
+      return;
+    } catch (const Error& e) {
+      if (e.server_errno() != kDuplicateColumn || attempt == 5) throw;
+    }
   }
-  if (!changes.empty()) c.query(fmt::format("ALTER TABLE {} {}", table, changes));
 }
 
 namespace {

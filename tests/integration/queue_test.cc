@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -176,6 +177,49 @@ TEST(Send, LargeBatchesReturnIdsInOrder) {
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].payload, "b0");
   EXPECT_EQ(got[2].payload, "b2");
+}
+
+// The ids a batch returns are its own rows', also while other batches insert into the table at
+// the same time: MySQL gives no RETURNING, and txmq reads them as the first id and the ones
+// after it (InnoDB reserves one block per multi-row INSERT, whatever innodb_autoinc_lock_mode).
+TEST(Send, ConcurrentBatchesGetTheIdsOfTheirOwnRows) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  constexpr int kThreads = 4;
+  constexpr int kBatches = 15;
+  std::mutex mu;
+  std::map<std::uint64_t, std::string> sent;  // id -> payload, as the sends said
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto producer = client();
+      for (int b = 0; b < kBatches; ++b) {
+        // Sizes that cut some batches into several statements (1,000 rows each).
+        std::vector<OutgoingMessage> batch(1 + (b * 397 + t * 211) % 2500);
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          batch[i].payload = fmt::format("{}-{}-{}", t, b, i);
+        }
+        std::vector<std::uint64_t> ids = producer->send_batch(name, batch);
+        std::lock_guard lock(mu);
+        ASSERT_EQ(ids.size(), batch.size());
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          EXPECT_TRUE(sent.emplace(ids[i], batch[i].payload).second) << "id " << ids[i] << " twice";
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto a = test::admin();
+  internal::Result rows =
+      a->execute(fmt::format("SELECT id, payload FROM `txmq_q_{}` ORDER BY id", name), {});
+  ASSERT_EQ(rows.rows.size(), sent.size());
+  std::size_t wrong = 0;
+  for (const internal::Row& row : rows.rows) {
+    auto it = sent.find(row.u64(0));
+    if (it == sent.end() || it->second != row.bytes(1)) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << sent.size() << " rows";
 }
 
 TEST(Claim, SingleProducerIdOrder) {
