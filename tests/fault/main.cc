@@ -147,15 +147,12 @@ class Orchestrator {
     fs::create_directories(options_.dir + "/histories");
     fmt::print("txmq_fault: {} s of faults, seed {}, in {}{}\n", options_.seconds, options_.seed,
                options_.dir,
-               options_.cluster  ? ", on a 3-node Galera cluster"
-               : options_.shards ? fmt::format(", on a topic spread over {} servers{}",
-                                               kShardServers,
-                                               options_.kill_catalog
-                                                   ? " (the catalog's killed too)"
-                                                   : "")
-               : !options_.server.empty()
-                   ? fmt::format(", on {} (scripts/server)", options_.server)
-                   : std::string());
+               options_.cluster ? ", on a 3-node Galera cluster"
+               : options_.shards
+                   ? fmt::format(", on a topic spread over {} servers{}", kShardServers,
+                                 options_.kill_catalog ? " (the catalog's killed too)" : "")
+               : !options_.server.empty() ? fmt::format(", on {} (scripts/server)", options_.server)
+                                          : std::string());
     start_database();
     try {
       set_up();
@@ -228,9 +225,8 @@ class Orchestrator {
         std::string dsn;
         if (run_server_script(options_.server, "dsn", script_server_home(), script_server_log(),
                               &dsn) != 0) {
-          throw std::runtime_error(
-              fmt::format("scripts/server {} dsn failed; see {}", options_.server,
-                          script_server_log()));
+          throw std::runtime_error(fmt::format("scripts/server {} dsn failed; see {}",
+                                               options_.server, script_server_log()));
         }
         while (!dsn.empty() && (dsn.back() == '\n' || dsn.back() == ' ')) dsn.pop_back();
         root_dsn_ = dsn;
@@ -282,9 +278,9 @@ class Orchestrator {
   void start_script_server() {
     if (run_server_script(options_.server, "start", script_server_home(), script_server_log()) !=
         0) {
-      throw std::runtime_error(fmt::format("scripts/server {} start failed; see {} and {}/mysqld.log",
-                                           options_.server, script_server_log(),
-                                           script_server_home()));
+      throw std::runtime_error(
+          fmt::format("scripts/server {} start failed; see {} and {}/mysqld.log", options_.server,
+                      script_server_log(), script_server_home()));
     }
   }
 
