@@ -404,7 +404,8 @@ class Checker {
   // Every history and output file: the errors that reached the children, by server error
   // number, and none may be 1047 (a Galera node not ready: the library must go elsewhere).
   bool scan_logs() const {
-    static const std::regex kErrno(R"(MariaDB error (\d+))");
+    // The library names the server it talks to: "MariaDB error N", "MySQL error N".
+    static const std::regex kErrno(R"((?:MariaDB|MySQL) error (\d+))");
     std::map<std::string, std::uint64_t> by_errno;
     std::uint64_t not_ready = 0;
     std::uint64_t ridden_out = 0;
@@ -434,7 +435,7 @@ class Checker {
     }
     std::string summary;
     for (const auto& [number, n] : by_errno) summary += fmt::format(" {} x{}", number, n);
-    fmt::print("errors in the children's histories and logs, by MariaDB error number:{}\n",
+    fmt::print("errors in the children's histories and logs, by server error number:{}\n",
                summary.empty() ? " none" : summary);
     fmt::print("error 1047 (node not ready) reaching a client: {} (ridden out by the library, "
                "in its outage reports: {})\n",

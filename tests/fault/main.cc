@@ -1,7 +1,7 @@
 // txmq_fault: the fault suite (docs/faults.md).
 //
 //   txmq_fault [--seconds N] [--dir DIR] [--seed S] [--keep] [--cluster [--galera-home PATH]]
-//              [--shards [--kill-catalog]]
+//              [--shards [--kill-catalog]] [--server NAME]
 //
 // Starts a private MariaDB server in DIR/server, producers and consumers as separate processes
 // (this program again, and `txmq consume`), injects faults for N seconds (SIGKILL of consumers,
@@ -17,12 +17,20 @@
 // partitions), server 1's database the catalog; kill -9 of one non-catalog server at a time
 // (also the catalog's with --kill-catalog), restarted 3 to 6 s later, instead of the server
 // kills (shards.h).
+//
+// --server NAME: the one server is scripts/server's NAME (mysql-9.7, mariadb-11.8; see
+// docs/servers.md) in DIR/server instead of `txmq local`'s: started, kill -9'd and restarted with
+// `scripts/server NAME start|kill --home DIR/server`, root's DSN (on its socket) from `dsn`; its
+// output in DIR/server-script.log. The workload, the faults and the checks are the same.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +72,7 @@ struct Options {
   std::string galera_home;  // an existing cluster's folder; empty: a new one in DIR/galera
   bool shards = false;
   bool kill_catalog = false;  // shards: server 1 (the catalog's) is killed too
+  std::string server;         // scripts/server's NAME; empty: `txmq local`'s MariaDB
 };
 
 // The shards mode: servers, and the topics' partitions (the at-least-once topic's 6 placed
@@ -86,6 +95,50 @@ struct Child {
 
 std::string self_path() { return fs::read_symlink("/proc/self/exe").string(); }
 
+std::string server_script() {
+  const char* script = std::getenv("TXMQ_SERVER_SCRIPT");  // another checkout's, if wanted
+  return script != nullptr ? script : TXMQ_SOURCE_DIR "/scripts/server";
+}
+
+// `scripts/server NAME VERB --home HOME`, its stderr (and its stdout unless `out` takes it)
+// appended to `log`. Returns its exit status (128 + the signal that ended it).
+int run_server_script(const std::string& name, const std::string& verb, const std::string& home,
+                      const std::string& log, std::string* out = nullptr) {
+  std::vector<std::string> argv = {server_script(), name, verb, "--home", home};
+  std::vector<char*> raw;
+  for (std::string& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  int pipe_fds[2] = {-1, -1};
+  if (out != nullptr && pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const int in = open("/dev/null", O_RDONLY);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(in, 0);
+    dup2(out != nullptr ? pipe_fds[1] : fd, 1);
+    dup2(fd, 2);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  if (out != nullptr) {
+    close(pipe_fds[1]);
+    out->clear();
+    char buffer[4096];
+    for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof buffer)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      out->append(buffer, static_cast<std::size_t>(n));
+    }
+    close(pipe_fds[0]);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 class Orchestrator {
  public:
   explicit Orchestrator(Options options) : options_(std::move(options)), rng_(options_.seed) {}
@@ -94,13 +147,12 @@ class Orchestrator {
     fs::create_directories(options_.dir + "/histories");
     fmt::print("txmq_fault: {} s of faults, seed {}, in {}{}\n", options_.seconds, options_.seed,
                options_.dir,
-               options_.cluster  ? ", on a 3-node Galera cluster"
-               : options_.shards ? fmt::format(", on a topic spread over {} servers{}",
-                                               kShardServers,
-                                               options_.kill_catalog
-                                                   ? " (the catalog's killed too)"
-                                                   : "")
-                                 : std::string());
+               options_.cluster ? ", on a 3-node Galera cluster"
+               : options_.shards
+                   ? fmt::format(", on a topic spread over {} servers{}", kShardServers,
+                                 options_.kill_catalog ? " (the catalog's killed too)" : "")
+               : !options_.server.empty() ? fmt::format(", on {} (scripts/server)", options_.server)
+                                          : std::string());
     start_database();
     try {
       set_up();
@@ -164,6 +216,31 @@ class Orchestrator {
       record_.shards.partitions = kShardPartitions;
       return;
     }
+    if (!options_.server.empty()) {
+      const auto started = SteadyClock::now();
+      internal::ServerKind kind;
+      script_server_started_ = true;
+      try {
+        start_script_server();
+        std::string dsn;
+        if (run_server_script(options_.server, "dsn", script_server_home(), script_server_log(),
+                              &dsn) != 0) {
+          throw std::runtime_error(fmt::format("scripts/server {} dsn failed; see {}",
+                                               options_.server, script_server_log()));
+        }
+        while (!dsn.empty() && (dsn.back() == '\n' || dsn.back() == ' ')) dsn.pop_back();
+        root_dsn_ = dsn;
+        client_dsn_ = root_dsn_;
+        kind = admin().server();
+      } catch (...) {
+        stop_database();
+        throw;
+      }
+      fmt::print("  {} in {} ready after {:.1f} s: {}\n", options_.server, script_server_home(),
+                 std::chrono::duration<double>(SteadyClock::now() - started).count(),
+                 kind.describe());
+      return;
+    }
     if (!options_.cluster) {
       server_.home = options_.dir + "/server";
       server_.start_timeout_seconds = 120;
@@ -194,9 +271,31 @@ class Orchestrator {
     record_.cluster.nodes = cluster_->size();
   }
 
+  std::string script_server_home() const { return options_.dir + "/server"; }
+  std::string script_server_log() const { return options_.dir + "/server-script.log"; }
+
+  // scripts/server NAME start: initializes the home the first time, waits until it answers.
+  void start_script_server() {
+    if (run_server_script(options_.server, "start", script_server_home(), script_server_log()) !=
+        0) {
+      throw std::runtime_error(
+          fmt::format("scripts/server {} start failed; see {} and {}/mysqld.log", options_.server,
+                      script_server_log(), script_server_home()));
+    }
+  }
+
   // Our own server, or the cluster we started (never one we were given).
   void stop_database() {
-    if (options_.shards) {
+    if (!options_.server.empty()) {
+      admin_.reset();
+      if (script_server_started_) {
+        script_server_started_ = false;
+        try {
+          run_server_script(options_.server, "stop", script_server_home(), script_server_log());
+        } catch (...) {
+        }
+      }
+    } else if (options_.shards) {
       admin_.reset();
       if (shards_ != nullptr) shards_->stop();
     } else if (!options_.cluster) {
@@ -582,6 +681,22 @@ class Orchestrator {
   }
 
   void kill_server() {
+    if (!options_.server.empty()) {
+      // kill -9 by the pid file (it waits until the process is gone), then InnoDB's recovery.
+      admin_.reset();
+      if (run_server_script(options_.server, "kill", script_server_home(), script_server_log()) !=
+          0) {
+        throw std::runtime_error(fmt::format("scripts/server {} kill failed; see {}",
+                                             options_.server, script_server_log()));
+      }
+      ++record_.faults.server_kills;
+      const auto started = SteadyClock::now();
+      start_script_server();
+      fmt::print("  server killed and restarted ({:.1f} s)\n",
+                 std::chrono::duration<double>(SteadyClock::now() - started).count());
+      last_server_kill_ = SteadyClock::now();
+      return;
+    }
     LocalServerStatus status = LocalServer::status(server_);
     if (!status.pid) return;
     kill(*status.pid, SIGKILL);
@@ -604,10 +719,13 @@ class Orchestrator {
       for (const internal::Row& row : r.rows) {
         if (rng_() % 2 != 0) continue;
         try {
-          c.execute("KILL CONNECTION ?", {row.u64(0)});
+          // Text protocol: MySQL prepares KILL but takes no parameter in it (error 6413,
+          // "Dynamic parameters can only be used in DML statements").
+          c.query(fmt::format("KILL CONNECTION {}", row.u64(0)));
           ++record_.faults.connection_kills;
-        } catch (const Error&) {
-          // it ended by itself meanwhile
+        } catch (const Error& e) {
+          // 1094 (unknown thread): it ended by itself meanwhile. Anything else is shown.
+          if (e.server_errno() != 1094) fmt::print("  KILL CONNECTION failed: {}\n", e.what());
         }
       }
     };
@@ -928,6 +1046,7 @@ class Orchestrator {
   Options options_;
   std::mt19937_64 rng_;
   LocalServerOptions server_;
+  bool script_server_started_ = false;  // --server: scripts/server was asked to start it
   std::unique_ptr<GaleraCluster> cluster_;
   std::unique_ptr<ShardServers> shards_;
   std::unique_ptr<ShardFaults> shard_faults_;
@@ -942,7 +1061,8 @@ class Orchestrator {
 int usage() {
   fmt::print(stderr,
              "usage: txmq_fault [--seconds N] [--dir DIR] [--seed S] [--keep] [--cluster "
-             "[--galera-home PATH] | --shards [--kill-catalog]]\n");
+             "[--galera-home PATH] | --shards [--kill-catalog] | --server NAME]\n"
+             "  --server NAME: scripts/server's mysql-9.7 or mariadb-11.8 as the one server\n");
   return 2;
 }
 
@@ -986,12 +1106,16 @@ int main(int argc, char** argv) {
       options.kill_catalog = true;
     } else if (args[i] == "--galera-home" && has_value) {
       options.galera_home = args[++i];
+    } else if (args[i] == "--server" && has_value) {
+      options.server = args[++i];
+      if (options.server.empty()) return usage();
     } else {
       return usage();
     }
   }
   if (!options.galera_home.empty() && !options.cluster) return usage();
-  if ((options.shards && options.cluster) || (options.kill_catalog && !options.shards)) {
+  if ((options.shards && options.cluster) || (options.kill_catalog && !options.shards) ||
+      (!options.server.empty() && (options.shards || options.cluster))) {
     return usage();
   }
   if (options.dir.empty()) {

@@ -1,7 +1,7 @@
 // txmq_xa_crash: crash injection for Client::process_xa (exactly-once across two databases,
 // docs/design/exactly-once-across-databases.md 7.3, 7.4, 7.11).
 //
-//   txmq_xa_crash [--seed S] [--dir DIR] [--keep] [--messages N]
+//   txmq_xa_crash [--seed S] [--dir DIR] [--keep] [--messages N] [--queue NAME] [--resource NAME]
 //   txmq_xa_crash --child --dsn-a DSN --dsn-b DSN [--threads 4] [--batch 100] [--pause-ms MS]
 //                 [--deadline SEC]
 //
@@ -25,6 +25,14 @@
 // run could not be set up. DIR (default: a new folder under the build folder) is removed on PASS
 // unless --keep; it holds the servers' logs (a/server.log, b/server.log) and each child's output
 // (round-K.log).
+//
+// --queue NAME, --resource NAME: server A (the queue), server B (the XA resource) is
+// scripts/server's NAME (mysql-9.7, mariadb-11.8; docs/servers.md) in DIR/a or DIR/b instead of
+// `txmq local`'s MariaDB: started with `scripts/server NAME start --home DIR/x`, kill -9'd with
+// `kill`, restarted with `start`, stopped with `stop`, root's DSN (on the socket) from `dsn`; its
+// log is DIR/x/mysqld.log. scripts/server is found through $TXMQ_SERVER_SCRIPT, else the source
+// folder (TXMQ_SOURCE_DIR if defined, else CMAKE_HOME_DIRECTORY of the build folder's
+// CMakeCache.txt). XA RECOVER is read over the text protocol (MySQL will not prepare it).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -239,6 +247,8 @@ struct Options {
   int messages = 20000;
   int threads = 4;
   int batch = 100;
+  std::string queue;     // server A: scripts/server's NAME; empty: `txmq local`
+  std::string resource;  // server B: the same
 };
 
 std::string self_path() { return fs::read_symlink("/proc/self/exe").string(); }
@@ -369,6 +379,18 @@ class Admin {
       }
     }
   }
+  // Through the text protocol, for what MySQL will not prepare (XA RECOVER); cells as bytes.
+  internal::Result text_rows(std::string_view sql, int tries = 150) {
+    for (int i = 1;; ++i) {
+      try {
+        return connection().query_rows(sql);
+      } catch (const Error& e) {
+        c_.reset();
+        if (!e.retryable() || i >= tries) throw;
+        sleep_for(200ms);
+      }
+    }
+  }
   std::int64_t scalar(std::string_view sql, int tries = 150) {
     internal::Result r = run(sql, {}, tries);
     if (r.rows.empty() || r.rows[0].null(0)) return 0;
@@ -388,31 +410,62 @@ class Admin {
   std::unique_ptr<internal::Connection> c_;
 };
 
-// The two private servers, started with `txmq local start` (TXMQ_HOME=DIR/a, DIR/b) and
-// stopped with `txmq local stop` (by their pid files) when this goes, also on failure.
+// scripts/server: $TXMQ_SERVER_SCRIPT, else the source folder's (TXMQ_SOURCE_DIR, else the
+// CMAKE_HOME_DIRECTORY that the build folder's CMakeCache.txt names).
+std::string server_script() {
+  if (const char* script = std::getenv("TXMQ_SERVER_SCRIPT"); script != nullptr) return script;
+#ifdef TXMQ_SOURCE_DIR
+  return TXMQ_SOURCE_DIR "/scripts/server";
+#else
+  const std::string cache = std::string(TXMQ_XA_CRASH_DIR) + "/CMakeCache.txt";
+  std::ifstream in(cache);
+  const std::string key = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0) return line.substr(key.size()) + "/scripts/server";
+  }
+  throw std::runtime_error(fmt::format(
+      "cannot find scripts/server: set TXMQ_SERVER_SCRIPT ({} names no CMAKE_HOME_DIRECTORY)",
+      cache));
+#endif
+}
+
+// The two private servers, started with `txmq local start` (TXMQ_HOME=DIR/a, DIR/b), or with
+// `scripts/server NAME start --home DIR/a` (--queue NAME, --resource NAME), and stopped (by their
+// pid files) when this goes, also on failure.
 class Servers {
  public:
-  explicit Servers(const std::string& dir) : dir_(dir), log_(dir + "/servers.log") {}
+  Servers(const std::string& dir, std::string queue, std::string resource)
+      : dir_(dir), log_(dir + "/servers.log"), names_{std::move(queue), std::move(resource)} {}
   Servers(const Servers&) = delete;
   Servers& operator=(const Servers&) = delete;
   ~Servers() { stop(); }
 
   static int index(char server) { return server == 'a' ? 0 : 1; }
   std::string home(char server) const { return fmt::format("{}/{}", dir_, server); }
+  // scripts/server's NAME of the server; empty: `txmq local`'s.
+  const std::string& name(char server) const { return names_[index(server)]; }
+  std::string describe(char server) const {
+    return name(server).empty() ? "txmq local (MariaDB)" : name(server) + " (scripts/server)";
+  }
+  std::string server_log(char server) const {
+    return home(server) + (name(server).empty() ? "/server.log" : "/mysqld.log");
+  }
 
   // `tries`: a first start runs mariadb-install-db, which another test's install at the same
   // moment can break (CTest runs tests in parallel); the data folder appears only when complete,
   // so starting again begins afresh.
   void start(char server, int tries = 1) {
     started_[index(server)] = true;
+    const std::string what =
+        name(server).empty() ? "txmq local start" : "scripts/server " + name(server) + " start";
     for (int attempt = 1;; ++attempt) {
-      const int status = cli(server, "start");
+      const int status = command(server, "start", log_);
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
       if (attempt >= tries) {
-        throw std::runtime_error(fmt::format("txmq local start of server {} {}; see {} and {}/server.log",
-                                             server, describe_status(status), log_, home(server)));
+        throw std::runtime_error(fmt::format("{} of server {} {}; see {} and {}", what, server,
+                                             describe_status(status), log_, server_log(server)));
       }
-      fmt::print("  (txmq local start of server {} {}, trying again; see {})\n", server,
+      fmt::print("  ({} of server {} {}, trying again; see {})\n", what, server,
                  describe_status(status), log_);
       sleep_for(2s);
     }
@@ -420,7 +473,21 @@ class Servers {
 
   // root's DSN for `database` on the server (over its socket).
   std::string dsn(char server, std::string_view database) const {
-    std::string d = LocalServer::status({home(server)}).dsn;  // mysql://root@localhost/txmq?socket=
+    std::string d;  // mysql://root@localhost/txmq?socket=...
+    if (name(server).empty()) {
+      d = LocalServer::status({home(server)}).dsn;
+    } else {
+      const std::string out = fmt::format("{}/dsn-{}.txt", dir_, server);
+      fs::remove(out);
+      const int status = command(server, "dsn", out);
+      std::ifstream in(out);
+      std::getline(in, d);
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || d.rfind("mysql://", 0) != 0) {
+        throw std::runtime_error(fmt::format("scripts/server {} dsn of server {} {}: '{}'",
+                                             name(server), server, describe_status(status), d));
+      }
+      fs::remove(out);
+    }
     const std::string from = "/txmq?";
     d.replace(d.find(from), from.size(), fmt::format("/{}?", database));
     return d;
@@ -428,12 +495,21 @@ class Servers {
 
   // kill -9 of the server by its pid file; waits until the process is gone.
   void kill9(char server) {
-    const LocalServerStatus s = LocalServer::status({home(server)});
-    if (!s.pid) throw std::runtime_error(fmt::format("server {} is not running", server));
-    ::kill(*s.pid, SIGKILL);
-    for (int i = 0; i < 1000 && !process_gone(*s.pid); ++i) std::this_thread::sleep_for(10ms);
-    if (!process_gone(*s.pid)) {
-      throw std::runtime_error(fmt::format("server {} (pid {}) outlived kill -9", server, *s.pid));
+    const std::optional<int> pid = server_pid(server);
+    if (!pid) throw std::runtime_error(fmt::format("server {} is not running", server));
+    if (!name(server).empty()) {
+      // By the same pid file; it waits until the process has ended.
+      const int status = command(server, "kill", log_);
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        throw std::runtime_error(fmt::format("scripts/server {} kill of server {} {}; see {}",
+                                             name(server), server, describe_status(status), log_));
+      }
+    } else {
+      ::kill(*pid, SIGKILL);
+    }
+    for (int i = 0; i < 1000 && !process_gone(*pid); ++i) std::this_thread::sleep_for(10ms);
+    if (!process_gone(*pid)) {
+      throw std::runtime_error(fmt::format("server {} (pid {}) outlived kill -9", server, *pid));
     }
   }
 
@@ -442,22 +518,36 @@ class Servers {
       if (!started_[index(server)]) continue;
       started_[index(server)] = false;
       try {
-        cli(server, "stop");
+        command(server, "stop", log_);
       } catch (...) {
       }
     }
   }
 
  private:
-  int cli(char server, const char* verb) {
-    const pid_t pid = spawn({TXMQ_BINARY, "local", verb}, {{"TXMQ_HOME", home(server)}}, log_,
-                            false);
+  // The pid of the server running in its home (its pid file names a live process).
+  std::optional<int> server_pid(char server) const {
+    if (name(server).empty()) return LocalServer::status({home(server)}).pid;
+    std::ifstream in(home(server) + "/mysqld.pid");
+    int pid = 0;
+    if (!(in >> pid) || pid <= 0 || process_gone(pid)) return std::nullopt;
+    return pid;
+  }
+
+  // `txmq local VERB` with TXMQ_HOME=DIR/x, or `scripts/server NAME VERB --home DIR/x`; its
+  // output appended to `log`. Returns the wait status.
+  int command(char server, const char* verb, const std::string& log) const {
+    const pid_t pid =
+        name(server).empty()
+            ? spawn({TXMQ_BINARY, "local", verb}, {{"TXMQ_HOME", home(server)}}, log, false)
+            : spawn({server_script(), name(server), verb, "--home", home(server)}, {}, log, false);
     int status = 0;
     waitpid(pid, &status, 0);
     return status;
   }
 
   std::string dir_, log_;
+  std::string names_[2];
   bool started_[2] = {false, false};
 };
 
@@ -488,14 +578,19 @@ struct Round {
 class Harness {
  public:
   explicit Harness(Options o)
-      : o_(std::move(o)), servers_(o_.dir), plan_rng_(o_.seed ^ 0x9e3779b97f4a7c15ULL) {}
+      : o_(std::move(o)),
+        servers_(o_.dir, o_.queue, o_.resource),
+        plan_rng_(o_.seed ^ 0x9e3779b97f4a7c15ULL) {}
 
   int run() {
     const auto started = Steady::now();
     fmt::print("txmq_xa_crash: seed {}, {} messages, {} threads, batches of {}, in {}\n", o_.seed,
                o_.messages, o_.threads, o_.batch, o_.dir);
-    fmt::print("  reproduce with: {} --seed {} --messages {} --keep\n", self_path(), o_.seed,
-               o_.messages);
+    fmt::print("  A (the queue): {}; B (the XA resource): {}\n", servers_.describe('a'),
+               servers_.describe('b'));
+    fmt::print("  reproduce with: {} --seed {} --messages {}{}{} --keep\n", self_path(), o_.seed,
+               o_.messages, o_.queue.empty() ? "" : " --queue " + o_.queue,
+               o_.resource.empty() ? "" : " --resource " + o_.resource);
     set_up();
     const std::vector<Round> plan = make_plan();
     fmt::print("  plan:\n");
@@ -525,8 +620,8 @@ class Harness {
       if (!o_.keep) fs::remove_all(o_.dir);
     } else {
       fmt::print("xa crash: FAIL ({})\n", fmt::join(failures_, "; "));
-      fmt::print("  kept: {} (server logs a/server.log, b/server.log; children round-K.log)\n",
-                 o_.dir);
+      fmt::print("  kept: {} (server logs {}, {}; children round-K.log)\n", o_.dir,
+                 servers_.server_log('a'), servers_.server_log('b'));
     }
     return ok ? 0 : 1;
   }
@@ -651,7 +746,7 @@ class Harness {
         admin_b_->run("SELECT COUNT(*), COUNT(DISTINCT id) FROM processed");
     const std::int64_t rows = r.rows.at(0).i64(0), distinct = r.rows.at(0).i64(1);
     std::size_t in_doubt = 0;
-    for (const internal::Row& row : admin_b_->run("XA RECOVER").rows) {
+    for (const internal::Row& row : admin_b_->text_rows("XA RECOVER").rows) {
       in_doubt += row.i64(0) == kTxmqFormatId;
     }
     fmt::print("      {:.1f} s; processed {} rows ({} distinct ids), {} waiting, {} txmq branches prepared on B\n",
@@ -943,7 +1038,7 @@ class Harness {
   void check_xa_recover() {
     std::vector<std::string> branches;
     std::size_t others = 0;
-    for (const internal::Row& row : admin_b_->run("XA RECOVER").rows) {
+    for (const internal::Row& row : admin_b_->text_rows("XA RECOVER").rows) {
       if (row.i64(0) == kTxmqFormatId) {
         branches.push_back(row.bytes(3));
       } else {
@@ -973,9 +1068,12 @@ class Harness {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: txmq_xa_crash [--seed S] [--dir DIR] [--keep] [--messages N]\n"
+               "usage: txmq_xa_crash [--seed S] [--dir DIR] [--keep] [--messages N] [--queue NAME] "
+               "[--resource NAME]\n"
                "       txmq_xa_crash --child --dsn-a DSN --dsn-b DSN [--threads N] [--batch N] "
-               "[--pause-ms MS] [--deadline SEC]\n");
+               "[--pause-ms MS] [--deadline SEC]\n"
+               "  NAME: scripts/server's mysql-9.7 or mariadb-11.8 as server A (--queue) or B "
+               "(--resource)\n");
   return 2;
 }
 
@@ -1022,6 +1120,10 @@ int main(int argc, char** argv) {
         o.keep = true;
       } else if (args[i] == "--messages" && has_value) {
         o.messages = std::stoi(args[++i]);
+      } else if (args[i] == "--queue" && has_value) {
+        o.queue = args[++i];
+      } else if (args[i] == "--resource" && has_value) {
+        o.resource = args[++i];
       } else {
         return usage();
       }
