@@ -888,7 +888,9 @@ nlohmann::json run_chaos_cells(const ChaosOptions& options) {
   for (const Cell& cell : cells) {
     Line line{&cell, std::nullopt, {}};
     if (cell.needs_restartable_server && options.local_home.empty()) {
-      line.skipped = "skipped: the bench runs on a --dsn or TXMQ_DSN server it cannot restart";
+      line.skipped =
+          "skipped: the bench runs on a server it does not restart (--dsn, TXMQ_DSN, "
+          "--binlog or --server)";
       std::fprintf(out, "\n%s: %s\n", cell.id.c_str(), line.skipped.c_str());
     } else {
       try {
