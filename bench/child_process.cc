@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -84,14 +85,25 @@ std::string server_script() {
     return e;
   }
   fs::path dir = fs::path(self_exe()).parent_path();
+  // A build folder names its source tree in CMakeCache.txt (CMAKE_HOME_DIRECTORY), wherever it is.
+  {
+    std::ifstream cache(dir / "CMakeCache.txt");
+    const std::string key = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+    for (std::string line; std::getline(cache, line);) {
+      if (line.rfind(key, 0) != 0) continue;
+      const fs::path script = fs::path(line.substr(key.size())) / "scripts" / "server";
+      if (access(script.c_str(), X_OK) == 0) return script.string();
+    }
+  }
   for (int up = 0; up < 5 && !dir.empty(); ++up, dir = dir.parent_path()) {
     const fs::path script = dir / "scripts" / "server";
     if (access(script.c_str(), X_OK) == 0) return script.string();
     if (dir == dir.root_path()) break;
   }
   throw std::runtime_error(
-      fmt::format("--server runs scripts/server of txmq's source tree, and none was found above "
-                  "{}; name it with TXMQ_SERVER_SCRIPT=/path/to/txmq/scripts/server",
+      fmt::format("--server runs scripts/server of txmq's source tree, and none was named by a "
+                  "CMakeCache.txt beside {} nor found above it; name it with "
+                  "TXMQ_SERVER_SCRIPT=/path/to/txmq/scripts/server",
                   self_exe()));
 }
 

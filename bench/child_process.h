@@ -34,9 +34,10 @@ class ChildProcess {
   FILE* out_ = nullptr;
 };
 
-// scripts/server of txmq's source tree: $TXMQ_SERVER_SCRIPT when set, else the first
-// scripts/server found going up from this binary's folder (build/txmq-bench finds the tree's
-// own). Throws, saying how to name it, when there is none (an installed txmq-bench).
+// scripts/server of txmq's source tree: $TXMQ_SERVER_SCRIPT when set, else the one of the
+// source tree that this binary's build folder names (CMAKE_HOME_DIRECTORY in its
+// CMakeCache.txt), else the first scripts/server found going up from this binary's folder.
+// Throws, saying how to name it, when there is none (an installed txmq-bench).
 std::string server_script();
 
 // A private server of scripts/server NAME in `home` (its --home), started with --binlog if asked.

@@ -89,8 +89,8 @@ void add_bench_command(CLI::App& app, Globals& g) {
                     "docs/servers.md) in TXMQ_HOME-NAME (TXMQ_HOME-NAME-binlog with --binlog), "
                     "started if it is not running and then stopped at the end; the XA row's "
                     "second server is another one of NAME (in that folder's -xa). Every ratio "
-                    "is against raw INSERTs on that server. The script is found above this "
-                    "binary's folder, or named by TXMQ_SERVER_SCRIPT");
+                    "is against raw INSERTs on that server. The script is the source tree's "
+                    "that this binary was built from, or named by TXMQ_SERVER_SCRIPT");
   bench->callback([&g, a] {
     BenchOptions o;
     // Whether the queue's server is the embedded default, asked before resolve_dsn starts it.
