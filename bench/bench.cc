@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "chaos.h"
+#include "child_process.h"
 #include "db/connection.h"
 #include "db/dsn.h"
 #include "reference.h"
@@ -626,16 +627,18 @@ class Bench {
   }
 
   // The second database of drain.exactly_once_xa: --xa-dsn, else a private server in xa_home
-  // (started on first use, stopped when the bench ends), else none, with the reason.
+  // (started on first use, stopped when the bench ends): txmq's local server, or with
+  // --server NAME one of scripts/server NAME; else none, with the reason.
   struct XaServer {
     std::string dsn;
     std::string home;    // the bench's own server: stopped at the end
     std::string reason;  // why there is none
+    std::unique_ptr<ScriptServer> script;  // --server NAME: stopped at the end if started here
     XaServer() = default;
     XaServer(const XaServer&) = delete;
     XaServer& operator=(const XaServer&) = delete;
     ~XaServer() {
-      if (home.empty()) return;
+      if (home.empty() || script) return;
       try {
         LocalServer::stop({home});
       } catch (const std::exception&) {
@@ -648,6 +651,18 @@ class Bench {
     xa_ = std::make_unique<XaServer>();
     if (!options_.xa_dsn.empty()) {
       xa_->dsn = options_.xa_dsn;
+    } else if (!options_.xa_home.empty() && !options_.xa_server_name.empty()) {
+      std::fprintf(stderr, "bench: starting a second private %s in %s for the XA row\n",
+                   options_.xa_server_name.c_str(), options_.xa_home.c_str());
+      try {
+        xa_->home = options_.xa_home;
+        xa_->script = std::make_unique<ScriptServer>(
+            options_.xa_server_script, options_.xa_server_name, options_.xa_home, false);
+        xa_->dsn = xa_->script->start();
+      } catch (const std::exception& e) {
+        xa_->reason = fmt::format("no second server: starting {} in {} failed: {}",
+                                  options_.xa_server_name, options_.xa_home, e.what());
+      }
     } else if (!options_.xa_home.empty()) {
       std::fprintf(stderr, "bench: starting a second private server in %s for the XA row\n",
                    options_.xa_home.c_str());

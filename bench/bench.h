@@ -28,6 +28,10 @@ struct BenchOptions {
   // skipped, saying why.
   std::string xa_dsn;
   std::string xa_home;
+  // With xa_home: the private server there is scripts/server's NAME (this script), as the
+  // queue's server of `--server NAME` is; empty: txmq's own local server (LocalServer).
+  std::string xa_server_script;
+  std::string xa_server_name;
   // The embedded server's folder when the bench runs on it (the chaos section restarts it by
   // its pid file); empty on a --dsn or TXMQ_DSN server.
   std::string local_home;

@@ -343,9 +343,11 @@ class HistoryLength {
   std::optional<std::int64_t> read() {
     try {
       if (!connection_) connection_ = std::make_unique<internal::Connection>(dsn_);
-      internal::Result r = connection_->execute(
-          "SELECT `COUNT`, `ENABLED` FROM information_schema.INNODB_METRICS "
-          "WHERE NAME = 'trx_rseg_history_len'");
+      // MariaDB says whether a metric is on in ENABLED (1/0), MySQL in STATUS ('enabled').
+      internal::Result r = connection_->execute(fmt::format(
+          "SELECT `COUNT`, {} FROM information_schema.INNODB_METRICS "
+          "WHERE NAME = 'trx_rseg_history_len'",
+          connection_->server().mysql ? "`STATUS` = 'enabled'" : "`ENABLED`"));
       if (!r.rows.empty() && r.rows[0].i64(1) != 0) return r.rows[0].i64(0);
       // Off on this server: the status variable says the same.
       r = connection_->execute("SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'");
@@ -888,7 +890,9 @@ nlohmann::json run_chaos_cells(const ChaosOptions& options) {
   for (const Cell& cell : cells) {
     Line line{&cell, std::nullopt, {}};
     if (cell.needs_restartable_server && options.local_home.empty()) {
-      line.skipped = "skipped: the bench runs on a --dsn or TXMQ_DSN server it cannot restart";
+      line.skipped =
+          "skipped: the bench runs on a server it does not restart (--dsn, TXMQ_DSN, "
+          "--binlog or --server)";
       std::fprintf(out, "\n%s: %s\n", cell.id.c_str(), line.skipped.c_str());
     } else {
       try {

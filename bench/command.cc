@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/child_process.h"
 #include "bench/command.h"
 #include "cli/cli.h"
 #include "txmq/local.h"
@@ -46,6 +48,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
     int partitions = 0;
     std::string xa_dsn;
     bool binlog = false;
+    std::string server;
   };
   auto a = std::make_shared<Args>();
   CLI::App* bench = app.add_subcommand(
@@ -79,7 +82,15 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_flag("--binlog", a->binlog,
                   "run on a private server with the binary log on and sync_binlog=1, as "
                   "replicated production servers run (in TXMQ_HOME-binlog, stopped at the end); "
-                  "every ratio is then against raw INSERTs on that server");
+                  "every ratio is then against raw INSERTs on that server; with --server, "
+                  "that server is started with its binary log on");
+  bench->add_option("--server", a->server,
+                    "run on a private server of scripts/server NAME (mysql-9.7, mariadb-11.8; "
+                    "docs/servers.md) in TXMQ_HOME-NAME (TXMQ_HOME-NAME-binlog with --binlog), "
+                    "started if it is not running and then stopped at the end; the XA row's "
+                    "second server is another one of NAME (in that folder's -xa). Every ratio "
+                    "is against raw INSERTs on that server. The script is the source tree's "
+                    "that this binary was built from, or named by TXMQ_SERVER_SCRIPT");
   bench->callback([&g, a] {
     BenchOptions o;
     // Whether the queue's server is the embedded default, asked before resolve_dsn starts it.
@@ -98,7 +109,34 @@ void add_bench_command(CLI::App& app, Globals& g) {
         }
       }
     } binlog_server;
-    if (a->binlog) {
+    // The --server one, stopped at the end if the bench started it (by scripts/server stop).
+    std::unique_ptr<ScriptServer> script_server;
+    if (!a->server.empty()) {
+      if (!local) {
+        throw Error(Errc::kInvalidArgument,
+                    "--server starts a private server of scripts/server, so it cannot be "
+                    "combined with --dsn or TXMQ_DSN; to measure a server of your own, give "
+                    "only its DSN");
+      }
+      const std::string script = server_script();
+      const std::string server_home = home + "-" + a->server + (a->binlog ? "-binlog" : "");
+      std::fprintf(stderr, "bench: a private %s%s in %s (%s)\n", a->server.c_str(),
+                   a->binlog ? " with the binary log on (sync_binlog=1)" : "",
+                   server_home.c_str(), script.c_str());
+      script_server =
+          std::make_unique<ScriptServer>(script, a->server, server_home, a->binlog);
+      o.dsn = script_server->start();
+      if (script_server->was_running()) {
+        std::fprintf(stderr, "bench: %s was running already in %s: measured as it runs (the "
+                             "header shows its binary log) and left running\n",
+                     a->server.c_str(), server_home.c_str());
+      }
+      if (a->xa_dsn.empty()) {
+        o.xa_home = server_home + "-xa";
+        o.xa_server_script = script;
+        o.xa_server_name = a->server;
+      }
+    } else if (a->binlog) {
       if (!local) {
         throw Error(Errc::kInvalidArgument,
                     "--binlog starts a private server with the binary log on, so it cannot be "
@@ -114,10 +152,11 @@ void add_bench_command(CLI::App& app, Globals& g) {
       o.dsn = resolve_dsn(g);
     }
     o.xa_dsn = a->xa_dsn;
-    if (o.xa_dsn.empty() && local) o.xa_home = home + "-xa";
+    if (o.xa_dsn.empty() && local && a->server.empty()) o.xa_home = home + "-xa";
     // The chaos cells restart the embedded server by its pid file (not the --binlog one, which
-    // they would start again without its binary log: they are skipped there, saying why).
-    if (local && !a->binlog) o.local_home = home;
+    // they would start again without its binary log, nor a --server one: they are skipped
+    // there, saying why).
+    if (local && !a->binlog && a->server.empty()) o.local_home = home;
     o.quick = a->quick;
     o.huge = a->huge;
     o.json = g.json;

@@ -2,8 +2,10 @@
 # Runs one client suite of the SQS tests against a `txmq serve` of its own:
 #   tests/sqs/run.sh TXMQ_BINARY BUILD_DIR query|cli|json [ARGS for the suite's runner]
 # (e.g. `... query ConsumerGroupQueuesTest` runs one class of test_query.py).
-# The server runs on the database the usual DSN resolution gives (TXMQ_DSN, else the embedded
-# server of $TXMQ_HOME: CTest's txmq_server fixture), on a free loopback port, with a scratch
+# The server runs on TXMQ_TEST_DSN when it is set (as the integration tests do: another server,
+# such as a MySQL 9.7 of scripts/server; the suites' own txmq commands get it as TXMQ_DSN), else
+# on the database the usual DSN resolution gives (TXMQ_DSN, else the embedded server of
+# $TXMQ_HOME: CTest's txmq_server fixture), on a free loopback port, with a scratch
 # credentials file. The suite gets the endpoint and the keys in its environment; the machine's
 # AWS configuration is replaced by empty scratch files. The server is stopped with SIGTERM and
 # must exit 0; on any failure it is killed by its pid.
@@ -14,7 +16,7 @@ if [ $# -lt 3 ]; then
   exit 2
 fi
 TXMQ="$1"
-SQS_BUILD="$2"
+SQS_BUILD="$(cd "$2" && pwd)"  # absolute: the JSON suite resolves its modules from it
 SUITE="$3"
 shift 3
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -49,7 +51,13 @@ SECRET_KEY="$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
 : >"$SCRATCH/aws-config"
 : >"$SCRATCH/aws-credentials"
 
-"$TXMQ" serve --listen 127.0.0.1:0 --credentials "$SCRATCH/credentials" \
+SERVE_DSN=()
+if [ -n "${TXMQ_TEST_DSN:-}" ]; then
+  SERVE_DSN=(--dsn "$TXMQ_TEST_DSN")
+  export TXMQ_DSN="$TXMQ_TEST_DSN"  # the suites' own txmq commands (TXMQ_SQS_TXMQ)
+fi
+
+"$TXMQ" "${SERVE_DSN[@]}" serve --listen 127.0.0.1:0 --credentials "$SCRATCH/credentials" \
   >"$SCRATCH/serve.out" 2>"$SCRATCH/serve.err" &
 SERVER_PID=$!
 
@@ -69,7 +77,7 @@ if [ -z "$ENDPOINT" ]; then
   cat "$SCRATCH/serve.err" >&2
   exit 1
 fi
-echo "run.sh: txmq serve (pid $SERVER_PID) at $ENDPOINT; suite $SUITE"
+echo "run.sh: txmq serve (pid $SERVER_PID) at $ENDPOINT; suite $SUITE${TXMQ_TEST_DSN:+ on TXMQ_TEST_DSN}"
 
 export TXMQ_SQS_ENDPOINT="$ENDPOINT"
 # Queue names of this run: unique, so that suites and runs may share a database.

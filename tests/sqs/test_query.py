@@ -1033,6 +1033,10 @@ class ShardedTopicTest(SqsTestCase):
 
     @classmethod
     def dsn_of(cls, home=None):
+        # The serve's own database: TXMQ_DSN when run.sh runs it on TXMQ_TEST_DSN (as
+        # shards_test.cc names s1 on such a server), else the fixture's local server.
+        if home is None and os.environ.get("TXMQ_DSN"):
+            return os.environ["TXMQ_DSN"]
         for line in cls.txmq("local", "status", home=home).splitlines():
             if line.startswith("DSN: "):
                 return line[5:]
