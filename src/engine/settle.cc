@@ -163,11 +163,29 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                         return promoted;
                       });
   }
+  // MySQL has no DELETE ... RETURNING: there a plain SELECT reads what the DELETE will take
+  // (ids, keys, latencies), then the DELETE runs in autocommit: two statements and one commit,
+  // where delete_returning's locking SELECT, DELETE and COMMIT cost a round trip and a
+  // statement more (docs/benchmarks.md, "MySQL 9.7 beside MariaDB 10.11"). Rows only ever leave
+  // the condition (a lease token never comes back), so a DELETE that took as many rows as the
+  // SELECT saw took exactly those. One that took fewer (a lease changed hands in between)
+  // leaves unknown which: then none counts as deleted here, and classify names each as it
+  // finds it (gone: kNotFound, held: kLeaseLost), never kOk for a row it may not have deleted.
+  const auto delete_unkeyed = [&](Connection& c) {
+    if (c.server().returning()) return delete_acked(c);
+    Result seen = c.execute(
+        fmt::format("SELECT id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6)) FROM {} {}",
+                    t.queue, where),
+        params);
+    const Result deleted = c.execute(fmt::format("DELETE FROM {} {}", t.queue, where), params);
+    if (deleted.affected_rows != seen.rows.size()) seen.rows.clear();
+    return seen;
+  };
   std::vector<std::string> stray_keys;
   // A reply lost after the DELETE was sent leaves its outcome unknown: kCommitUnknown, not a
   // guess (the message comes back if the delete did not happen).
   q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt& attempt) {
-    Result r = delete_acked(c);
+    Result r = delete_unkeyed(c);
     classify(c, attempt, r);
     latencies(r);
     stray_keys = keys_of(r);
