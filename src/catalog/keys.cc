@@ -121,15 +121,12 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
                            "payload, attributes FROM {} WHERE park_id IN {{}}",
                            t.queue, t.parked),
                park_ids);
-      for (std::size_t from = 0; from < park_ids.size(); from += kMaxRowsPerStatement) {
-        const std::size_t to = std::min(park_ids.size(), from + kMaxRowsPerStatement);
-        std::vector<Param> chunk(park_ids.begin() + from, park_ids.begin() + to);
-        const std::size_t n = in_list_size(chunk.size());
-        pad_ids(chunk, 0, n);
-        Result ids = delete_returning(c, t.parked, fmt::format("WHERE park_id IN {}", placeholders(n)),
-                                      chunk, "id", "park_id");
-        for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
-      }
+      Result ids =
+          for_in_lists(park_ids, [&](const std::string& list, const std::vector<Param>& params) {
+            return delete_returning(c, t.parked, "WHERE park_id IN " + list, params, "id",
+                                    "park_id");
+          });
+      for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
       for_keys(c,
                fmt::format("UPDATE {} SET heads = 1, parked = parked - 1 WHERE msg_key IN {{}}",
                            t.keys),

@@ -63,7 +63,7 @@ bool not_instant(unsigned server_errno) {
 
 // ALTER TABLE `table` `change`, waiting at most `seconds` for the table's metadata lock:
 // MariaDB's ALTER TABLE ... WAIT; MySQL has no WAIT, so the session's lock_wait_timeout says it
-// for that statement (and is set back to the connection's 60 s after).
+// for that statement (and is set back to the connection's kLockWaitTimeoutSeconds after).
 void alter_waiting(Connection& c, const std::string& table, std::string_view change, int seconds) {
   if (c.server().alter_extensions()) {
     c.query(fmt::format("ALTER TABLE {} WAIT {} {}", table, seconds, change));
@@ -72,7 +72,9 @@ void alter_waiting(Connection& c, const std::string& table, std::string_view cha
   c.query(fmt::format("SET SESSION lock_wait_timeout = {}", seconds));
   ScopeExit restore([&] {
     try {
-      if (!c.broken()) c.query("SET SESSION lock_wait_timeout = 60");
+      if (!c.broken()) {
+        c.query(fmt::format("SET SESSION lock_wait_timeout = {}", kLockWaitTimeoutSeconds));
+      }
     } catch (const Error&) {  // the connection failed: it is discarded anyway
     }
   });

@@ -102,10 +102,12 @@ Connection::Connection(const Dsn& dsn) {
   // UTC: every DATETIME txmq writes is NOW(6) in UTC, read back as microseconds since the epoch.
   mysql_optionsv(mysql_, MYSQL_INIT_COMMAND,
                  "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
-  mysql_optionsv(mysql_, MYSQL_INIT_COMMAND,
-                 "SET SESSION autocommit = 1, time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
-                 "NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION',"
-                 " lock_wait_timeout = 60");
+  static const std::string session_settings = fmt::format(
+      "SET SESSION autocommit = 1, time_zone = '+00:00', sql_mode = 'STRICT_ALL_TABLES,"
+      "NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION',"
+      " lock_wait_timeout = {}",
+      kLockWaitTimeoutSeconds);
+  mysql_optionsv(mysql_, MYSQL_INIT_COMMAND, session_settings.c_str());
   // TLS (docs/security.md). Connector/C checks the certificate's chain whenever a CA is given,
   // and its host name only with VERIFY_SERVER_CERT: so verify-ca is a CA without the host
   // check, verify-identity both, and required encrypts (checking a chain only if a CA is given).

@@ -101,6 +101,9 @@ class Statement {
   MYSQL_STMT* stmt_ = nullptr;
 };
 
+// The session's lock_wait_timeout (metadata locks: DDL, and what waits for it), set at connect.
+inline constexpr int kLockWaitTimeoutSeconds = 60;
+
 // One MariaDB session, set up for the queue (READ COMMITTED, UTC, strict mode, found rows).
 // Serves one thread at a time. Errors are thrown as txmq::Error with the server's classification;
 // after a connection-level error, broken() is true and the connection must be discarded.

@@ -31,18 +31,9 @@ void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n) {
 }
 
 Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values) {
-  constexpr std::size_t kChunk = 1000;
-  Result all;
-  for (std::size_t from = 0; from < values.size(); from += kChunk) {
-    const std::size_t to = std::min(values.size(), from + kChunk);
-    const std::size_t n = in_list_size(to - from);
-    std::vector<Param> params(values.begin() + from, values.begin() + to);
-    pad_ids(params, 0, n);
-    Result r = c.execute(fmt::vformat(sql, fmt::make_format_args(placeholders(n))), params);
-    all.affected_rows += r.affected_rows;
-    for (Row& row : r.rows) all.rows.push_back(std::move(row));
-  }
-  return all;
+  return for_in_lists(values, [&](const std::string& list, const std::vector<Param>& params) {
+    return c.execute(fmt::vformat(sql, fmt::make_format_args(list)), params);
+  });
 }
 
 std::vector<std::uint64_t> insert_returning_ids(Connection& c, const std::string& insert,

@@ -24,8 +24,24 @@ Clock::time_point time_from_micros(std::int64_t micros);
 std::size_t in_list_size(std::size_t n);
 std::string placeholders(std::size_t n);
 void pad_ids(std::vector<Param>& params, std::size_t from, std::size_t n);
-// Runs `sql` (which holds one "{}" for an IN list) over `values` (keys or ids) in chunks of at
-// most 1,000; returns all rows and the total of affected rows.
+// Cuts `values` (keys or ids) into chunks of at most 1,000, each padded as above, and calls
+// run(placeholders, params) for each; returns all rows and the total of affected rows.
+template <typename Run>
+Result for_in_lists(const std::vector<Param>& values, Run&& run) {
+  constexpr std::size_t kChunk = 1000;
+  Result all;
+  for (std::size_t from = 0; from < values.size(); from += kChunk) {
+    const std::size_t to = std::min(values.size(), from + kChunk);
+    const std::size_t n = in_list_size(to - from);
+    std::vector<Param> params(values.begin() + from, values.begin() + to);
+    pad_ids(params, 0, n);
+    Result r = run(placeholders(n), params);
+    all.affected_rows += r.affected_rows;
+    for (Row& row : r.rows) all.rows.push_back(std::move(row));
+  }
+  return all;
+}
+// Runs `sql` (which holds one "{}" for an IN list) over `values` in such chunks.
 Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values);
 
 // Deletes the rows of `table` that `where` picks ("WHERE ...", maybe with "ORDER BY ... LIMIT n";

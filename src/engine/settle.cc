@@ -115,9 +115,10 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   pairs += ")";
   const std::string where =
       fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
+  // What an ack reads of each row it deletes: id, key, end-to-end latency.
+  constexpr std::string_view kAcked = "id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))";
   const auto delete_acked = [&](Connection& c) {
-    return delete_returning(c, t.queue, where, params,
-                            "id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))");
+    return delete_returning(c, t.queue, where, params, kAcked);
   };
   auto latencies = [&acked](const Result& r) {
     acked.clear();
@@ -173,10 +174,7 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
   // finds it (gone: kNotFound, held: kLeaseLost), never kOk for a row it may not have deleted.
   const auto delete_unkeyed = [&](Connection& c) {
     if (c.server().returning()) return delete_acked(c);
-    Result seen = c.execute(
-        fmt::format("SELECT id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6)) FROM {} {}",
-                    t.queue, where),
-        params);
+    Result seen = c.execute(fmt::format("SELECT {} FROM {} {}", kAcked, t.queue, where), params);
     const Result deleted = c.execute(fmt::format("DELETE FROM {} {}", t.queue, where), params);
     if (deleted.affected_rows != seen.rows.size()) seen.rows.clear();
     return seen;
