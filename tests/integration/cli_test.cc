@@ -497,7 +497,8 @@ TEST(Cli, XaResourceIsCheckedBeforeAnythingConnects) {
 TEST(Cli, XaStatusListsWhatIsInDoubtAndRecoverFinishesIt) {
   const std::string resource = "cli_xa_ledger";
   const std::string spec = resource + "=" + xa_resource_dsn();
-  const std::string table = "cli_xa_ledger";
+  // The resource server is shared by the runs on each server under test: a table of this run's.
+  const std::string table = fmt::format("cli_xa_{}", topic_for_test());
   {
     auto b = xa_resource_admin();
     b->query(fmt::format("DROP TABLE IF EXISTS {}", table));
