@@ -45,6 +45,15 @@ bool install_routines(Connection& c, std::string* why) {
   return true;
 }
 
+void forget_takes(Connection& c, const std::string& queue_table) {
+  constexpr unsigned kNoSuchTable = 1146;  // no SQL interface installed
+  try {
+    c.execute("DELETE FROM txmq_takes WHERE queue = ?", {queue_table});
+  } catch (const Error& e) {
+    if (e.server_errno() != kNoSuchTable) throw;
+  }
+}
+
 bool routines_installed(Connection& c) {
   return c.execute("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
                    "DATABASE() AND ROUTINE_NAME = 'txmq_send'",

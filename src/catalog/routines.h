@@ -14,6 +14,9 @@ namespace txmq::internal {
 // MySQL with binary logging and neither SUPER nor log_bin_trust_function_creators): then
 // applications have no SQL interface until someone who may runs `txmq sql install`.
 bool install_routines(Connection& c, std::string* why = nullptr);
+// Forgets the counted takes (txmq_takes) of a queue table that is dropped: a table created
+// again under its name starts its ids anew.
+void forget_takes(Connection& c, const std::string& queue_table);
 // Whether txmq_send exists in the connection's database (as the installing user sees it).
 bool routines_installed(Connection& c);
 

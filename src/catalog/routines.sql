@@ -571,7 +571,7 @@ BEGIN
     END IF;
   END IF;
 
-  SET SESSION group_concat_max_len = 4294967295;
+  SET SESSION group_concat_max_len = 1073741824;
   SET v_dedup = EXISTS (SELECT 1 FROM txmq_i_batch WHERE dedup_key IS NOT NULL);
   OPEN partitions_used;
   each_partition: LOOP
@@ -742,7 +742,7 @@ BEGIN
   INSERT INTO txmq_i_keys (msg_key, cnt, first_id)
     SELECT msg_key, COUNT(*), MIN(id) FROM txmq_i_batch
     WHERE p = p_partition AND fresh = 1 AND msg_key IS NOT NULL GROUP BY msg_key;
-  SET SESSION group_concat_max_len = 4294967295;
+  SET SESSION group_concat_max_len = 1073741824;
   OPEN each_group;
   order_group: LOOP
     FETCH each_group INTO v_group;
@@ -1130,7 +1130,7 @@ BEGIN
   DECLARE v_archive BIGINT UNSIGNED;
   DECLARE v_dlt VARCHAR(48);
   DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
-  SET SESSION group_concat_max_len = 4294967295;
+  SET SESSION group_concat_max_len = 1073741824;
   SELECT GROUP_CONCAT(id ORDER BY id) INTO v_ids FROM txmq_i_ids WHERE found = 1;
   SET SESSION group_concat_max_len = v_gcl;
   IF v_ids IS NOT NULL THEN
@@ -1161,7 +1161,10 @@ BEGIN
         v_q, ' WHERE id IN (', v_ids, ') ON DUPLICATE KEY UPDATE acked_at = VALUES(acked_at)');
       CALL txmq_i_exec(0);
     END IF;
-    SET @txmq_sql = CONCAT('DELETE FROM ', v_q, ' WHERE id IN (', v_ids, ')');
+    -- Driven by the ids (STRAIGHT_JOIN: their rows by the primary key): a plan that scanned the
+    -- queue table would wait for rows other transactions hold, and deadlock with them.
+    SET @txmq_sql = CONCAT('DELETE q FROM txmq_i_ids AS i STRAIGHT_JOIN ', v_q,
+                           ' AS q ON q.id = i.id WHERE i.found = 1');
     CALL txmq_i_exec(0);
     CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_fin (
       msg_key VARBINARY(255) NOT NULL PRIMARY KEY,
@@ -1331,24 +1334,25 @@ BEGIN
       SELECT MIN(id) INTO v_missing FROM txmq_i_ids WHERE (id >> 48) = v_p;
       CALL txmq_i_raise(CONCAT('message ', v_missing, ' is not a message of topic ''', p_topic, ''''));
     END IF;
-    SET SESSION group_concat_max_len = 4294967295;
+    SET SESSION group_concat_max_len = 1073741824;
     SELECT GROUP_CONCAT(id ORDER BY id) INTO v_ids FROM txmq_i_ids WHERE (id >> 48) = v_p;
     SET SESSION group_concat_max_len = v_gcl;
-    -- Held by this transaction: locked already, so NOWAIT never waits for them; a row another
-    -- transaction holds fails at once (3572 MySQL, 1205 MariaDB).
-    BEGIN
-      DECLARE EXIT HANDLER FOR 3572, 1205
-        CALL txmq_i_raise('a message of the ack is held by another transaction (taken there)');
-      SET @txmq_sql = CONCAT('UPDATE txmq_i_ids AS i JOIN (SELECT id, msg_key FROM ',
-        txmq_i_table('q', p_topic, v_group, v_p), ' WHERE id IN (', v_ids,
-        ') AND visible_at <= UTC_TIMESTAMP(6) FOR UPDATE NOWAIT) AS q ON q.id = i.id ',
-        'SET i.found = 1, i.msg_key = q.msg_key');
-      CALL txmq_i_exec(0);
-    END;
+    -- Held by this transaction: its own locks are no obstacle to SKIP LOCKED, another
+    -- transaction's rows (taken there) are skipped, and so refused below.
+    CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_held (
+      id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+      msg_key VARBINARY(255) NULL) ENGINE=InnoDB;
+    DELETE FROM txmq_i_held;
+    SET @txmq_sql = CONCAT('INSERT INTO txmq_i_held (id, msg_key) SELECT q.id, q.msg_key FROM ',
+      'txmq_i_ids AS i STRAIGHT_JOIN ', txmq_i_table('q', p_topic, v_group, v_p), ' AS q ON q.id = i.id ',
+      'WHERE (i.id >> 48) = ? AND q.visible_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED');
+    SET @txmq_a = v_p;
+    CALL txmq_i_exec(1);
+    UPDATE txmq_i_ids AS i JOIN txmq_i_held AS h ON h.id = i.id SET i.found = 1, i.msg_key = h.msg_key;
     SET v_missing = NULL;
     SELECT MIN(id) INTO v_missing FROM txmq_i_ids WHERE (id >> 48) = v_p AND found = 0;
     IF v_missing IS NOT NULL THEN
-      CALL txmq_i_raise(CONCAT('message ', v_missing, ' is not held by this transaction (not taken, leased, acknowledged or gone)'));
+      CALL txmq_i_raise(CONCAT('message ', v_missing, ' is not held by this transaction (not taken here, or leased, acknowledged or gone)'));
     END IF;
     CALL txmq_i_finish(p_topic, v_group, v_p, 0, v_promoted);
     UPDATE txmq_i_ids SET found = 2 WHERE found = 1;
@@ -1372,13 +1376,11 @@ BEGIN
   DECLARE v_partitions INT UNSIGNED;
   DECLARE v_p INT;
   DECLARE v_next INT;
-  DECLARE v_ids LONGTEXT;
   DECLARE v_q VARCHAR(96);
   DECLARE v_initial DOUBLE;
   DECLARE v_multiplier DOUBLE;
   DECLARE v_max DOUBLE;
   DECLARE v_jitter DOUBLE;
-  DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
     CALL txmq_i_undo(v_own);
@@ -1407,14 +1409,12 @@ BEGIN
     END IF;
     SET v_p = v_next;
     SET v_q = txmq_i_table('q', p_topic, v_group, v_p);
-    SET SESSION group_concat_max_len = 4294967295;
-    SELECT GROUP_CONCAT(id ORDER BY id) INTO v_ids FROM txmq_i_ids WHERE (id >> 48) = v_p;
-    SET SESSION group_concat_max_len = v_gcl;
     -- visible_at first: it reads attempts before the increment (retry.cc's delay).
-    SET @txmq_sql = CONCAT('UPDATE ', v_q, ' AS q LEFT JOIN txmq_takes AS t ON t.queue = ? AND t.id = q.id ',
+    SET @txmq_sql = CONCAT('UPDATE txmq_i_ids AS i STRAIGHT_JOIN ', v_q, ' AS q ON q.id = i.id ',
+      'LEFT JOIN txmq_takes AS t ON t.queue = ? AND t.id = q.id ',
       'SET q.visible_at = UTC_TIMESTAMP(6) + INTERVAL CAST(LEAST(?, ? * POW(?, LEAST(q.attempts, 64))) * ',
       '(1 - RAND() * ?) AS SIGNED) MICROSECOND, q.attempts = q.attempts + GREATEST(IFNULL(t.takes, 1), 1) ',
-      'WHERE q.id IN (', v_ids, ') AND q.visible_at <= UTC_TIMESTAMP(6)');
+      'WHERE (i.id >> 48) = ', v_p, ' AND q.visible_at <= UTC_TIMESTAMP(6)');
     SET @txmq_a = v_q, @txmq_b = v_max, @txmq_c = v_initial, @txmq_d = v_multiplier, @txmq_e = v_jitter;
     PREPARE txmq_statement FROM @txmq_sql;
     EXECUTE txmq_statement USING @txmq_a, @txmq_b, @txmq_c, @txmq_d, @txmq_e;

@@ -255,7 +255,9 @@ Result Connection::query_rows(std::string_view sql) {
       first = false;
     }
     if (!mysql_more_results(mysql_)) break;
-    if (mysql_next_result(mysql_) > 0) raise(nullptr, "reading results");
+    const int next = mysql_next_result(mysql_);
+    if (next > 0) raise(nullptr, "reading results");
+    if (next < 0) break;
   }
   return result;
 }
