@@ -54,13 +54,13 @@ def ack(cur, topic, ids):
 
 
 def consume():
-    """The child: drains EO in transactions of up to 7 messages; exits 0 when it finds none."""
+    """The child: drains EO in transactions of up to 5 messages; exits 0 when it finds none."""
     conn = connect()
     cur = conn.cursor()
     print("ready", flush=True)
     while True:
         conn.begin()
-        rows = take(cur, EO, 7)
+        rows = take(cur, EO, 5)
         if not rows:
             conn.rollback()
             return 0
@@ -132,6 +132,20 @@ class SqlInterface(unittest.TestCase):
                        capture_output=True)
         self.nothing_to_take(TX)
 
+    def test_take_in_the_implicit_transaction_of_autocommit_off(self):
+        # PyMySQL's default and JDBC's setAutoCommit(false): no START TRANSACTION
+        msg_id = send(self.cur, TX, "implicit")
+        conn = pymysql.connect(unix_socket=ENV["TXMQ_SQL_SOCKET"], user=ENV["TXMQ_SQL_USER"],
+                               password=ENV["TXMQ_SQL_PASSWORD"],
+                               database=ENV["TXMQ_SQL_DATABASE"], autocommit=False)
+        cur = conn.cursor()
+        rows = take(cur, TX, 10)
+        ack(cur, TX, [r[0] for r in rows])
+        conn.commit()
+        conn.close()
+        self.assertEqual([r[0] for r in rows], [msg_id])
+        self.nothing_to_take(TX)
+
     def test_fail_counts_the_delivery_and_applies_the_retry_delay(self):
         msg_id = send(self.cur, TX, "to fail")  # autocommit: a transaction of its own
         self.conn.begin()
@@ -175,7 +189,7 @@ class SqlInterface(unittest.TestCase):
         self.nothing_to_take(BATCH)
 
     def test_exactly_once_while_the_consumer_is_killed(self):
-        amounts = [random.randint(1, 100) for _ in range(600)]
+        amounts = [random.randint(1, 100) for _ in range(800)]
         self.conn.begin()
         ids = send_batch(self.cur, EO, [str(a) for a in amounts])
         self.conn.commit()
@@ -192,7 +206,7 @@ class SqlInterface(unittest.TestCase):
                                      stdout=subprocess.PIPE, text=True)
             self.assertEqual(child.stdout.readline().strip(), "ready")
             if kills < 6 and processed() < len(ids):
-                time.sleep(random.uniform(0.02, 0.15))
+                time.sleep(random.uniform(0.005, 0.06))
                 if child.poll() is None:
                     child.kill()  # SIGKILL, in the middle of whatever it does
                     child.wait()

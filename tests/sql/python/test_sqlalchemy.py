@@ -60,7 +60,7 @@ def consume():
     with Session(ENGINE) as session:
         while True:
             with session.begin():
-                rows = session.execute(TAKE, {"topic": EO, "n": 7}).all()
+                rows = session.execute(TAKE, {"topic": EO, "n": 5}).all()
                 if not rows:
                     return 0
                 account = session.get(Account, 1, with_for_update=True)
@@ -132,7 +132,7 @@ class SqlAlchemyInterface(unittest.TestCase):
         self.assertEqual(self.taken(BATCH), [])
 
     def test_exactly_once_while_the_consumer_is_killed(self):
-        amounts = [random.randint(1, 100) for _ in range(500)]
+        amounts = [random.randint(1, 100) for _ in range(600)]
         with Session(ENGINE) as session, session.begin():
             ids = session.execute(SEND_BATCH, {"topic": EO, "messages": json.dumps(
                 [str(a) for a in amounts])}).scalars().all()
@@ -148,7 +148,7 @@ class SqlAlchemyInterface(unittest.TestCase):
                                      stdout=subprocess.PIPE, text=True)
             self.assertEqual(child.stdout.readline().strip(), "ready")
             if kills < 6 and processed() < len(ids):
-                time.sleep(random.uniform(0.02, 0.15))
+                time.sleep(random.uniform(0.005, 0.06))
                 if child.poll() is None:
                     child.kill()
                     child.wait()
