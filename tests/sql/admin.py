@@ -5,6 +5,9 @@
   admin.py teardown    drop them again (what exists of them)
   admin.py check-empty TXMQ TOPIC...   every topic: nothing ready, in flight, delayed, waiting
                                        or dead for the default group (`txmq --json stats`)
+  admin.py example-setup SETUP_SQL     examples/sql/setup.sql for this run: its database
+                                       PREFIX_shop, the grants to this run's user
+  admin.py example-check N             the example's N orders have one invoice each
 
 Reads TXMQ_SQL_ADMIN_DSN (mysql://user[:password]@host/db?socket=PATH), TXMQ_SQL_PREFIX (names
 of this run) and TXMQ_SQL_PASSWORD (the application user's).
@@ -75,12 +78,48 @@ def setup():
     pymysql.connect(**app).close()
 
 
+def example_setup(path):
+    """setup.sql with this run's names: `shop` -> PREFIX_shop, 'app' -> this run's user (made by
+    setup: CREATE USER is left out), txmq -> the DSN's database."""
+    params = admin_params()
+    prefix, user, _ = names()
+    text = "\n".join(l for l in open(path).read().splitlines() if not l.startswith("--"))
+    text = (text.replace("DATABASE shop;", f"DATABASE `{prefix}_shop`;")
+                .replace("shop.", f"`{prefix}_shop`.")
+                .replace("'app'@'localhost'", f"'{user}'@'localhost'")
+                .replace("txmq.txmq_", f"`{params['database']}`.txmq_"))
+    conn = pymysql.connect(**params)
+    cur = conn.cursor()
+    for statement in text.split(";"):
+        if statement.strip() and not statement.strip().startswith("CREATE USER"):
+            cur.execute(statement)
+    conn.close()
+
+
+def example_check(n):
+    prefix, _, _ = names()
+    conn = pymysql.connect(**dict(admin_params(), database=f"{prefix}_shop"))
+    cur = conn.cursor()
+    cur.execute("SELECT o.id, o.amount, COUNT(i.msg_id), MIN(i.amount) FROM orders o "
+                "LEFT JOIN invoices i ON i.order_id = o.id GROUP BY o.id, o.amount")
+    rows = cur.fetchall()
+    cur.execute("SELECT COUNT(*) FROM invoices")
+    invoices = cur.fetchone()[0]
+    conn.close()
+    bad = [r for r in rows if r[2] != 1 or r[3] != r[1]]
+    if len(rows) != n or invoices != n or bad:
+        sys.exit(f"admin.py: the example made {len(rows)} orders and {invoices} invoices "
+                 f"(expected {n} of each, one invoice per order); orders without exactly one "
+                 f"matching invoice: {bad}")
+
+
 def teardown():
     params = admin_params()
     prefix, user, tables = names()
     conn = pymysql.connect(**params)
     cur = conn.cursor()
     cur.execute(f"DROP USER IF EXISTS '{user}'@'localhost'")
+    cur.execute(f"DROP DATABASE IF EXISTS `{prefix}_shop`")
     for table in tables:
         cur.execute(f"DROP TABLE IF EXISTS `{table}`")
     conn.close()
@@ -107,5 +146,9 @@ if __name__ == "__main__":
         teardown()
     elif sys.argv[1:2] == ["check-empty"]:
         check_empty(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1:2] == ["example-setup"]:
+        example_setup(sys.argv[2])
+    elif sys.argv[1:2] == ["example-check"]:
+        example_check(int(sys.argv[2]))
     else:
         sys.exit(__doc__)

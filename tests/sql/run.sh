@@ -48,7 +48,7 @@ if [ -z "$SOCKET" ]; then
 fi
 
 PREFIX="sql${short}_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
-TOPICS=("${PREFIX}_tx" "${PREFIX}_batch" "${PREFIX}_eo")
+TOPICS=("${PREFIX}_tx" "${PREFIX}_batch" "${PREFIX}_eo" "${PREFIX}_shop")
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/txmq-sql-$LANG_NAME.XXXXXX")"
 export TXMQ_SQL_ADMIN_DSN="$ADMIN_DSN"
 export TXMQ_SQL_PREFIX="$PREFIX"
@@ -75,6 +75,7 @@ trap cleanup EXIT
 "$TXMQ" topic create "${PREFIX}_tx" --retry-initial 1 --retry-jitter 0 >/dev/null
 "$TXMQ" topic create "${PREFIX}_batch" --max-payload 100 >/dev/null
 "$TXMQ" topic create "${PREFIX}_eo" --max-attempts 0 >/dev/null
+"$TXMQ" topic create "${PREFIX}_shop" >/dev/null  # examples/sql's 'orders'
 "$PY" "$HERE/admin.py" setup
 
 echo "run.sh: $LANG_NAME suite as ${TXMQ_SQL_USER}@localhost on $ADMIN_DSN (prefix $PREFIX)"
@@ -109,6 +110,33 @@ case "$LANG_NAME" in
     php "$HERE/php/suite.php" || status=$?
     ;;
 esac
+# Then the language's program of examples/sql, as its README says, on this run's names: 5 orders
+# sent, the consumer drains them, one invoice per order.
+run_example() {
+  local ex="$ROOT/examples/sql"
+  case "$LANG_NAME" in
+    python) "$PY" "$ex/shop.py" "$@" ;;
+    sqlalchemy) "$PY" "$ex/shop_sqlalchemy.py" "$@" ;;
+    node)  # resolves mysql2 from the script's folder: a copy beside build/sql-node's modules
+      cp "$ex/shop.mjs" "$SCRATCH/shop.mjs"
+      ln -sfn "$BUILD/sql-node/node_modules" "$SCRATCH/node_modules"
+      node "$SCRATCH/shop.mjs" "$@" ;;
+    java) java -cp "$CP" "$ex/Shop.java" "$@" ;;
+    go)
+      [ -x "$SCRATCH/shop" ] || GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= \
+        GOCACHE="$BUILD/sql-go-cache" go build -o "$SCRATCH/shop" "$ex/shop.go"
+      "$SCRATCH/shop" "$@" ;;
+    php) php "$ex/shop.php" "$@" ;;
+  esac
+}
+if [ "$status" -eq 0 ]; then
+  "$PY" "$HERE/admin.py" example-setup "$ROOT/examples/sql/setup.sql"
+  export MYSQL_UNIX_PORT="$SOCKET" APP_USER="$TXMQ_SQL_USER" APP_PASSWORD="$TXMQ_SQL_PASSWORD" \
+         APP_DB="${PREFIX}_shop" TXMQ_DB="$DATABASE" TOPIC="${PREFIX}_shop"
+  { run_example send 5 && run_example consume && "$PY" "$HERE/admin.py" example-check 5; } \
+    >"$SCRATCH/example.out" 2>&1 || status=$?
+  sed 's/^/example: /' "$SCRATCH/example.out"
+fi
 if [ "$status" -eq 0 ]; then
   "$PY" "$HERE/admin.py" check-empty "$TXMQ" "${TOPICS[@]}" || status=$?
 fi
