@@ -49,10 +49,10 @@ func main() {
 		check(err)
 		rows, err := tx.Query("CALL "+q+".txmq_take(?, NULL, 10)", topic)
 		check(err)
-		ids, payloads := []uint64{}, []string{}
+		ids, payloads := []uint64{}, [][]byte{}
 		for rows.Next() {
 			var id uint64
-			var payload string
+			var payload []byte
 			var other sql.RawBytes // msg_key, attempt, enqueued_at, attributes
 			check(rows.Scan(&id, &payload, &other, &other, &other, &other))
 			ids, payloads = append(ids, id), append(payloads, payload)
@@ -63,8 +63,10 @@ func main() {
 			return // drained (a service would wait a little and take again)
 		}
 		for i, id := range ids {
+			var m struct{ Order int64 }
+			check(json.Unmarshal(payloads[i], &m))
 			_, err = tx.Exec("INSERT INTO invoices (msg_id, order_id, amount) "+
-				"SELECT ?, id, amount FROM orders WHERE id = JSON_VALUE(?, '$.order')", id, payloads[i])
+				"SELECT ?, id, amount FROM orders WHERE id = ?", id, m.Order)
 			check(err)
 		}
 		list, _ := json.Marshal(ids)

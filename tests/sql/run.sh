@@ -8,8 +8,8 @@
 # DSN's user it makes this run's topics (`txmq topic create`), business tables and a
 # least-privilege user (EXECUTE on the five public procedures, rights on its own tables only;
 # names with a random suffix, so that runs may share a server), then runs the suite as that user
-# over the socket, checks with `txmq stats` that the suite left no message behind, and drops
-# what it made. Drivers: Debian's PyMySQL, SQLAlchemy, go-sql-driver (GOPATH mode, no network),
+# over the socket, then the language's program of examples/sql (5 orders sent, drained, one
+# invoice each), checks with `txmq stats` that nothing was left behind, and drops what it made. Drivers: Debian's PyMySQL, SQLAlchemy, go-sql-driver (GOPATH mode, no network),
 # MariaDB Connector/J, PHP's PDO; npm's mysql2 (into BUILD_DIR/sql-node on first use). The
 # python suite also runs test_sqs_bridge.py (a SQL send received through `txmq serve` by boto3).
 set -euo pipefail
