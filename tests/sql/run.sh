@@ -68,6 +68,7 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # CTest's timeout: still clean up
 
 # The topics: _tx (single sends; a retry delay of exactly 1 s for txmq_fail), _batch (1,000 at a
 # time; payloads up to 100 bytes, so that one long message fails a batch), _eo (the consumer that
