@@ -646,7 +646,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
     Client upgraded(options);
     EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 13);
     EXPECT_EQ(routines(), 1);
-    Result sent = a->query_rows("CALL txmq_send('old', 'through SQL', NULL)");
+    internal::Result sent = a->query_rows("CALL txmq_send('old', 'through SQL', NULL)");
     ASSERT_EQ(sent.rows.size(), 1u);
   }
   // Version 5: one partition, no archive, the group "default" with the topic's old tables;
