@@ -56,7 +56,7 @@ void forget_takes(Connection& c, const std::string& queue_table) {
 
 bool routines_installed(Connection& c) {
   return c.execute("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
-                   "DATABASE() AND ROUTINE_NAME = 'txmq_send'",
+                   "DATABASE() AND ROUTINE_NAME = 'txmq_fail'",
                    {})
              .rows.at(0)
              .i64(0) > 0;

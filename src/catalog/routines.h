@@ -17,7 +17,8 @@ bool install_routines(Connection& c, std::string* why = nullptr);
 // Forgets the counted takes (txmq_takes) of a queue table that is dropped: a table created
 // again under its name starts its ids anew.
 void forget_takes(Connection& c, const std::string& queue_table);
-// Whether txmq_send exists in the connection's database (as the installing user sees it).
+// Whether the routines are in the connection's database (as the installing user sees them): the
+// last one that install_routines creates, txmq_fail, is there.
 bool routines_installed(Connection& c);
 
 }  // namespace txmq::internal

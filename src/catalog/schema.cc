@@ -134,8 +134,22 @@ void TopicCatalog::bootstrap() {
     c.query(kCreateXaTable);
     if (version == kSchemaVersion) {
       // A new database (or one missing a catalog table): the SQL interface too, if this user
-      // may create routines (migrate_from_12).
-      if (!routines_installed(c)) install_routines(c);
+      // may create routines (migrate_from_12), by one client at a time: routines are dropped
+      // and created one by one, and two clients interleaving them collide (1304).
+      if (routines_installed(c)) return;
+      const std::string token = lock_token();
+      const Param key(std::int64_t{1});
+      if (lock_row(c, kSchemaLock, key, token, [&] { return routines_installed(c); }) !=
+          Locked::kWon) {
+        return;
+      }
+      try {
+        if (!routines_installed(c)) install_routines(c);
+      } catch (...) {
+        release_row_lock(c, kSchemaLock, key, token);
+        throw;
+      }
+      release_row_lock(c, kSchemaLock, key, token);
       return;
     }
     // One client migrates; the others wait for its lock on txmq_schema's row and find the
