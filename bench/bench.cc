@@ -18,6 +18,7 @@
 #include "reference.h"
 #include "report.h"
 #include "serve_load.h"
+#include "sql.h"
 #include "server/sqs/queues.h"
 #include "server/app/sqs_server.h"
 #include "server/sqs/service.h"
@@ -47,6 +48,10 @@ struct Sizes {
   int wake_samples;          // single sends to a consumer waiting in another process
   double idle_window;        // seconds over which idle consumers' statements are counted
   bool idle_all;             // all idle configurations, or only 16 processes x 1 s wait
+  int sql_batch_rows;        // sql: messages sent by each side's batches of 1,000, per round
+  int sql_drain_backlog;     // sql: the backlog each exactly-once drain takes
+  int sql_drain_rounds;
+  int sql_wake_samples;      // sql: sends committed to a consumer waiting in another process
 };
 
 Sizes sizes_for(const BenchOptions& o) {
@@ -65,7 +70,11 @@ Sizes sizes_for(const BenchOptions& o) {
                             .claim_samples = 300,
                             .wake_samples = 50,
                             .idle_window = 4,
-                            .idle_all = false}
+                            .idle_all = false,
+                            .sql_batch_rows = 10000,
+                            .sql_drain_backlog = 10000,
+                            .sql_drain_rounds = 1,
+                            .sql_wake_samples = 50}
                     : Sizes{.timed_seconds = 9,
                             .rounds = 3,
                             .multirow_rows = 600000,
@@ -81,7 +90,11 @@ Sizes sizes_for(const BenchOptions& o) {
                             .claim_samples = 2000,
                             .wake_samples = 300,
                             .idle_window = 10,
-                            .idle_all = true};
+                            .idle_all = true,
+                            .sql_batch_rows = 50000,
+                            .sql_drain_backlog = 20000,
+                            .sql_drain_rounds = 2,
+                            .sql_wake_samples = 100};
   if (o.huge) s.depths.push_back(10000000);
   return s;
 }
@@ -91,7 +104,7 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions", "serve", "chaos", "pressure"};
+                                            "partitions", "serve", "sql", "chaos", "pressure"};
 // Sections that take many minutes and stop the server: run only when named with --only.
 const std::vector<std::string> kNamedOnly = {"chaos", "pressure"};
 
@@ -239,6 +252,7 @@ class Bench {
     if (wanted("idle")) idle(client);
     if (wanted("partitions")) partitions(client);
     if (wanted("serve")) serve(client);
+    if (wanted("sql")) sql(client);
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;
     for (const std::string& s : options_.sections) {
@@ -273,7 +287,8 @@ class Bench {
                                             "txmq_bench_drain", "txmq_bench_e2e",
                                             "txmq_bench_depth", "txmq_bench_claim",
                                             "txmq_bench_keys",  "txmq_bench_wake",
-                                            "txmq_bench_idle",  "txmq_bench_partitions"};
+                                            "txmq_bench_idle",  "txmq_bench_partitions",
+                                            "txmq_bench_sql",   "txmq_bench_sql_wake"};
 
   // txmq serve in this process, driven over HTTP (JSON protocol, SigV4-signed, keep-alive), against
   // the library doing the same batches, and single calls against raw autocommit INSERTs, all
@@ -370,6 +385,185 @@ class Bench {
     client.transact([&](Transaction& t) {
       t.execute("DELETE FROM txmq_sqs_queues WHERE name = ?", {name});
     });
+  }
+
+  // The SQL interface (src/catalog/routines.sql) as an application calls it, through the text
+  // protocol (bench/sql.h), against the library doing the same in the same run (alternating
+  // rounds) and against raw INSERTs. The topic is one partition in the client's own database
+  // even when the others are spread: a CALL runs on the server it is sent to.
+  void sql(Client& client) {
+    report_.section("SQL interface: CALL txmq_send / txmq_send_batch / txmq_take + txmq_ack "
+                    "against the library (alternating rounds)");
+    const std::string topic = "txmq_bench_sql";
+    const std::string orders = "txmq_bench_sql_orders";
+    const std::string work = "txmq_bench_sql_work";
+    const double round_seconds = sizes_.timed_seconds / sizes_.rounds;
+    const auto times = [](const Measured& a, const Measured& b) {
+      return b.rate() > 0 ? a.rate() / b.rate() : 0.0;
+    };
+    fresh_topic(client, topic);
+
+    // 1. One message a call, autocommit, 4 producers: raw INSERT, library send, CALL txmq_send.
+    Measured raw;
+    Measured lib;
+    Measured sql;
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      client.purge(topic);
+      accumulate(raw, raw_insert(dsn_, 4, round_seconds, kSmall));
+      accumulate(lib, send_rate(client, topic, 4, round_seconds, kSmall));
+      accumulate(sql, sql_send_rate(dsn_, topic, 4, round_seconds, kSmall));
+    }
+    Row sql_send = row("sql.send.4", "CALL txmq_send (autocommit), 4 threads", "sql.lib.send.4");
+    sql_send.note = fmt::format("{:.2f}x raw INSERT, 4 threads", times(sql, raw));
+    report_.add(row("sql.raw.insert.4", "raw INSERT, 4 threads"), std::move(raw));
+    Row lib_send = row("sql.lib.send.4", "library send, 4 threads", "sql.raw.insert.4");
+    report_.add(std::move(lib_send), std::move(lib));
+    report_.add(std::move(sql_send), std::move(sql));
+
+    // The same inside the application's transaction, with its business row.
+    sql_business_table(dsn_, orders, true);
+    Measured lib_tx;
+    Measured sql_tx;
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      client.purge(topic);
+      accumulate(lib_tx, library_send_in_transaction_rate(client, topic, orders, 4, round_seconds,
+                                                          kSmall));
+      accumulate(sql_tx, sql_send_in_transaction_rate(dsn_, topic, orders, 4, round_seconds,
+                                                      kSmall));
+    }
+    report_.add(row("sql.lib.send_tx.4", "library: txn of INSERT + send, 4 threads"),
+                std::move(lib_tx));
+    report_.add(row("sql.send_tx.4", "START TRANSACTION; INSERT; CALL; COMMIT, 4 thr.",
+                    "sql.lib.send_tx.4"),
+                std::move(sql_tx));
+    sql_business_table(dsn_, orders, false);
+
+    // Where a send's time goes: the server's counters per message, one thread (not alternated;
+    // the rate is one connection's).
+    client.purge(topic);
+    {
+      StatusDelta before(dsn_);
+      Measured m = send_rate(client, topic, 1, 1.0, kSmall);
+      Row r = row("sql.lib.send.1", "library send, 1 thread (counters per msg)");
+      r.note = before.per_message(m.messages);
+      report_.add(std::move(r), std::move(m));
+    }
+    {
+      StatusDelta before(dsn_);
+      Measured m = sql_send_rate(dsn_, topic, 1, 1.0, kSmall);
+      Row r = row("sql.send.1", "CALL txmq_send, 1 thread (counters per msg)", "sql.lib.send.1");
+      r.note = before.per_message(m.messages);
+      report_.add(std::move(r), std::move(m));
+    }
+
+    // 2. Batches of 1,000: send_batch against CALL txmq_send_batch of a JSON array of strings,
+    // with the raw multi-row INSERT of 1,000 rows per transaction beside them.
+    Measured raw_batch;
+    Measured lib_batch;
+    Measured sql_batch;
+    std::string batch_counters;
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      client.purge(topic);
+      accumulate(raw_batch, raw_multirow(dsn_, sizes_.sql_batch_rows, 1000, kSmall));
+      accumulate(lib_batch, send_batch_rate(client, topic, 1000, sizes_.sql_batch_rows, kSmall));
+      client.purge(topic);
+      StatusDelta before(dsn_);
+      Measured m = sql_send_batch_rate(dsn_, topic, 1000, sizes_.sql_batch_rows, kSmall);
+      if (r == 0) batch_counters = before.per_message(m.messages);
+      accumulate(sql_batch, std::move(m));
+    }
+    Row sql_batch_row = row("sql.send_batch.1000", "CALL txmq_send_batch of 1,000 strings",
+                            "sql.lib.send_batch.1000");
+    sql_batch_row.note = fmt::format("{:.2f}x raw multi-row INSERT; per msg: {}",
+                                     times(sql_batch, raw_batch), batch_counters);
+    report_.add(row("sql.raw.multirow", "raw multi-row INSERT, 1,000 rows/txn"),
+                std::move(raw_batch));
+    report_.add(row("sql.lib.send_batch.1000", "library send_batch of 1,000", "sql.raw.multirow"),
+                std::move(lib_batch));
+    report_.add(std::move(sql_batch_row), std::move(sql_batch));
+
+    // 3. Exactly-once drains of a backlog by 4 consumers, 100 a transaction, each writing one
+    // row per message into a work table (one multi-row INSERT per batch): Client::process
+    // against START TRANSACTION; CALL txmq_take; INSERT; CALL txmq_ack; COMMIT.
+    Measured lib_drain;
+    Measured sql_drain;
+    std::string lib_counters;
+    std::string sql_counters;
+    std::uint64_t deadlocks = 0;
+    std::string mismatch;
+    const auto backlog = static_cast<std::uint64_t>(sizes_.sql_drain_backlog);
+    for (int r = 0; r < sizes_.sql_drain_rounds; ++r) {
+      fresh_topic(client, topic);
+      fill(client, topic, sizes_.sql_drain_backlog, kSmall);
+      reset_work_table(client, work);
+      {
+        StatusDelta before(dsn_);
+        Measured m = drain_exactly_once(client, topic, 4, 100, backlog,
+                                        sizes_.drain_cap_seconds, work);
+        if (r == 0) lib_counters = before.per_message(m.messages);
+        accumulate(lib_drain, std::move(m));
+      }
+      fresh_topic(client, topic);
+      fill(client, topic, sizes_.sql_drain_backlog, kSmall);
+      reset_work_table(client, work);
+      {
+        StatusDelta before(dsn_);
+        std::uint64_t retries = 0;
+        Measured m = sql_drain_exactly_once(dsn_, topic, 4, 100, backlog,
+                                            sizes_.drain_cap_seconds, work, retries);
+        if (r == 0) sql_counters = before.per_message(m.messages);
+        deadlocks += retries;
+        internal::Connection c(dsn_);
+        const std::uint64_t done =
+            c.execute(fmt::format("SELECT COUNT(*) FROM {}", work), {}).rows.at(0).u64(0);
+        if (done != m.messages) {
+          mismatch = fmt::format("; MISMATCH: {} work rows for {} messages", done, m.messages);
+        }
+        accumulate(sql_drain, std::move(m));
+      }
+    }
+    reset_work_table(client, work, false);
+    Row lib_drain_row = row("sql.lib.drain.4x100", "library process (exactly-once) 100, 4 cons.");
+    lib_drain_row.note = "per msg: " + lib_counters;
+    report_.add(std::move(lib_drain_row), std::move(lib_drain));
+    Row sql_drain_row = row("sql.drain.4x100", "SQL take 100 + INSERT + ack + COMMIT, 4 cons.",
+                            "sql.lib.drain.4x100");
+    sql_drain_row.note = fmt::format("{} deadlocks retried{}; per msg: {}", deadlocks, mismatch,
+                                     sql_counters);
+    report_.add(std::move(sql_drain_row), std::move(sql_drain));
+    drop_if_exists(client, topic);
+
+    // 4. Wake-up: a library consumer in another process waits (receive, 20 s wait) while a
+    // transaction sends one message, holds 50 ms and commits; from the COMMIT's return to the
+    // receipt. The library's own transaction first, then the SQL one.
+    const std::string wake_topic = "txmq_bench_sql_wake";
+    constexpr auto kHold = std::chrono::milliseconds(50);
+    fresh_topic(client, wake_topic);
+    Row lib_wake = row("sql.lib.wake", "library txn: send, 50 ms, commit -> receipt");
+    lib_wake.note = "rate: sends per second, 50 ms in each transaction, 20-60 ms gaps";
+    report_.add(std::move(lib_wake),
+                wake_after_commit_latency(options_.dsn, sizes_.sql_wake_samples, wake_topic, [&] {
+                  Transaction tx = client.begin();
+                  const std::uint64_t id = tx.send(wake_topic, "wake");
+                  std::this_thread::sleep_for(kHold);
+                  tx.commit();
+                  return std::pair<std::uint64_t, std::int64_t>(id, monotonic_ns());
+                }));
+    fresh_topic(client, wake_topic);
+    internal::Connection producer(dsn_);
+    const std::string call = fmt::format("CALL txmq_send('{}', X'77616B65', NULL)", wake_topic);
+    Row sql_wake = row("sql.wake", "START TRANSACTION; CALL; 50 ms; COMMIT -> receipt");
+    sql_wake.note = "rate: sends per second, 50 ms in each transaction, 20-60 ms gaps";
+    report_.add(std::move(sql_wake),
+                wake_after_commit_latency(options_.dsn, sizes_.sql_wake_samples, wake_topic, [&] {
+                  producer.query("START TRANSACTION");
+                  const internal::Result r = producer.query_rows(call);
+                  std::this_thread::sleep_for(kHold);
+                  producer.query("COMMIT");
+                  return std::pair<std::uint64_t, std::int64_t>(r.rows.at(0).u64(0),
+                                                                monotonic_ns());
+                }));
+    drop_if_exists(client, wake_topic);
   }
 
   // The bench's topics: spread over --servers with --partitions, else the defaults.
@@ -931,6 +1125,11 @@ class Bench {
         {"idle.16p.1s", "", K::kRateAtMost, 50},
         {"idle.16p.20s", "", K::kRateAtMost, 50},
         {"idle.16t.1s", "", K::kRateAtMost, 50},
+        {"sql.send.4", "sql.lib.send.4", K::kRateAtLeast, 0.8},
+        {"sql.send_batch.1000", "sql.lib.send_batch.1000", K::kRateAtLeast, 0.5},
+        {"sql.drain.4x100", "sql.lib.drain.4x100", K::kRateAtLeast, 0.7},
+        {"sql.wake", "", K::kP50AtMostMs, 50},
+        {"sql.wake", "", K::kP99AtMostMs, 250},
     };
   }
 

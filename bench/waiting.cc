@@ -63,6 +63,32 @@ Measured wake_latency(const std::string& dsn, Client& producer, const std::strin
   return m;
 }
 
+Measured wake_after_commit_latency(const std::string& dsn, int samples, const std::string& topic,
+                                   const std::function<std::pair<std::uint64_t, std::int64_t>()>& send) {
+  ConsumerProcess consumer(dsn, topic, 1, 20);
+  if (consumer.line() != "ready") throw std::runtime_error("the bench consumer did not start");
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // it is waiting by now
+  std::mt19937 rng(42);
+  Measured m;
+  const auto start = SteadyClock::now();
+  for (int i = 0; i < samples; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 40));
+    const auto [id, committed] = send();
+    const std::string line = consumer.line();
+    std::uint64_t got_id = 0;
+    long long at = 0;
+    if (std::sscanf(line.c_str(), "%llu %lld", reinterpret_cast<unsigned long long*>(&got_id),
+                    &at) != 2) {
+      throw std::runtime_error("the bench consumer stopped: " + line);
+    }
+    if (got_id != id) throw std::runtime_error("the bench consumer got an unknown message");
+    m.latencies.add(static_cast<double>(at - committed) / 1e6);
+    ++m.messages;
+  }
+  m.seconds = seconds_between(start, SteadyClock::now());
+  return m;
+}
+
 double idle_statements_per_second(const std::string& dsn, const std::string& topic,
                                   int processes, int threads, double wait, double window) {
   std::vector<std::unique_ptr<ConsumerProcess>> consumers;

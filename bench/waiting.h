@@ -1,7 +1,10 @@
 #pragma once
 // Long polling, with consumers in separate processes (`txmq bench-consumer` children).
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "harness.h"
 #include "txmq/client.h"
@@ -13,6 +16,13 @@ namespace txmq::bench {
 // monotonic clock), so it includes the send's own commit.
 Measured wake_latency(const std::string& dsn, Client& producer, const std::string& topic,
                       int samples);
+
+// One consumer process waits (receive with a 20 s wait); `samples` times, after an idle gap of
+// 20-60 ms, `send` sends one message in a transaction and commits it, returning the message's id
+// and monotonic_ns() taken when its COMMIT returned. Latency: from that moment to the consumer's
+// receipt (the wake-up of a waiter by a commit, the transaction's own time left out).
+Measured wake_after_commit_latency(const std::string& dsn, int samples, const std::string& topic,
+                                   const std::function<std::pair<std::uint64_t, std::int64_t>()>& send);
 
 // Statements per second the server executes (SHOW GLOBAL STATUS 'Questions') while
 // processes x threads consumers wait on an empty topic with the given wait, over `window`
