@@ -43,6 +43,7 @@ void add_local_commands(CLI::App& app, Globals& globals);
 void add_server_commands(CLI::App& app, Globals& globals);
 void add_group_commands(CLI::App& app, Globals& globals);
 void add_archive_commands(CLI::App& app, Globals& globals);
+void add_sql_commands(CLI::App& app, Globals& globals);
 void add_consume_command(CLI::App& app, Globals& globals);
 void add_demo_command(CLI::App& app, Globals& globals);
 // `txmq bench`: runs txmq-bench, the separate benchmark program (docs/benchmarks.md).

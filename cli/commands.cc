@@ -728,6 +728,22 @@ void add_purge_command(CLI::App& app, Globals& g) {
   });
 }
 
+// txmq sql install: the SQL interface's procedures (docs/sql.md), as this DSN's user.
+void add_sql_commands(CLI::App& app, Globals& g) {
+  CLI::App* sql = app.add_subcommand("sql", "the SQL interface: procedures applications CALL");
+  sql->require_subcommand(1);
+  sql->add_subcommand("install", "(re)install txmq's stored procedures as this DSN's user "
+                                 "(their definer); migrations do it when their user may")
+      ->callback([&g] {
+        connect(g)->install_sql_interface();
+        if (g.json) {
+          print_json({{"installed", true}});
+        } else {
+          std::printf("installed\n");
+        }
+      });
+}
+
 void add_archive_commands(CLI::App& app, Globals& g) {
   add_purge_command(app, g);
   CLI::App* archive = app.add_subcommand("archive", "acknowledged messages kept: list, purge");

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   add_inspect_commands(app, globals);
   add_group_commands(app, globals);
   add_archive_commands(app, globals);
+  add_sql_commands(app, globals);
   add_consume_command(app, globals);
   add_server_commands(app, globals);
   add_local_commands(app, globals);

@@ -156,6 +156,13 @@ class Client {
   // Forgets the topic's deduplication keys: later sends with them are new messages.
   void forget_dedup_keys(std::string_view topic);
 
+  // (Re)installs the SQL interface (docs/sql.md): the stored procedures through which
+  // applications in any language send and consume inside their own transactions, created with
+  // this client's database user as their definer. The schema's migration installs them when the
+  // migrating user may create routines; this is for a database where it could not. Throws
+  // kFailedPrecondition, with the server's reason, when this user may not either.
+  void install_sql_interface();
+
   // Long polling without a thread per receiver, for servers that hold many receives at once.
   // Calls `wake` at most once, from a thread of the client's, when messages may have become
   // claimable in the group: a send to it was announced by any client, or the group's waiter

@@ -14,6 +14,7 @@
 
 #include "util/codec.h"
 #include "db/dsn.h"
+#include "catalog/routines.h"
 #include "catalog/topic_catalog.h"
 #include "client/subscription.h"
 #include "engine/announce.h"
@@ -447,6 +448,20 @@ Client::Subscription Client::subscribe(std::string_view topic, std::string_view 
   return Subscription(std::make_shared<Subscription::Impl>(i.route(
       topic, [&] { return internal::subscribe(i.queue, topic, group, std::move(wake)); },
       [&](const internal::ShardMap& p) { return i.router.subscribe(p, group, std::move(wake)); })));
+}
+
+void Client::install_sql_interface() {
+  std::string why;
+  const bool installed = impl_->queue.pool.run(
+      internal::OnLostConnection::kRetry,
+      [&](internal::Connection& c, const internal::Attempt&) { return internal::install_routines(c, &why); });
+  if (!installed) {
+    throw Error(Errc::kFailedPrecondition,
+                fmt::format("this database user may not create the SQL interface's routines "
+                            "(CREATE ROUTINE, and on MySQL with binary logging SUPER or "
+                            "log_bin_trust_function_creators): {}",
+                            why));
+  }
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group) {
