@@ -514,3 +514,49 @@ TEST(SqlInterface, APoisonMessageIsDeadLetteredAfterMaxAttempts) {
 
 }  // namespace
 }  // namespace txmq::test
+
+namespace txmq::test {
+namespace {
+
+// A sharded topic's partitions that live on another server: a send through SQL that would go
+// there is refused, naming the partition (the routines cannot route).
+TEST(SqlInterface, SendsToPartitionsOnAnotherServerAreRefused) {
+  auto lib = client();
+  auto a = admin();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.partitions = 2;
+  ASSERT_TRUE(lib->create_topic(topic, options));
+  // As a shard map would leave it: only partition 1 on this server.
+  a->execute("UPDATE txmq_topics SET placed = 2 WHERE name = ?", {topic});
+  std::string to_zero;  // a key of partition 0
+  for (int i = 0; to_zero.empty(); ++i) {
+    const std::string key = fmt::format("key{}", i);
+    if (a->execute(fmt::format("SELECT txmq_i_key_partition('{}', 2)", key), {}).rows.at(0).i64(0) == 0) {
+      to_zero = key;
+    }
+  }
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<std::uint64_t> id =
+        ids_of(a->query_rows(fmt::format("CALL txmq_send('{}', 'here', NULL)", topic)));
+    EXPECT_EQ(id.at(0) >> 48, 1u);  // the partition on this server
+  }
+  try {
+    a->query_rows(fmt::format("CALL txmq_send('{}', 'there', '{{\"key\": \"{}\"}}')", topic, to_zero));
+    ADD_FAILURE() << "a send to partition 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("partition 0 of topic"), std::string::npos) << e.what();
+  }
+  a->execute("UPDATE txmq_topics SET placed = 0 WHERE name = ?", {topic});
+  try {
+    a->query_rows(fmt::format("CALL txmq_send('{}', 'nowhere', NULL)", topic));
+    ADD_FAILURE() << "a send to a topic with no partition here was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not on this server"), std::string::npos) << e.what();
+  }
+  a->execute("UPDATE txmq_topics SET placed = NULL WHERE name = ?", {topic});
+  lib->drop_topic(topic);
+}
+
+}  // namespace
+}  // namespace txmq::test
