@@ -44,6 +44,28 @@
 //    the sender puts the registration back itself: a watch whose own re-registration would have
 //    to follow a KILL it never saw would otherwise sleep through the next sends, unregistered,
 //    until a look found them (up to a second).
+//  - A send by the SQL interface's routine (txmq_send, docs/design/sql-calls.md) runs inside
+//    its caller's transaction and can do nothing after the caller's COMMIT: it reads the
+//    channel's oldest registrations (it takes none) and KILLs those watches *before* the
+//    commit, so the pass after that KILL finds nothing. So after a KILL the next looks are
+//    *fenced*: when nothing is claimable, before its SLEEP the look reads with a shared lock the
+//    first row above the highest committed id of each channel's tables (pending()). That read
+//    waits on the uncommitted message's row lock and returns at the sender's COMMIT (the look
+//    returns 3 and a pass wakes the channel's receivers: a millisecond after the commit) or
+//    ROLLBACK (nothing: the look sleeps as any other); with nothing pending it costs two index
+//    lookups per table. The watch's session waits at most a second on a lock
+//    (kFenceLockWaitSeconds): a sender that stays open fails the look after a second, as long
+//    as its SLEEP, and the watch looks (and waits) again, for kFenceFor at most. So an open
+//    sender costs no more statements than an idle watch, and holds up the watch's other
+//    channels at most a second: a library send KILLs the wait after its commit as it KILLs a
+//    SLEEP; what waits is only a second routine's COMMIT behind the open one (seen at the
+//    timeout). One fenced look is owed per KILL (at least two: KILLs that land in one
+//    statement count once), and a look that slept through pays them all. A library send's KILL
+//    thus costs at most one more look and pass, when its fenced look finds another send in
+//    flight. Hot channels are left out of a pause's fence, as out of its look. Not fenced: an
+//    uncommitted message below a committed one (two routines' senders, the later committing
+//    first) and a routine's KILL that lands between two statements; the next look sees them,
+//    within a second.
 //  - Channels join a watch when a receiver first waits on them, and leave it 10 s after their
 //    last receiver; the statements are prepared again only then. Until a watch registered and
 //    looks for a new channel, its receivers poll every quarter second; the announcer interrupts
@@ -84,6 +106,7 @@
 #include <algorithm>
 #include <charconv>
 #include <numeric>
+#include <utility>
 
 #include "db/pool.h"
 #include "db/sql.h"
@@ -111,6 +134,15 @@ constexpr std::size_t kChannelsPerCheck = 32;
 constexpr unsigned kQueryInterrupted = 1317;  // ER_QUERY_INTERRUPTED: a sender's KILL QUERY
 constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the watch went away
+constexpr unsigned kLockWaitTimeout = 1205;   // ER_LOCK_WAIT_TIMEOUT: a fence's sender is still open
+constexpr unsigned kLockDeadlock = 1213;      // ER_LOCK_DEADLOCK: a fence chosen as the victim
+// A fenced look waits at most this long on one uncommitted message, and is then repeated (a
+// look's SLEEP is as long): an open sender never keeps the watch from looking at its channels.
+constexpr int kFenceLockWaitSeconds = 1;
+// Fenced looks owed after KILLs: one per KILL, at least two (KILLs that land in one statement
+// count once), at most kMaxFences; none are owed once fencing lasted kFenceFor.
+constexpr int kMaxFences = 8;
+constexpr auto kFenceFor = std::chrono::seconds(30);
 constexpr std::size_t kMaxWakesPerAnnounce = 64;
 constexpr auto kAnnounceEvery = std::chrono::milliseconds(5);
 
@@ -125,6 +157,23 @@ std::string claimable(const std::vector<std::string>& tables) {
     any += fmt::format("EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6))", table);
   }
   return any;
+}
+
+// The first message above the highest committed id in any of a channel's tables, read with a
+// shared lock in READ COMMITTED (no gap locks, so no sender waits on it): it waits on the row
+// lock of a message inserted but not committed yet and returns at the sender's COMMIT (its id)
+// or ROLLBACK (NULL); with nothing pending it returns at once.
+std::string pending(const std::vector<std::string>& tables) {
+  if (tables.empty()) return "NULL";
+  std::string first;
+  for (const std::string& table : tables) {
+    if (!first.empty()) first += ", ";
+    first += fmt::format(
+        "(SELECT id FROM {0} WHERE id > (SELECT COALESCE(MAX(id), 0) FROM {0}) ORDER BY id "
+        "LIMIT 1 LOCK IN SHARE MODE)",
+        table);
+  }
+  return tables.size() == 1 ? first : "COALESCE(" + first + ")";
 }
 
 }  // namespace
@@ -465,6 +514,18 @@ void Watch::run() {
   auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
       kFirstPauseAfterReady);
   std::chrono::microseconds pause_next{0};  // the next look's SLEEP when channels are hot
+  // Fenced looks owed (see the top of this file): a KILL whose pass finds nothing may come from
+  // a routine's send whose message is not committed yet.
+  int fences = 0;
+  SteadyClock::time_point fencing_since;
+  bool fenced_look = false;  // the running statement is a fenced look
+  const auto interrupted = [&] {
+    pass_left = kAll;
+    registered = false;
+    pause_next = {};
+    if (fences == 0) fencing_since = SteadyClock::now();
+    fences = std::min(std::max(fences + 1, 2), kMaxFences);
+  };
   int failures = 0;
   std::vector<std::uint64_t> generations;
   for (;;) {
@@ -505,6 +566,8 @@ void Watch::run() {
       if (!c) {
         auto fresh = pool_.connect();
         const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
+        fresh->query(fmt::format("SET SESSION innodb_lock_wait_timeout = {}",
+                                 kFenceLockWaitSeconds));
         std::lock_guard lock(mutex_);
         if (stopping_) break;
         c = std::move(fresh);
@@ -518,12 +581,15 @@ void Watch::run() {
         enroll.reset();
         unenroll.reset();
         std::string any;
+        std::string fence;
         std::string each;
         std::string rows;
         channel_params.clear();
         for (std::size_t i = 0; i < watched.size(); ++i) {
           const std::string claimable_here = claimable(watched[i]->tables());
           any += fmt::format("{}(? = 0 AND ({}))", i == 0 ? "" : " OR ", claimable_here);
+          fence += fmt::format("{}IF(? = 0, {}, NULL)", i == 0 ? "" : ", ",
+                               pending(watched[i]->tables()));
           each += fmt::format(", IF({}, '{}', NULL)", claimable_here, i);
           if ((i + 1) % kChannelsPerCheck == 0 || i + 1 == watched.size()) {
             which.push_back(
@@ -533,7 +599,12 @@ void Watch::run() {
           rows += i == 0 ? "(CONNECTION_ID(), ?, NOW(6))" : ", (CONNECTION_ID(), ?, NOW(6))";
           channel_params.emplace_back(std::string_view(watched[i]->channel()));
         }
-        look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
+        // 2: something is claimable; 3: a pending message was committed (or one committed
+        // meanwhile); else SLEEP's 0, or 1 when a KILL interrupts it.
+        look = std::make_unique<Statement>(
+            *c, fmt::format("SELECT IF({}, 2, IF(IF(? = 1, COALESCE({}), NULL) IS NOT NULL, 3, "
+                            "SLEEP(?)))",
+                            any, fence));
         next_chunk = 0;
         if (pass_left != 0) pass_left = kAll;
         hot.assign(watched.size(), false);
@@ -612,12 +683,19 @@ void Watch::run() {
       // Every statement that sleeps looks, at every channel but the hot ones during a pause:
       // see the top of this file.
       const bool pausing = pause_next.count() != 0;
+      if (fences > 0 && SteadyClock::now() - fencing_since > kFenceFor) fences = 0;
       look_params.clear();
       for (std::size_t i = 0; i < watched.size(); ++i) {
         look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
       }
+      look_params.emplace_back(std::int64_t{fences > 0 ? 1 : 0});
+      for (std::size_t i = 0; i < watched.size(); ++i) {
+        look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
+      }
       look_params.emplace_back(seconds(pausing ? pause_next : kLook));
+      fenced_look = fences > 0;
       Result r = look->execute(look_params);
+      fenced_look = false;
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
@@ -625,10 +703,12 @@ void Watch::run() {
       pause_next = {};
       const std::int64_t outcome = r.rows.at(0).i64(0);
       if (outcome == 1) {
-        // SLEEP interrupted without an error: a sender's KILL QUERY (it deleted a registration)
-        // or a poke.
+        // SLEEP interrupted without an error: a sender's KILL QUERY or a poke.
+        interrupted();
+      } else if (outcome == 3) {
+        // A pending message was committed: which channels? Others may still be pending.
         pass_left = kAll;
-        registered = false;
+        --fences;
       } else if (outcome == 2 || pausing) {
         pass_left = kAll;  // which channels? (after a pause: are the hot ones still?)
         if (outcome == 0) {
@@ -639,16 +719,28 @@ void Watch::run() {
       } else {
         for (std::size_t i = 0; i < watched.size(); ++i) watched[i]->set_empty(generations[i]);
       }
+      // Slept through: nothing was pending (a rollback, or committed before the look).
+      if (outcome == 0) fences = 0;
     } catch (const Error& e) {
+      const bool was_fenced = std::exchange(fenced_look, false);
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
         if (stopping_) break;
       }
       if (e.server_errno() == kQueryInterrupted) {
-        // A sender's KILL QUERY (it deleted a registration) or a poke: on any statement.
-        pass_left = kAll;
-        registered = false;
+        // A sender's KILL QUERY or a poke: on any statement.
+        interrupted();
+        continue;
+      }
+      if (was_fenced &&
+          (e.server_errno() == kLockWaitTimeout || e.server_errno() == kLockDeadlock)) {
+        // The sender is still open: its look found nothing claimable (it waits only then), as
+        // a look that slept. Look and wait again.
+        for (std::size_t i = 0; i < watched.size(); ++i) {
+          if (pause_next.count() == 0 || !hot[i]) watched[i]->set_empty(generations[i]);
+        }
+        if (pause_next.count() != 0) pass_left = kAll;  // are the hot ones still?
         pause_next = {};
         continue;
       }
