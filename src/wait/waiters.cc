@@ -47,25 +47,27 @@
 //  - A send by the SQL interface's routine (txmq_send, docs/design/sql-calls.md) runs inside
 //    its caller's transaction and can do nothing after the caller's COMMIT: it reads the
 //    channel's oldest registrations (it takes none) and KILLs those watches *before* the
-//    commit, so the pass after that KILL finds nothing. So after a KILL the next looks are
-//    *fenced*: when nothing is claimable, before its SLEEP the look reads with a shared lock the
-//    first row above the highest committed id of each channel's tables (pending()). That read
-//    waits on the uncommitted message's row lock and returns at the sender's COMMIT (the look
-//    returns 3 and a pass wakes the channel's receivers: a millisecond after the commit) or
-//    ROLLBACK (nothing: the look sleeps as any other); with nothing pending it costs two index
-//    lookups per table. The watch's session waits at most a second on a lock
-//    (kFenceLockWaitSeconds): a sender that stays open fails the look after a second, as long
-//    as its SLEEP, and the watch looks (and waits) again, for kFenceFor at most. So an open
-//    sender costs no more statements than an idle watch, and holds up the watch's other
-//    channels at most a second: a library send KILLs the wait after its commit as it KILLs a
-//    SLEEP; what waits is only a second routine's COMMIT behind the open one (seen at the
-//    timeout). One fenced look is owed per KILL (at least two: KILLs that land in one
-//    statement count once), and a look that slept through pays them all. A library send's KILL
-//    thus costs at most one more look and pass, when its fenced look finds another send in
-//    flight. Hot channels are left out of a pause's fence, as out of its look. Not fenced: an
-//    uncommitted message below a committed one (two routines' senders, the later committing
-//    first) and a routine's KILL that lands between two statements; the next look sees them,
-//    within a second.
+//    commit, so the pass after that KILL finds nothing. So after a KILL a *fence* comes before
+//    the look: a statement that, when nothing is claimable, reads with a shared lock the first
+//    row above the highest committed id of each channel's tables (pending()). That read waits
+//    on the uncommitted message's row lock and returns at the sender's COMMIT (3: a pass wakes
+//    the channel's receivers, a millisecond after the commit) or ROLLBACK (0: the look sleeps
+//    as any other); with nothing pending it costs two index lookups per table. The watch's
+//    session waits at most a second on a lock (kFenceLockWaitSeconds): a sender that stays
+//    open fails the fence after a second, as long as a look's SLEEP, and the watch fences
+//    again, for kFenceFor at most. So an open sender costs no more statements than an idle
+//    watch and holds up the watch's other channels at most a second: a library send KILLs the
+//    fence after its commit as it KILLs a SLEEP; what waits is only a second routine's COMMIT
+//    behind the open one (seen at the timeout). One fence is owed per KILL (at least two:
+//    KILLs that land in one statement count once), and one that finds nothing pending pays
+//    them all: so a library send's KILL costs one statement more, or a fence and a pass more
+//    when its fence finds another send in flight. A pause leaves hot channels out of its fence
+//    as out of its look (they are fenced after their pass). The fence is a statement of its
+//    own, prepared at its first use: MariaDB goes on with a statement after a lock wait times
+//    out in it (a SLEEP would run first), and optimises every subquery of a statement at each
+//    execution, even those an IF skips. Not fenced: an uncommitted message below a committed
+//    one (two routines' senders, the later committing first), and a routine's KILL that lands
+//    between two statements; the next look sees them, within a second.
 //  - Channels join a watch when a receiver first waits on them, and leave it 10 s after their
 //    last receiver; the statements are prepared again only then. Until a watch registered and
 //    looks for a new channel, its receivers poll every quarter second; the announcer interrupts
@@ -477,6 +479,10 @@ void Watch::run() {
   // Owned rather than cached by the connection: each set of channels prepares its own, large
   // statements, which go when the set changes.
   std::unique_ptr<Statement> look;     // IF(any claimable, 2, SLEEP(?))
+  // IF(any claimable, 2, IF(a pending message committed, 3, 0)): prepared at its first use
+  // (MariaDB optimises every subquery of a statement at each execution, even those an IF skips).
+  std::unique_ptr<Statement> fenced;
+  std::string fenced_sql;
   // Per chunk of kChannelsPerCheck channels: the indexes of its claimable channels.
   std::vector<std::unique_ptr<Statement>> which;
   std::unique_ptr<Statement> enroll;   // registers every channel
@@ -486,6 +492,7 @@ void Watch::run() {
   // a connection to cancel.
   const auto forget_statements = [&] {
     look.reset();
+    fenced.reset();
     which.clear();
     enroll.reset();
     unenroll.reset();
@@ -518,7 +525,8 @@ void Watch::run() {
   // a routine's send whose message is not committed yet.
   int fences = 0;
   SteadyClock::time_point fencing_since;
-  bool fenced_look = false;  // the running statement is a fenced look
+  bool fenced_look = false;     // the running statement is a fenced look
+  bool fenced_nothing = false;  // the last one found nothing pending: sleep next
   const auto interrupted = [&] {
     pass_left = kAll;
     registered = false;
@@ -577,6 +585,7 @@ void Watch::run() {
       }
       if (changed) {
         look.reset();
+        fenced.reset();
         which.clear();
         enroll.reset();
         unenroll.reset();
@@ -599,12 +608,11 @@ void Watch::run() {
           rows += i == 0 ? "(CONNECTION_ID(), ?, NOW(6))" : ", (CONNECTION_ID(), ?, NOW(6))";
           channel_params.emplace_back(std::string_view(watched[i]->channel()));
         }
+        look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
         // 2: something is claimable; 3: a pending message was committed (or one committed
-        // meanwhile); else SLEEP's 0, or 1 when a KILL interrupts it.
-        look = std::make_unique<Statement>(
-            *c, fmt::format("SELECT IF({}, 2, IF(IF(? = 1, COALESCE({}), NULL) IS NOT NULL, 3, "
-                            "SLEEP(?)))",
-                            any, fence));
+        // meanwhile); 0: nothing pending.
+        fenced_sql = fmt::format("SELECT IF({}, 2, IF(COALESCE({}) IS NOT NULL, 3, 0))", any,
+                                 fence);
         next_chunk = 0;
         if (pass_left != 0) pass_left = kAll;
         hot.assign(watched.size(), false);
@@ -683,25 +691,37 @@ void Watch::run() {
       // Every statement that sleeps looks, at every channel but the hot ones during a pause:
       // see the top of this file.
       const bool pausing = pause_next.count() != 0;
+      const bool hot_left_out =
+          pausing && std::find(hot.begin(), hot.end(), true) != hot.end();
       if (fences > 0 && SteadyClock::now() - fencing_since > kFenceFor) fences = 0;
+      fenced_look = fences > 0 && !fenced_nothing;
       look_params.clear();
       for (std::size_t i = 0; i < watched.size(); ++i) {
         look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
       }
-      look_params.emplace_back(std::int64_t{fences > 0 ? 1 : 0});
-      for (std::size_t i = 0; i < watched.size(); ++i) {
-        look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
+      if (fenced_look) {
+        for (std::size_t i = 0; i < watched.size(); ++i) {
+          look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
+        }
+        if (!fenced) fenced = std::make_unique<Statement>(*c, fenced_sql);
+      } else {
+        look_params.emplace_back(seconds(pausing ? pause_next : kLook));
       }
-      look_params.emplace_back(seconds(pausing ? pause_next : kLook));
-      fenced_look = fences > 0;
-      Result r = look->execute(look_params);
-      fenced_look = false;
+      Result r = (fenced_look ? fenced : look)->execute(look_params);
+      const bool was_fenced = std::exchange(fenced_look, false);
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
       }
-      pause_next = {};
       const std::int64_t outcome = r.rows.at(0).i64(0);
+      fenced_nothing = was_fenced && outcome == 0;
+      if (fenced_nothing) {
+        // Nothing pending (a rollback, or committed before the look): the look sleeps next.
+        // The hot channels a pause leaves out are fenced after their pass.
+        if (!hot_left_out) fences = 0;
+        continue;
+      }
+      pause_next = {};
       if (outcome == 1) {
         // SLEEP interrupted without an error: a sender's KILL QUERY or a poke.
         interrupted();
@@ -719,10 +739,9 @@ void Watch::run() {
       } else {
         for (std::size_t i = 0; i < watched.size(); ++i) watched[i]->set_empty(generations[i]);
       }
-      // Slept through: nothing was pending (a rollback, or committed before the look).
-      if (outcome == 0) fences = 0;
     } catch (const Error& e) {
       const bool was_fenced = std::exchange(fenced_look, false);
+      fenced_nothing = false;
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
@@ -735,8 +754,9 @@ void Watch::run() {
       }
       if (was_fenced &&
           (e.server_errno() == kLockWaitTimeout || e.server_errno() == kLockDeadlock)) {
-        // The sender is still open: its look found nothing claimable (it waits only then), as
-        // a look that slept. Look and wait again.
+        // The sender is still open: nothing was claimable (it waits only then), as after a
+        // look that slept. Look and wait again. (MariaDB evaluates the rest of the statement
+        // after the timeout: a SLEEP in it would run first, hence a fence without one.)
         for (std::size_t i = 0; i < watched.size(); ++i) {
           if (pause_next.count() == 0 || !hot[i]) watched[i]->set_empty(generations[i]);
         }
