@@ -11,6 +11,9 @@ TXMQ_PACKAGES=(cmake g++ make pkg-config libmariadb-dev mariadb-server libcli11-
                libtomlplusplus-dev       # txmq serve --config (header-only use)
                awscli python3-boto3      # the SQS tests' Query-protocol clients (tests/sqs)
                prometheus                # promtool: the metrics tests check the exposition
+               # tests/sql: the SQL interface through each language's driver (no network)
+               python3-pymysql python3-sqlalchemy golang-go golang-github-go-sql-driver-mysql-dev
+               default-jdk-headless libmariadb-java libjna-java php-cli php-mysql
                dpkg-dev file lintian)    # tests/package: cpack -G DEB (dpkg-shlibdeps, file), lintian
 
 txmq_install_deps() {
@@ -59,4 +62,21 @@ txmq_install_sqs_node() {
   echo "txmq: installing @aws-sdk/client-sqs into $dir" >&2
   mkdir -p "$dir"
   npm install --prefix "$dir" --no-audit --no-fund --loglevel=error @aws-sdk/client-sqs@3 >/dev/null
+}
+
+# tests/sql's Node.js driver, mysql2 (its promise API), from npm into DIR (tests/sql/run.sh node
+# calls this); nothing is fetched when it is there already.
+txmq_install_sql_node() {
+  local dir="$1"
+  [ -f "$dir/node_modules/mysql2/package.json" ] && return 0
+  if ! command -v npm >/dev/null; then
+    echo "txmq: installing nodejs and npm for the SQL interface's Node.js tests" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  echo "txmq: installing mysql2 into $dir" >&2
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error mysql2@3 >/dev/null
 }

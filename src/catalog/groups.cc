@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "catalog/keys.h"
+#include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
 #include "catalog/topic_tables.h"
@@ -184,6 +185,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
       const TopicTables t = topic_tables(topic, g.number, p);
       c.query(
           fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys, t.parked));
+      forget_takes(c, t.queue);
     }
     if (held.renew()) {  // one group left: the fast path
       add_send_fences(c, load(c, topic), [&] { return held.renew(); });

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "catalog/names.h"
+#include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
 #include "catalog/topic_tables.h"
@@ -213,6 +214,14 @@ void migrate_from_11(Connection& c) {
     c.query("ALTER TABLE txmq_waiters DROP PRIMARY KEY, ADD PRIMARY KEY (connection_id, topic)");
   }
   c.execute("UPDATE txmq_schema SET version = 12, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Version 12 -> 13: the SQL interface's routines (routines.sql) and the txmq_takes table, when
+// the migrating user may create routines; else the version moves on without them, and
+// `txmq sql install` (by a user who may) adds them later: no client depends on them.
+void migrate_from_12(Connection& c) {
+  install_routines(c);
+  c.execute("UPDATE txmq_schema SET version = 13, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
 }  // namespace txmq::internal

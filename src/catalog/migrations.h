@@ -48,5 +48,6 @@ void migrate_from_8(Connection& c);
 void migrate_from_9(Connection& c);
 void migrate_from_10(Connection& c);
 void migrate_from_11(Connection& c);
+void migrate_from_12(Connection& c);
 
 }  // namespace txmq::internal

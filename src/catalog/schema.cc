@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "catalog/migrations.h"
+#include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
 #include "catalog/topic_tables.h"
@@ -131,7 +132,12 @@ void TopicCatalog::bootstrap() {
         " value DOUBLE NOT NULL,"
         " PRIMARY KEY (topic, grp, metric, bucket)) ENGINE=InnoDB");
     c.query(kCreateXaTable);
-    if (version == kSchemaVersion) return;
+    if (version == kSchemaVersion) {
+      // A new database (or one missing a catalog table): the SQL interface too, if this user
+      // may create routines (migrate_from_12).
+      if (!routines_installed(c)) install_routines(c);
+      return;
+    }
     // One client migrates; the others wait for its lock on txmq_schema's row and find the
     // version current. The lock's columns first (a database of version 6 or older lacks
     // them): DDL, idempotent, and replicated to every node of a Galera cluster.
@@ -167,6 +173,7 @@ void TopicCatalog::bootstrap() {
       step(9, migrate_from_9);
       step(10, migrate_from_10);
       step(11, migrate_from_11);
+      step(12, migrate_from_12);
     } catch (...) {
       release_row_lock(c, kSchemaLock, key, token);
       throw;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
 #include "catalog/topic_tables.h"
@@ -282,6 +283,7 @@ void TopicCatalog::drop(std::string_view name) {
         const TopicTables t = topic_tables(name, g.number, p);
         c.query(fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys,
                             t.parked));
+        forget_takes(c, t.queue);
       }
     }
     const TopicTables t = topic_tables(name);

@@ -230,22 +230,34 @@ Result Connection::query_rows(std::string_view sql) {
   autocommit_outside_transactions();
   if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) raise(nullptr, "query");
   Result result;
-  MYSQL_RES* res = mysql_store_result(mysql_);
-  if (res == nullptr) {
-    if (mysql_errno(mysql_) != 0) raise(nullptr, "reading results");
-    result.affected_rows = mysql_affected_rows(mysql_);
-    return result;
-  }
-  std::unique_ptr<MYSQL_RES, decltype(&mysql_free_result)> guard(res, mysql_free_result);
-  const unsigned columns = mysql_num_fields(res);
-  while (MYSQL_ROW row = mysql_fetch_row(res)) {
-    const unsigned long* lengths = mysql_fetch_lengths(res);
-    std::vector<Row::Cell> cells(columns);
-    for (unsigned c = 0; c < columns; ++c) {
-      cells[c].null = row[c] == nullptr;
-      if (!cells[c].null) cells[c].bytes.assign(row[c], lengths[c]);
+  bool first = true;
+  // A CALL answers with its result sets and then its own status: the first set is kept, the
+  // others read and dropped (an error among them is raised), so that the connection is ready
+  // for its next statement.
+  for (;;) {
+    MYSQL_RES* res = mysql_store_result(mysql_);
+    if (res == nullptr) {
+      if (mysql_errno(mysql_) != 0) raise(nullptr, "reading results");
+      if (first) result.affected_rows = mysql_affected_rows(mysql_);
+    } else {
+      std::unique_ptr<MYSQL_RES, decltype(&mysql_free_result)> guard(res, mysql_free_result);
+      const unsigned columns = mysql_num_fields(res);
+      while (MYSQL_ROW row = mysql_fetch_row(res)) {
+        if (!first) continue;
+        const unsigned long* lengths = mysql_fetch_lengths(res);
+        std::vector<Row::Cell> cells(columns);
+        for (unsigned c = 0; c < columns; ++c) {
+          cells[c].null = row[c] == nullptr;
+          if (!cells[c].null) cells[c].bytes.assign(row[c], lengths[c]);
+        }
+        result.rows.emplace_back(std::move(cells));
+      }
+      first = false;
     }
-    result.rows.emplace_back(std::move(cells));
+    if (!mysql_more_results(mysql_)) break;
+    const int next = mysql_next_result(mysql_);
+    if (next > 0) raise(nullptr, "reading results");
+    if (next < 0) break;
   }
   return result;
 }

@@ -127,7 +127,8 @@ class Connection {
   // Runs a statement through the text protocol: for DDL and statements without input.
   void query(std::string_view sql);
   // The same, returning its rows (every cell as bytes; i64() parses them): for statements the
-  // server will not prepare (MySQL's XA RECOVER).
+  // server will not prepare (MySQL's XA RECOVER), and CALLs (the first result set is returned,
+  // the others are read and dropped).
   Result query_rows(std::string_view sql);
 
   // Opens a transaction by turning autocommit off, and leaves it off after commit or rollback:

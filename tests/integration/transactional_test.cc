@@ -584,7 +584,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 13);
   // Version 11: the topic's send fence (it has one group).
   // COUNT(*) of an information_schema query about the migrated database.
   const auto count = [&](const char* sql) { return a->execute(sql, {db}).rows.at(0).i64(0); };
@@ -605,7 +605,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 10");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 13);
     EXPECT_EQ(views(), 0);
     EXPECT_EQ(fences(), 1);
     upgraded.send("old", "after 11");
@@ -622,7 +622,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 11");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 13);
     EXPECT_EQ(key_columns(), 2);
     EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_waiters WHERE connection_id = 4242", {})
                   .rows.at(0)
@@ -633,6 +633,21 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
     a->query("DELETE FROM txmq_waiters WHERE connection_id = 4242");
     EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_waiters", {}).rows.at(0).i64(0), 0);
     upgraded.send("old", "after 12");
+  }
+  // Version 12 -> 13: the SQL interface's routines (docs/sql.md).
+  const auto routines = [&] {
+    return count("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? AND "
+                 "ROUTINE_NAME = 'txmq_send'");
+  };
+  EXPECT_EQ(routines(), 1);
+  a->query("DROP PROCEDURE txmq_send");
+  a->query("UPDATE txmq_schema SET version = 12");
+  {
+    Client upgraded(options);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 13);
+    EXPECT_EQ(routines(), 1);
+    internal::Result sent = a->query_rows("CALL txmq_send('old', 'through SQL', NULL)");
+    ASSERT_EQ(sent.rows.size(), 1u);
   }
   // Version 5: one partition, no archive, the group "default" with the topic's old tables;
   // version 6: messages without attributes, no dead-letter topic, no retention.
@@ -703,7 +718,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 12);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 13);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.

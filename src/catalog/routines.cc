@@ -1,0 +1,65 @@
+#include "catalog/routines.h"
+
+#include <algorithm>
+
+#include "catalog/routines_sql.h"
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+// The errors that say "this user may not": not installed, nothing else wrong.
+constexpr unsigned kNotAllowed[] = {
+    1044,  // access denied to the database
+    1142,  // a command denied on a table
+    1227,  // needs SUPER (or another dynamic privilege)
+    1370,  // ALTER ROUTINE denied
+    1419,  // binary logging on: creating a function needs SUPER or log_bin_trust_function_creators
+};
+
+}  // namespace
+
+bool install_routines(Connection& c, std::string* why) {
+  constexpr std::string_view kSeparator = "\n$$\n";
+  std::string_view rest = kRoutinesSql;
+  while (!rest.empty()) {
+    const std::size_t end = rest.find(kSeparator);
+    std::string_view statement = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + kSeparator.size());
+    // A statement is its text after the file's leading comments.
+    const bool empty = std::all_of(statement.begin(), statement.end(), [](char ch) {
+      return ch == ' ' || ch == '\n' || ch == '\t';
+    });
+    if (empty) continue;
+    try {
+      c.query(std::string(statement));
+    } catch (const Error& e) {
+      if (std::find(std::begin(kNotAllowed), std::end(kNotAllowed), e.server_errno()) ==
+          std::end(kNotAllowed)) {
+        throw;
+      }
+      if (why != nullptr) *why = e.what();
+      return false;
+    }
+  }
+  return true;
+}
+
+void forget_takes(Connection& c, const std::string& queue_table) {
+  constexpr unsigned kNoSuchTable = 1146;  // no SQL interface installed
+  try {
+    c.execute("DELETE FROM txmq_takes WHERE queue = ?", {queue_table});
+  } catch (const Error& e) {
+    if (e.server_errno() != kNoSuchTable) throw;
+  }
+}
+
+bool routines_installed(Connection& c) {
+  return c.execute("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
+                   "DATABASE() AND ROUTINE_NAME = 'txmq_send'",
+                   {})
+             .rows.at(0)
+             .i64(0) > 0;
+}
+
+}  // namespace txmq::internal

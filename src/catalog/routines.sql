@@ -1,0 +1,1429 @@
+-- txmq's SQL interface: stored procedures that applications call inside their own transactions
+-- (docs/sql.md; the calls' contract in docs/design/sql-calls.md). Installed by the schema's
+-- migrations (catalog/routines.cc): each statement below is separated by a line holding only
+-- "$$", and every CREATE is preceded by its DROP ... IF EXISTS.
+--
+-- Rules that every routine follows:
+--  - SQL SECURITY DEFINER: an application needs EXECUTE on the public routines, nothing on
+--    txmq's tables. So every input is checked before it reaches dynamic SQL: a topic name by the
+--    same rule as names.cc, numbers as numbers; values travel as parameters of prepared
+--    statements (EXECUTE ... USING), never inside the statement's text, except numbers and the
+--    payloads of a batch as hex literals (X'..').
+--  - Session variables (@txmq_*) are how EXECUTE takes parameters; a caller can set them too, so
+--    they are always assigned before they are read, and cleared before returning.
+--  - Times are UTC_TIMESTAMP(6): the caller's session has its own time zone.
+--  - Nothing is half-written: a routine that fails rolls back to a savepoint it set on entry
+--    (inside the caller's transaction) or rolls back its own transaction (autocommit), then
+--    re-raises. Errors of txmq's own are SQLSTATE 45000 with a message that starts "txmq: ".
+--  - The statements mirror the library's (engine/send.cc, catalog/keys.cc, engine/settle.cc):
+--    tests/integration/sql_routines_test.cc sends random sequences through both and compares
+--    the rows.
+
+DROP PROCEDURE IF EXISTS txmq_i_raise
+$$
+CREATE PROCEDURE txmq_i_raise(IN p_message VARCHAR(512))
+  NO SQL SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_text VARCHAR(128) DEFAULT LEFT(CONCAT('txmq: ', p_message), 128);
+  SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
+END
+$$
+-- Whether the session is inside a transaction that its caller will end: autocommit off (every
+-- statement belongs to one), or one begun by START TRANSACTION (which refuses to change its
+-- characteristics: error 1568). Outside, SET TRANSACTION READ WRITE only says what the next
+-- transaction is by default.
+DROP PROCEDURE IF EXISTS txmq_i_in_transaction
+$$
+CREATE PROCEDURE txmq_i_in_transaction(OUT p_in TINYINT)
+  NO SQL SQL SECURITY DEFINER
+BEGIN
+  DECLARE CONTINUE HANDLER FOR 1568 SET p_in = 1;
+  SET p_in = 0;
+  IF @@autocommit = 0 THEN
+    SET p_in = 1;
+  ELSE
+    SET TRANSACTION READ WRITE;
+  END IF;
+END
+$$
+-- Ends a failed call: back to its savepoint inside the caller's transaction, or its own
+-- transaction rolled back. A deadlock has rolled the whole transaction back already (the
+-- savepoint is gone): nothing more to undo then.
+DROP PROCEDURE IF EXISTS txmq_i_undo
+$$
+CREATE PROCEDURE txmq_i_undo(IN p_own TINYINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+  IF p_own = 1 THEN
+    ROLLBACK;
+  ELSE
+    ROLLBACK TO SAVEPOINT txmq_call;
+  END IF;
+  SET @txmq_sql = NULL, @txmq_a = NULL, @txmq_b = NULL, @txmq_c = NULL, @txmq_d = NULL;
+END
+$$
+DROP PROCEDURE IF EXISTS txmq_i_exec
+$$
+-- Runs @txmq_sql with up to four parameters (@txmq_a .. @txmq_d, as many as it has "?").
+CREATE PROCEDURE txmq_i_exec(IN p_params TINYINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  PREPARE txmq_statement FROM @txmq_sql;
+  CASE p_params
+    WHEN 0 THEN EXECUTE txmq_statement;
+    WHEN 1 THEN EXECUTE txmq_statement USING @txmq_a;
+    WHEN 2 THEN EXECUTE txmq_statement USING @txmq_a, @txmq_b;
+    WHEN 3 THEN EXECUTE txmq_statement USING @txmq_a, @txmq_b, @txmq_c;
+    ELSE EXECUTE txmq_statement USING @txmq_a, @txmq_b, @txmq_c, @txmq_d;
+  END CASE;
+  DEALLOCATE PREPARE txmq_statement;
+END
+$$
+-- A topic name, checked as names.cc checks it (REGEXP under a binary collation: the default one
+-- ignores case).
+DROP PROCEDURE IF EXISTS txmq_i_check_name
+$$
+CREATE PROCEDURE txmq_i_check_name(IN p_topic VARCHAR(255))
+  NO SQL SQL SECURITY DEFINER
+BEGIN
+  IF p_topic IS NULL OR NOT (CONVERT(p_topic USING utf8mb4) COLLATE utf8mb4_bin
+                             REGEXP '^[a-z][a-z0-9_]{0,47}$') THEN
+    CALL txmq_i_raise('invalid topic name (names are 1 to 48 characters of a-z 0-9 _, starting with a letter)');
+  END IF;
+END
+$$
+-- A group's or partition's table: `txmq_<kind>_NAME` for group 0's partition 0, else with the
+-- suffix $g_p (names.cc, topic_tables).
+DROP FUNCTION IF EXISTS txmq_i_table
+$$
+CREATE FUNCTION txmq_i_table(p_kind VARCHAR(8), p_topic VARCHAR(48), p_group INT UNSIGNED,
+                             p_partition INT UNSIGNED) RETURNS VARCHAR(96)
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+  RETURN CONCAT('`txmq_', p_kind, '_', p_topic,
+                IF(p_group = 0 AND p_partition = 0, '', CONCAT('$', p_group, '_', p_partition)), '`')
+$$
+-- The channel that consumers of group g wait on (waiters.cc): the topic's name for group 0.
+DROP FUNCTION IF EXISTS txmq_i_channel
+$$
+CREATE FUNCTION txmq_i_channel(p_topic VARCHAR(48), p_group INT UNSIGNED) RETURNS VARCHAR(64)
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+  RETURN IF(p_group = 0, p_topic, CONCAT(p_topic, '$', p_group))
+$$
+-- (a * b) mod 2^64 and (a + b) mod 2^64 on BIGINT UNSIGNED, whose arithmetic refuses to
+-- overflow: in 32-bit halves.
+DROP FUNCTION IF EXISTS txmq_i_add64
+$$
+CREATE FUNCTION txmq_i_add64(a BIGINT UNSIGNED, b BIGINT UNSIGNED) RETURNS BIGINT UNSIGNED
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+  RETURN IF(a > 18446744073709551615 - b, a - (18446744073709551615 - b) - 1, a + b)
+$$
+DROP FUNCTION IF EXISTS txmq_i_mul64
+$$
+CREATE FUNCTION txmq_i_mul64(a BIGINT UNSIGNED, b BIGINT UNSIGNED) RETURNS BIGINT UNSIGNED
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+  RETURN txmq_i_add64((a & 4294967295) * (b & 4294967295),
+                      ((txmq_i_add64((a >> 32) * (b & 4294967295), (a & 4294967295) * (b >> 32))
+                        & 4294967295) << 32))
+$$
+-- A key's partition: FNV-1a (64 bits) of its bytes, then the jump consistent hash, in doubles
+-- as partition_of_key (send.cc) computes it.
+DROP FUNCTION IF EXISTS txmq_i_key_partition
+$$
+CREATE FUNCTION txmq_i_key_partition(p_key VARBINARY(255), p_partitions INT UNSIGNED)
+  RETURNS INT UNSIGNED
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_hash BIGINT UNSIGNED DEFAULT 14695981039346656037;
+  DECLARE i INT DEFAULT 1;
+  DECLARE b BIGINT DEFAULT -1;
+  DECLARE j BIGINT DEFAULT 0;
+  IF p_partitions <= 1 THEN
+    RETURN 0;
+  END IF;
+  WHILE i <= LENGTH(p_key) DO
+    SET v_hash = txmq_i_mul64(v_hash ^ ASCII(SUBSTRING(p_key, i, 1)), 1099511628211);
+    SET i = i + 1;
+  END WHILE;
+  WHILE j < p_partitions DO
+    SET b = j;
+    SET v_hash = txmq_i_add64(txmq_i_mul64(v_hash, 2862933555777941757), 1);
+    SET j = FLOOR((b + 1) * (2147483648e0 / ((v_hash >> 33) + 1e0)));
+  END WHILE;
+  RETURN b;
+END
+$$
+-- A varint length prefix (attributes.cc, put): 7 bits a byte, low bits first.
+DROP FUNCTION IF EXISTS txmq_i_varint
+$$
+CREATE FUNCTION txmq_i_varint(p_n BIGINT UNSIGNED) RETURNS VARBINARY(10)
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_out VARBINARY(10) DEFAULT '';
+  DECLARE v_byte INT;
+  REPEAT
+    SET v_byte = p_n & 127;
+    SET p_n = p_n >> 7;
+    IF p_n <> 0 THEN
+      SET v_byte = v_byte | 128;
+    END IF;
+    SET v_out = CONCAT(v_out, UNHEX(LPAD(HEX(v_byte), 2, '0')));
+  UNTIL p_n = 0 END REPEAT;
+  RETURN v_out;
+END
+$$
+-- Attributes given as JSON ({"name": "value"} or {"name": {"type": "Number", "value": "12"}})
+-- encoded as the library stores them (attributes.cc, version 1: in name order, name, type and
+-- value each with its varint length), with their size as SQS counts it (names, types and
+-- values). NULL for none. Checked as check_attributes checks them.
+DROP PROCEDURE IF EXISTS txmq_i_encode_attributes
+$$
+CREATE PROCEDURE txmq_i_encode_attributes(IN p_json LONGTEXT, IN p_where VARCHAR(64),
+                                          OUT p_blob LONGBLOB, OUT p_size BIGINT UNSIGNED)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_count INT DEFAULT 0;
+  DECLARE v_name VARBINARY(1024);
+  DECLARE v_entry LONGTEXT;
+  DECLARE v_type VARBINARY(1024);
+  DECLARE v_value LONGBLOB;
+  DECLARE names CURSOR FOR
+    SELECT CAST(j.name AS BINARY) FROM JSON_TABLE(JSON_KEYS(p_json), '$[*]'
+      COLUMNS (name VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS j
+    ORDER BY CAST(j.name AS BINARY);
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  SET p_blob = NULL, p_size = 0;
+  IF p_json IS NULL OR JSON_TYPE(p_json) = 'NULL' THEN
+    SET v_done = 2;
+  ELSEIF JSON_TYPE(p_json) <> 'OBJECT' THEN
+    CALL txmq_i_raise(CONCAT(p_where, 'attributes must be a JSON object'));
+  ELSEIF JSON_LENGTH(p_json) > 64 THEN
+    CALL txmq_i_raise(CONCAT(p_where, JSON_LENGTH(p_json), ' attributes are over the limit of 64'));
+  END IF;
+  IF v_done = 0 AND JSON_LENGTH(p_json) > 0 THEN
+    SET p_blob = UNHEX('01');
+    OPEN names;
+    read_names: LOOP
+      FETCH names INTO v_name;
+      IF v_done = 1 THEN
+        LEAVE read_names;
+      END IF;
+      SET v_entry = JSON_EXTRACT(p_json, CONCAT('$.', JSON_QUOTE(CONVERT(v_name USING utf8mb4))));
+      IF JSON_TYPE(v_entry) = 'OBJECT' THEN
+        SET v_type = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_entry, '$.type')) AS BINARY);
+        SET v_value = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_entry, '$.value')) AS BINARY);
+        IF JSON_TYPE(JSON_EXTRACT(v_entry, '$.value')) NOT IN ('STRING', 'INTEGER', 'DOUBLE', 'DECIMAL', 'UNSIGNED INTEGER') THEN
+          SET v_value = NULL;
+        END IF;
+      ELSEIF JSON_TYPE(v_entry) = 'STRING' THEN
+        SET v_type = 'String';
+        SET v_value = CAST(JSON_UNQUOTE(v_entry) AS BINARY);
+      ELSE
+        SET v_type = NULL, v_value = NULL;
+      END IF;
+      IF v_value IS NULL THEN
+        CALL txmq_i_raise(CONCAT(p_where, 'attribute ''', LEFT(CONVERT(v_name USING utf8mb4), 64),
+                                 ''' needs a string value, or {"type": ..., "value": ...}'));
+      END IF;
+      IF NOT (CONVERT(v_name USING utf8mb4) COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9_.-]{1,256}$') OR LENGTH(v_name) > 256 THEN
+        CALL txmq_i_raise(CONCAT(p_where, 'attribute names are 1 to 256 characters of A-Z a-z 0-9 _ - . (got ''',
+                                 LEFT(CONVERT(v_name USING utf8mb4), 40), ''')'));
+      END IF;
+      IF v_type IS NULL OR NOT (CONVERT(v_type USING utf8mb4) COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9_.-]{1,256}$') OR LENGTH(v_type) > 256 THEN
+        CALL txmq_i_raise(CONCAT(p_where, 'attribute ''', CONVERT(v_name USING utf8mb4),
+                                 ''': types are 1 to 256 characters of A-Z a-z 0-9 _ - .'));
+      END IF;
+      SET p_blob = CONCAT(p_blob, txmq_i_varint(LENGTH(v_name)), v_name,
+                          txmq_i_varint(LENGTH(v_type)), v_type,
+                          txmq_i_varint(LENGTH(v_value)), v_value);
+      SET p_size = p_size + LENGTH(v_name) + LENGTH(v_type) + LENGTH(v_value);
+    END LOOP;
+    CLOSE names;
+  END IF;
+END
+$$
+-- The library's encoding back to JSON ({"name": {"type": ..., "value": ...}}), for txmq_take.
+-- The origin entry of a dead letter (its name starts with the byte 1) is left out, as
+-- decode_attributes leaves it out of a message's attributes.
+DROP FUNCTION IF EXISTS txmq_i_decode_attributes
+$$
+CREATE FUNCTION txmq_i_decode_attributes(p_blob LONGBLOB) RETURNS LONGTEXT
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_out LONGTEXT DEFAULT '{}';
+  DECLARE v_at BIGINT DEFAULT 2;
+  DECLARE v_field INT;
+  DECLARE v_len BIGINT;
+  DECLARE v_shift INT;
+  DECLARE v_byte INT;
+  DECLARE v_name VARBINARY(1024);
+  DECLARE v_type VARBINARY(1024);
+  DECLARE v_value LONGBLOB;
+  IF p_blob IS NULL OR LENGTH(p_blob) = 0 THEN
+    RETURN NULL;
+  END IF;
+  WHILE v_at <= LENGTH(p_blob) DO
+    SET v_field = 0;
+    WHILE v_field < 3 DO
+      SET v_len = 0, v_shift = 0;
+      REPEAT
+        SET v_byte = ASCII(SUBSTRING(p_blob, v_at, 1));
+        SET v_len = v_len | ((v_byte & 127) << v_shift);
+        SET v_shift = v_shift + 7, v_at = v_at + 1;
+      UNTIL (v_byte & 128) = 0 OR v_at > LENGTH(p_blob) END REPEAT;
+      CASE v_field
+        WHEN 0 THEN SET v_name = SUBSTRING(p_blob, v_at, v_len);
+        WHEN 1 THEN SET v_type = SUBSTRING(p_blob, v_at, v_len);
+        ELSE SET v_value = SUBSTRING(p_blob, v_at, v_len);
+      END CASE;
+      SET v_at = v_at + v_len, v_field = v_field + 1;
+    END WHILE;
+    IF ASCII(v_name) <> 1 THEN
+      SET v_out = JSON_SET(v_out, CONCAT('$.', JSON_QUOTE(CONVERT(v_name USING utf8mb4))),
+                           JSON_OBJECT('type', CONVERT(v_type USING utf8mb4),
+                                       'value', CONVERT(v_value USING utf8mb4)));
+    END IF;
+  END WHILE;
+  RETURN v_out;
+END
+$$
+-- Wakes up to p_count consumers waiting on a channel (waiters.cc, the watches registered in
+-- txmq_waiters): KILL QUERY of their watch statements, as a sender does after its commit. A
+-- routine runs before its caller commits, so the woken watch finds the messages not yet
+-- committed and waits for them on their row locks (waiters.cc). Only reads txmq_waiters (a
+-- MEMORY table: no write inside the caller's transaction). Errors are ignored: a watch that has
+-- gone (1094), or a definer without the right to end other users' statements (1095).
+DROP PROCEDURE IF EXISTS txmq_i_wake
+$$
+CREATE PROCEDURE txmq_i_wake(IN p_channel VARCHAR(64), IN p_count INT)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_id BIGINT UNSIGNED;
+  DECLARE watches CURSOR FOR
+    SELECT connection_id FROM txmq_waiters WHERE topic = p_channel
+    ORDER BY registered_at LIMIT p_count;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  IF p_count > 0 THEN
+    OPEN watches;
+    wake: LOOP
+      FETCH watches INTO v_id;
+      IF v_done = 1 THEN
+        LEAVE wake;
+      END IF;
+      BEGIN
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+        SET @txmq_sql = CONCAT('KILL QUERY ', v_id);
+        PREPARE txmq_kill FROM @txmq_sql;
+        EXECUTE txmq_kill;
+        DEALLOCATE PREPARE txmq_kill;
+      END;
+    END LOOP;
+    CLOSE watches;
+    SET @txmq_sql = NULL;
+  END IF;
+END
+$$
+-- The topic's settings as a send reads them: its row under a shared lock held until the
+-- transaction ends, which fences the send against a change of its groups or partitions
+-- (the catalog: with_topic_fenced takes the row for update).
+DROP PROCEDURE IF EXISTS txmq_i_topic
+$$
+CREATE PROCEDURE txmq_i_topic(IN p_topic VARCHAR(255), OUT p_max_payload BIGINT UNSIGNED,
+                              OUT p_dedup_window BIGINT UNSIGNED, OUT p_partitions INT UNSIGNED,
+                              OUT p_placed BIGINT UNSIGNED, OUT p_groups INT,
+                              OUT p_allocator INT UNSIGNED)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_found TINYINT DEFAULT 0;
+  CALL txmq_i_check_name(p_topic);
+  SELECT 1, max_payload_bytes, dedup_window_us, partitions, placed
+    INTO v_found, p_max_payload, p_dedup_window, p_partitions, p_placed
+    FROM txmq_topics WHERE name = p_topic LOCK IN SHARE MODE;
+  IF v_found = 0 THEN
+    CALL txmq_i_raise(CONCAT('no such topic ''', p_topic, ''''));
+  END IF;
+  SELECT COUNT(*), MIN(number) INTO p_groups, p_allocator FROM txmq_groups WHERE topic = p_topic;
+END
+$$
+-- An unkeyed send's partition: one of those placed on this server, at random (the library
+-- takes them in turn).
+DROP FUNCTION IF EXISTS txmq_i_unkeyed_partition
+$$
+CREATE FUNCTION txmq_i_unkeyed_partition(p_partitions INT UNSIGNED, p_placed BIGINT UNSIGNED)
+  RETURNS INT
+  NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_here INT DEFAULT 0;
+  DECLARE v_pick INT;
+  DECLARE p INT DEFAULT 0;
+  IF p_placed IS NULL THEN
+    RETURN FLOOR(RAND() * p_partitions);
+  END IF;
+  WHILE p < p_partitions DO
+    IF (p_placed >> p) & 1 = 1 THEN
+      SET v_here = v_here + 1;
+    END IF;
+    SET p = p + 1;
+  END WHILE;
+  IF v_here = 0 THEN
+    RETURN -1;
+  END IF;
+  SET v_pick = FLOOR(RAND() * v_here), p = 0;
+  WHILE p < p_partitions DO
+    IF (p_placed >> p) & 1 = 1 THEN
+      IF v_pick = 0 THEN
+        RETURN p;
+      END IF;
+      SET v_pick = v_pick - 1;
+    END IF;
+    SET p = p + 1;
+  END WHILE;
+  RETURN -1;
+END
+$$
+DROP PROCEDURE IF EXISTS txmq_i_not_placed
+$$
+CREATE PROCEDURE txmq_i_not_placed(IN p_topic VARCHAR(48), IN p_partition INT)
+  NO SQL SQL SECURITY DEFINER
+BEGIN
+  CALL txmq_i_raise(CONCAT('partition ', GREATEST(p_partition, 0), ' of topic ''', p_topic,
+                           ''' is not on this server (send through the server that holds it)'));
+END
+$$
+-- The messages of one call, staged in a temporary table of the session: `n` their order,
+-- `p` their partition, `k` their row in the partition's INSERT, `id` their message id.
+DROP PROCEDURE IF EXISTS txmq_i_stage
+$$
+CREATE PROCEDURE txmq_i_stage()
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_batch (
+    n INT UNSIGNED NOT NULL PRIMARY KEY,
+    p INT NOT NULL DEFAULT 0,
+    k INT UNSIGNED NULL,
+    payload LONGBLOB NULL,
+    msg_key VARBINARY(1024) NULL,
+    dedup_key VARBINARY(1024) NULL,
+    delay_us BIGINT NOT NULL DEFAULT 0,
+    options LONGTEXT NULL,
+    attributes_json LONGTEXT NULL,
+    attributes LONGBLOB NULL,
+    attributes_size BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    fresh TINYINT NOT NULL DEFAULT 1,
+    chunk INT UNSIGNED NULL,
+    id BIGINT UNSIGNED NULL,
+    KEY (p, k)) ENGINE=InnoDB;
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_order (
+    n INT UNSIGNED NOT NULL PRIMARY KEY,
+    k INT UNSIGNED NOT NULL,
+    chunk INT UNSIGNED NOT NULL) ENGINE=InnoDB;
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_keys (
+    msg_key VARBINARY(255) NOT NULL PRIMARY KEY,
+    cnt INT UNSIGNED NOT NULL,
+    first_id BIGINT UNSIGNED NOT NULL,
+    was_new TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB;
+  DELETE FROM txmq_i_batch;
+  DELETE FROM txmq_i_keys;
+  DELETE FROM txmq_i_order;
+END
+$$
+-- Checks the staged messages against the topic (check_message in send.cc) and encodes their
+-- attributes; raises before anything is written.
+DROP PROCEDURE IF EXISTS txmq_i_check_staged
+$$
+CREATE PROCEDURE txmq_i_check_staged(IN p_topic VARCHAR(48), IN p_max_payload BIGINT UNSIGNED,
+                                     IN p_batch TINYINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_n INT UNSIGNED;
+  DECLARE v_json LONGTEXT;
+  DECLARE v_blob LONGBLOB;
+  DECLARE v_size BIGINT UNSIGNED;
+  DECLARE v_where VARCHAR(64);
+  DECLARE v_bad INT UNSIGNED;
+  DECLARE v_bad_size BIGINT UNSIGNED;
+  DECLARE with_attributes CURSOR FOR
+    SELECT n, attributes_json FROM txmq_i_batch WHERE attributes_json IS NOT NULL ORDER BY n;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  OPEN with_attributes;
+  encode: LOOP
+    FETCH with_attributes INTO v_n, v_json;
+    IF v_done = 1 THEN
+      LEAVE encode;
+    END IF;
+    SET v_where = IF(p_batch = 1, CONCAT('message ', v_n, ' of the batch: '), '');
+    CALL txmq_i_encode_attributes(v_json, v_where, v_blob, v_size);
+    UPDATE txmq_i_batch SET attributes = v_blob, attributes_size = v_size WHERE n = v_n;
+  END LOOP;
+  CLOSE with_attributes;
+  SET v_done = 0;
+  SET v_bad = NULL;
+  SELECT n INTO v_bad FROM txmq_i_batch WHERE payload IS NULL ORDER BY n LIMIT 1;
+  IF v_bad IS NOT NULL THEN
+    CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
+                             'needs a payload (a string, or an object with "payload" or "payload_base64")'));
+  END IF;
+  SELECT n, LENGTH(payload) + attributes_size INTO v_bad, v_bad_size FROM txmq_i_batch
+    WHERE LENGTH(payload) + attributes_size > p_max_payload ORDER BY n LIMIT 1;
+  IF v_bad IS NOT NULL THEN
+    CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
+                             'payload of ', v_bad_size, ' bytes is over topic ''', p_topic,
+                             '''''s limit of ', p_max_payload, ' bytes'));
+  END IF;
+  SELECT n INTO v_bad FROM txmq_i_batch WHERE LENGTH(msg_key) > 255 ORDER BY n LIMIT 1;
+  IF v_bad IS NOT NULL THEN
+    CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
+                             'key is over the limit of 255 bytes'));
+  END IF;
+  SELECT n INTO v_bad FROM txmq_i_batch
+    WHERE dedup_key IS NOT NULL AND (LENGTH(dedup_key) = 0 OR LENGTH(dedup_key) > 255) ORDER BY n LIMIT 1;
+  IF v_bad IS NOT NULL THEN
+    CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
+                             'dedup key must be 1 to 255 bytes'));
+  END IF;
+  SELECT n INTO v_bad FROM txmq_i_batch
+    WHERE delay_us < 0 OR delay_us > 31622400000000 ORDER BY n LIMIT 1;
+  IF v_bad IS NOT NULL THEN
+    CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
+                             'delay must be from 0 to 366 days'));
+  END IF;
+END
+$$
+-- Parses one message's options (a JSON object or NULL) into the staged row n.
+DROP PROCEDURE IF EXISTS txmq_i_stage_options
+$$
+CREATE PROCEDURE txmq_i_stage_options(IN p_n INT UNSIGNED, IN p_options LONGTEXT,
+                                      IN p_where VARCHAR(64))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_delay LONGTEXT;
+  IF p_options IS NOT NULL AND COALESCE(JSON_TYPE(p_options), 'NULL') <> 'NULL' THEN
+    IF JSON_TYPE(p_options) <> 'OBJECT' THEN
+      CALL txmq_i_raise(CONCAT(p_where, 'options must be a JSON object or NULL'));
+    END IF;
+    SET v_delay = JSON_EXTRACT(p_options, '$.delay_ms');
+    IF COALESCE(JSON_TYPE(v_delay), 'NULL') NOT IN ('INTEGER', 'UNSIGNED INTEGER', 'NULL') THEN
+      CALL txmq_i_raise(CONCAT(p_where, 'delay_ms must be a whole number of milliseconds'));
+    END IF;
+    IF COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.key')), 'NULL') NOT IN ('STRING', 'NULL')
+       OR COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.dedup_key')), 'NULL') NOT IN ('STRING', 'NULL') THEN
+      CALL txmq_i_raise(CONCAT(p_where, 'key and dedup_key must be strings'));
+    END IF;
+    UPDATE txmq_i_batch SET
+      msg_key = IF(JSON_TYPE(JSON_EXTRACT(p_options, '$.key')) = 'STRING',
+                   CAST(JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.key')) AS BINARY), NULL),
+      dedup_key = IF(JSON_TYPE(JSON_EXTRACT(p_options, '$.dedup_key')) = 'STRING',
+                     CAST(JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.dedup_key')) AS BINARY), NULL),
+      delay_us = IF(COALESCE(JSON_TYPE(v_delay), 'NULL') = 'NULL', 0,
+                    IF(CAST(v_delay AS DECIMAL(30, 0)) > 31622400000 OR CAST(v_delay AS DECIMAL(30, 0)) < 0,
+                       -1, CAST(v_delay AS SIGNED) * 1000)),
+      attributes_json = IF(COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.attributes')), 'NULL') = 'NULL',
+                           NULL, JSON_EXTRACT(p_options, '$.attributes'))
+    WHERE n = p_n;
+  END IF;
+END
+$$
+-- Writes the staged, checked messages (send.cc: insert_messages): per partition, dedup keys
+-- first (insert_deduplicated), then one multi-row INSERT into the allocating group's queue
+-- table (ids in one block, first + i * auto_increment_increment, on MariaDB and MySQL alike:
+-- a multi-row VALUES is a "simple insert"), copies into every other group's table, keyed FIFO
+-- per group (order_keyed). Fills txmq_i_batch.id.
+DROP PROCEDURE IF EXISTS txmq_i_write_staged
+$$
+CREATE PROCEDURE txmq_i_write_staged(IN p_topic VARCHAR(48), IN p_partitions INT UNSIGNED,
+                                     IN p_placed BIGINT UNSIGNED, IN p_dedup_window BIGINT UNSIGNED,
+                                     IN p_allocator INT UNSIGNED, IN p_groups INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_spread INT DEFAULT -1;
+  DECLARE v_p INT;
+  DECLARE v_bad INT;
+  DECLARE v_rows INT;
+  DECLARE v_first BIGINT UNSIGNED;
+  DECLARE v_step BIGINT UNSIGNED DEFAULT @@SESSION.auto_increment_increment;
+  DECLARE v_values LONGTEXT;
+  DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+  DECLARE v_dedup TINYINT DEFAULT 0;
+  DECLARE v_chunk BIGINT;
+  DECLARE v_next BIGINT;
+  DECLARE v_k0 INT UNSIGNED;
+  DECLARE partitions_used CURSOR FOR SELECT DISTINCT p FROM txmq_i_batch ORDER BY p;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+
+  -- Keyed messages go to their key's partition, the others of the call to one partition.
+  UPDATE txmq_i_batch SET p = txmq_i_key_partition(msg_key, p_partitions) WHERE msg_key IS NOT NULL;
+  IF EXISTS (SELECT 1 FROM txmq_i_batch WHERE msg_key IS NULL) THEN
+    SET v_spread = txmq_i_unkeyed_partition(p_partitions, p_placed);
+    IF v_spread < 0 THEN
+      CALL txmq_i_not_placed(p_topic, 0);
+    END IF;
+    UPDATE txmq_i_batch SET p = v_spread WHERE msg_key IS NULL;
+  END IF;
+  IF p_placed IS NOT NULL THEN
+    SET v_bad = NULL;
+    SELECT p INTO v_bad FROM txmq_i_batch WHERE (p_placed >> p) & 1 = 0 ORDER BY n LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+      CALL txmq_i_not_placed(p_topic, v_bad);
+    END IF;
+  END IF;
+
+  SET SESSION group_concat_max_len = 1073741824;
+  SET v_dedup = EXISTS (SELECT 1 FROM txmq_i_batch WHERE dedup_key IS NOT NULL);
+  OPEN partitions_used;
+  each_partition: LOOP
+    FETCH partitions_used INTO v_p;
+    IF v_done = 1 THEN
+      LEAVE each_partition;
+    END IF;
+    IF v_dedup = 1 AND EXISTS (SELECT 1 FROM txmq_i_batch WHERE p = v_p AND dedup_key IS NOT NULL) THEN
+      -- 1. every distinct key of the partition in key order: new, renewed past its window
+      --    (message_id 0), or kept as it is; the upsert locks the key's row.
+      SET @txmq_sql = CONCAT('INSERT INTO `txmq_dd_', p_topic, '` (dedup_key, message_id, expires_at) ',
+        'SELECT DISTINCT dedup_key, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND FROM txmq_i_batch ',
+        'WHERE p = ? AND dedup_key IS NOT NULL ORDER BY dedup_key ',
+        'ON DUPLICATE KEY UPDATE message_id = IF(expires_at <= UTC_TIMESTAMP(6), 0, message_id), ',
+        'expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)');
+      SET @txmq_a = p_dedup_window, @txmq_b = v_p;
+      CALL txmq_i_exec(2);
+      -- 2. keys that have a message: its id, not sent again; 3. of a new key, the first message
+      --    is sent, the later ones get its id (below).
+      SET @txmq_sql = CONCAT('UPDATE txmq_i_batch AS b JOIN `txmq_dd_', p_topic, '` AS d ',
+        'ON d.dedup_key = b.dedup_key SET b.fresh = 0, b.id = d.message_id ',
+        'WHERE b.p = ? AND d.message_id <> 0');
+      SET @txmq_a = v_p;
+      CALL txmq_i_exec(1);
+      -- (the later messages of a new key: marked one by one, as a statement may not read a
+      -- temporary table twice)
+      CALL txmq_i_mark_repeats(v_p);
+    END IF;
+
+    -- The partition's fresh messages, numbered in send order (k), cut into statements of at
+    -- most a quarter of max_allowed_packet (payloads travel in hex: twice their size).
+    DELETE FROM txmq_i_order;
+    INSERT INTO txmq_i_order (n, k, chunk)
+      SELECT n, ROW_NUMBER() OVER (ORDER BY n),
+             FLOOR((SUM(LENGTH(payload) + IFNULL(LENGTH(attributes), 0) + IFNULL(LENGTH(msg_key), 0) + 64)
+                    OVER (ORDER BY n) - 1) / GREATEST(@@max_allowed_packet DIV 4 - 1024, 65536))
+      FROM txmq_i_batch WHERE p = v_p AND fresh = 1;
+    UPDATE txmq_i_batch AS b JOIN txmq_i_order AS o ON o.n = b.n SET b.k = o.k, b.chunk = o.chunk;
+    SET v_chunk = -1;
+    each_chunk: LOOP
+      SET v_next = NULL;
+      SELECT MIN(chunk) INTO v_next FROM txmq_i_order WHERE chunk > v_chunk;
+      IF v_next IS NULL THEN
+        LEAVE each_chunk;
+      END IF;
+      SET v_chunk = v_next;
+      SELECT COUNT(*), MIN(k) INTO v_rows, v_k0 FROM txmq_i_order WHERE chunk = v_chunk;
+      SELECT GROUP_CONCAT('(UTC_TIMESTAMP(6)',
+                          IF(delay_us = 0, '', CONCAT(' + INTERVAL ', delay_us, ' MICROSECOND')),
+                          ', UTC_TIMESTAMP(6), ', IF(msg_key IS NULL, 'NULL', CONCAT('X''', HEX(msg_key), '''')),
+                          ', X''', HEX(payload), ''', ',
+                          IF(attributes IS NULL, 'NULL', CONCAT('X''', HEX(attributes), '''')), ')'
+                          ORDER BY k SEPARATOR ',')
+        INTO v_values FROM txmq_i_batch WHERE p = v_p AND fresh = 1 AND chunk = v_chunk;
+      SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('q', p_topic, p_allocator, v_p),
+                             ' (visible_at, enqueued_at, msg_key, payload, attributes) VALUES ', v_values);
+      SET v_values = NULL;
+      IF @txmq_sql IS NULL THEN
+        CALL txmq_i_raise('a message is too large for the server''s max_allowed_packet');
+      END IF;
+      CALL txmq_i_exec(0);
+      SET v_first = LAST_INSERT_ID();
+      UPDATE txmq_i_batch SET id = v_first + (k - v_k0) * v_step
+        WHERE p = v_p AND fresh = 1 AND chunk = v_chunk;
+      -- Copies for the other groups.
+      IF p_groups > 1 THEN
+        CALL txmq_i_copy_to_groups(p_topic, p_allocator, v_p, v_first, v_first + (v_rows - 1) * v_step, v_step);
+      END IF;
+    END LOOP;
+    -- Keyed FIFO in each group.
+    IF EXISTS (SELECT 1 FROM txmq_i_batch WHERE p = v_p AND fresh = 1 AND msg_key IS NOT NULL) THEN
+      CALL txmq_i_order_keyed(p_topic, v_p);
+    END IF;
+    IF v_dedup = 1 AND EXISTS (SELECT 1 FROM txmq_i_batch WHERE p = v_p AND dedup_key IS NOT NULL) THEN
+      -- 4. the new messages' ids into their keys; then every message with a key has its id.
+      SET @txmq_sql = CONCAT('INSERT INTO `txmq_dd_', p_topic, '` (dedup_key, message_id, expires_at) ',
+        'SELECT dedup_key, id, UTC_TIMESTAMP(6) FROM txmq_i_batch WHERE p = ? AND fresh = 1 ',
+        'AND dedup_key IS NOT NULL ORDER BY dedup_key ',
+        'ON DUPLICATE KEY UPDATE message_id = VALUES(message_id)');
+      SET @txmq_a = v_p;
+      CALL txmq_i_exec(1);
+      SET @txmq_sql = CONCAT('UPDATE txmq_i_batch AS b JOIN `txmq_dd_', p_topic, '` AS d ',
+        'ON d.dedup_key = b.dedup_key SET b.id = d.message_id WHERE b.p = ? AND b.id IS NULL');
+      SET @txmq_a = v_p;
+      CALL txmq_i_exec(1);
+    END IF;
+  END LOOP;
+  CLOSE partitions_used;
+  SET SESSION group_concat_max_len = v_gcl;
+  SET @txmq_sql = NULL, @txmq_a = NULL, @txmq_b = NULL;
+END
+$$
+-- The later messages of a dedup key that is new in this call: not sent, they get the id of the
+-- first one (set from the key's row after the insert).
+DROP PROCEDURE IF EXISTS txmq_i_mark_repeats
+$$
+CREATE PROCEDURE txmq_i_mark_repeats(IN p_partition INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_n INT UNSIGNED;
+  DECLARE v_key VARBINARY(1024);
+  DECLARE v_last VARBINARY(1024) DEFAULT NULL;
+  DECLARE keyed CURSOR FOR
+    SELECT n, dedup_key FROM txmq_i_batch WHERE p = p_partition AND fresh = 1
+      AND dedup_key IS NOT NULL ORDER BY dedup_key, n;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  OPEN keyed;
+  mark: LOOP
+    FETCH keyed INTO v_n, v_key;
+    IF v_done = 1 THEN
+      LEAVE mark;
+    END IF;
+    IF v_last IS NOT NULL AND v_key = v_last THEN
+      UPDATE txmq_i_batch SET fresh = 0 WHERE n = v_n;
+    END IF;
+    SET v_last = v_key;
+  END LOOP;
+  CLOSE keyed;
+END
+$$
+-- Copies the messages just inserted into the allocating group's partition table (ids first to
+-- last, every step) into every other group's (copy_to_group).
+DROP PROCEDURE IF EXISTS txmq_i_copy_to_groups
+$$
+CREATE PROCEDURE txmq_i_copy_to_groups(IN p_topic VARCHAR(48), IN p_allocator INT UNSIGNED,
+                                       IN p_partition INT, IN p_first BIGINT UNSIGNED,
+                                       IN p_last BIGINT UNSIGNED, IN p_step BIGINT UNSIGNED)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_group INT UNSIGNED;
+  DECLARE other_groups CURSOR FOR
+    SELECT number FROM txmq_groups WHERE topic = p_topic AND number <> p_allocator ORDER BY number;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  OPEN other_groups;
+  copy: LOOP
+    FETCH other_groups INTO v_group;
+    IF v_done = 1 THEN
+      LEAVE copy;
+    END IF;
+    SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('q', p_topic, v_group, p_partition),
+      ' (id, visible_at, enqueued_at, msg_key, payload, attributes) SELECT id, visible_at, ',
+      'enqueued_at, msg_key, payload, attributes FROM ', txmq_i_table('q', p_topic, p_allocator, p_partition),
+      ' WHERE id BETWEEN ? AND ? AND (id - ?) MOD ? = 0 ORDER BY id');
+    SET @txmq_a = p_first, @txmq_b = p_last, @txmq_c = p_first, @txmq_d = p_step;
+    CALL txmq_i_exec(4);
+  END LOOP;
+  CLOSE other_groups;
+END
+$$
+-- Keyed FIFO for the fresh keyed messages of a partition, in every group (keys.cc,
+-- order_keyed): a new key row takes the first message as its head, an existing one parks them
+-- all; parked in id order.
+DROP PROCEDURE IF EXISTS txmq_i_order_keyed
+$$
+CREATE PROCEDURE txmq_i_order_keyed(IN p_topic VARCHAR(48), IN p_partition INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_group INT UNSIGNED;
+  DECLARE v_ids LONGTEXT;
+  DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+  DECLARE each_group CURSOR FOR
+    SELECT number FROM txmq_groups WHERE topic = p_topic ORDER BY number;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  DELETE FROM txmq_i_keys;
+  INSERT INTO txmq_i_keys (msg_key, cnt, first_id)
+    SELECT msg_key, COUNT(*), MIN(id) FROM txmq_i_batch
+    WHERE p = p_partition AND fresh = 1 AND msg_key IS NOT NULL GROUP BY msg_key;
+  SET SESSION group_concat_max_len = 1073741824;
+  OPEN each_group;
+  order_group: LOOP
+    FETCH each_group INTO v_group;
+    IF v_done = 1 THEN
+      LEAVE order_group;
+    END IF;
+    SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('k', p_topic, v_group, p_partition),
+      ' (msg_key, heads, parked) SELECT msg_key, 1, cnt - 1 FROM txmq_i_keys ORDER BY msg_key ',
+      'ON DUPLICATE KEY UPDATE parked = parked + VALUES(heads) + VALUES(parked)');
+    CALL txmq_i_exec(0);
+    -- A row that was new has exactly cnt - 1 parked (an existing one at least cnt).
+    SET @txmq_sql = CONCAT('UPDATE txmq_i_keys AS t JOIN ', txmq_i_table('k', p_topic, v_group, p_partition),
+      ' AS k ON k.msg_key = t.msg_key SET t.was_new = (k.parked = t.cnt - 1)');
+    CALL txmq_i_exec(0);
+    SELECT GROUP_CONCAT(b.id ORDER BY b.id) INTO v_ids
+      FROM txmq_i_batch AS b JOIN txmq_i_keys AS t ON t.msg_key = b.msg_key
+      WHERE b.p = p_partition AND b.fresh = 1 AND NOT (t.was_new = 1 AND b.id = t.first_id);
+    IF v_ids IS NOT NULL THEN
+      SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('kp', p_topic, v_group, p_partition),
+        ' (msg_key, id, visible_at, enqueued_at, payload, attributes) SELECT msg_key, id, visible_at, ',
+        'enqueued_at, payload, attributes FROM ', txmq_i_table('q', p_topic, v_group, p_partition),
+        ' WHERE id IN (', v_ids, ') ORDER BY id');
+      CALL txmq_i_exec(0);
+      SET @txmq_sql = CONCAT('DELETE FROM ', txmq_i_table('q', p_topic, v_group, p_partition),
+                             ' WHERE id IN (', v_ids, ')');
+      CALL txmq_i_exec(0);
+    END IF;
+  END LOOP;
+  CLOSE each_group;
+  SET SESSION group_concat_max_len = v_gcl;
+END
+$$
+-- Writes what txmq_i_batch holds into the topic inside the transaction open, and wakes the
+-- topic's waiting consumers (no result set). p_check = 0 for dead letters moved into a
+-- dead-letter topic (move_to_dead_letters: not checked against the target's limits).
+DROP PROCEDURE IF EXISTS txmq_i_send_core
+$$
+CREATE PROCEDURE txmq_i_send_core(IN p_topic VARCHAR(255), IN p_batch TINYINT, IN p_check TINYINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_max_payload BIGINT UNSIGNED;
+  DECLARE v_dedup_window BIGINT UNSIGNED;
+  DECLARE v_partitions INT UNSIGNED;
+  DECLARE v_placed BIGINT UNSIGNED;
+  DECLARE v_groups INT;
+  DECLARE v_allocator INT UNSIGNED;
+  DECLARE v_claimable INT;
+  CALL txmq_i_topic(p_topic, v_max_payload, v_dedup_window, v_partitions, v_placed, v_groups,
+                    v_allocator);
+  IF p_check = 1 THEN
+    CALL txmq_i_check_staged(p_topic, v_max_payload, p_batch);
+  END IF;
+  CALL txmq_i_write_staged(p_topic, v_partitions, v_placed, v_dedup_window, v_allocator, v_groups);
+  SELECT COUNT(*) INTO v_claimable FROM txmq_i_batch WHERE delay_us = 0;
+  CALL txmq_i_wake_groups(p_topic, v_claimable);
+END
+$$
+-- txmq_i_send_core in the caller's transaction (to a savepoint) or in one of its own, then the
+-- ids as a result set.
+DROP PROCEDURE IF EXISTS txmq_i_send_staged
+$$
+CREATE PROCEDURE txmq_i_send_staged(IN p_topic VARCHAR(255), IN p_batch TINYINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_own TINYINT DEFAULT 0;
+  DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    CALL txmq_i_undo(v_own);
+    RESIGNAL;
+  END;
+  CALL txmq_i_in_transaction(v_in);
+  IF v_in = 1 THEN
+    SAVEPOINT txmq_call;
+  ELSE
+    SET v_own = 1;
+    START TRANSACTION;
+  END IF;
+  CALL txmq_i_send_core(p_topic, p_batch, 1);
+  IF v_own = 1 THEN
+    COMMIT;
+  END IF;
+  SELECT id FROM txmq_i_batch ORDER BY n;
+END
+$$
+DROP PROCEDURE IF EXISTS txmq_i_wake_groups
+$$
+CREATE PROCEDURE txmq_i_wake_groups(IN p_topic VARCHAR(48), IN p_count INT)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_group INT UNSIGNED;
+  DECLARE each_group CURSOR FOR SELECT number FROM txmq_groups WHERE topic = p_topic ORDER BY number;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  IF p_count > 0 AND EXISTS (SELECT 1 FROM txmq_waiters) THEN
+    OPEN each_group;
+    wake: LOOP
+      FETCH each_group INTO v_group;
+      IF v_done = 1 THEN
+        LEAVE wake;
+      END IF;
+      CALL txmq_i_wake(txmq_i_channel(p_topic, v_group), p_count);
+    END LOOP;
+    CLOSE each_group;
+  END IF;
+END
+$$
+-- ---------------------------------------------------------------------------------------------
+-- Public: sends.
+-- ---------------------------------------------------------------------------------------------
+-- One message; options NULL or {"key", "dedup_key", "delay_ms", "attributes"}. One row: id.
+-- A message without key or dedup key to a topic with one group takes one INSERT (the library's
+-- single send, in the caller's transaction); the others the batch's path.
+DROP PROCEDURE IF EXISTS txmq_send
+$$
+CREATE PROCEDURE txmq_send(IN p_topic VARCHAR(255), IN p_payload LONGBLOB, IN p_options LONGTEXT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_own TINYINT DEFAULT 0;
+  DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE v_max_payload BIGINT UNSIGNED;
+  DECLARE v_dedup_window BIGINT UNSIGNED;
+  DECLARE v_partitions INT UNSIGNED;
+  DECLARE v_placed BIGINT UNSIGNED;
+  DECLARE v_groups INT;
+  DECLARE v_allocator INT UNSIGNED;
+  DECLARE v_p INT;
+  DECLARE v_id BIGINT UNSIGNED;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    CALL txmq_i_undo(v_own);
+    RESIGNAL;
+  END;
+  IF p_options IS NOT NULL AND NOT JSON_VALID(p_options) THEN
+    CALL txmq_i_raise('options must be a JSON object or NULL (malformed JSON)');
+  END IF;
+  IF p_payload IS NULL THEN
+    CALL txmq_i_raise('payload must not be NULL');
+  END IF;
+  IF p_options IS NULL OR (JSON_TYPE(p_options) = 'OBJECT'
+                           AND JSON_EXTRACT(p_options, '$.key') IS NULL
+                           AND JSON_EXTRACT(p_options, '$.dedup_key') IS NULL
+                           AND JSON_EXTRACT(p_options, '$.delay_ms') IS NULL
+                           AND JSON_EXTRACT(p_options, '$.attributes') IS NULL) THEN
+    CALL txmq_i_in_transaction(v_in);
+    IF v_in = 1 THEN
+      SAVEPOINT txmq_call;
+    ELSE
+      SET v_own = 1;
+      START TRANSACTION;
+    END IF;
+    CALL txmq_i_topic(p_topic, v_max_payload, v_dedup_window, v_partitions, v_placed, v_groups,
+                      v_allocator);
+    IF v_groups = 1 THEN
+      IF LENGTH(p_payload) > v_max_payload THEN
+        CALL txmq_i_raise(CONCAT('payload of ', LENGTH(p_payload), ' bytes is over topic ''',
+                                 p_topic, '''''s limit of ', v_max_payload, ' bytes'));
+      END IF;
+      SET v_p = txmq_i_unkeyed_partition(v_partitions, v_placed);
+      IF v_p < 0 THEN
+        CALL txmq_i_not_placed(p_topic, 0);
+      END IF;
+      SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('q', p_topic, v_allocator, v_p),
+        ' (visible_at, enqueued_at, msg_key, payload) VALUES (UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, ?)');
+      SET @txmq_a = p_payload;
+      CALL txmq_i_exec(1);
+      SET v_id = LAST_INSERT_ID(), @txmq_a = NULL, @txmq_sql = NULL;
+      CALL txmq_i_wake_groups(p_topic, 1);
+      IF v_own = 1 THEN
+        COMMIT;
+      END IF;
+      SELECT v_id AS id;
+    ELSE
+      IF v_own = 1 THEN
+        COMMIT;
+      ELSE
+        RELEASE SAVEPOINT txmq_call;
+      END IF;
+      SET v_own = 0;
+      CALL txmq_i_stage();
+      INSERT INTO txmq_i_batch (n, payload) VALUES (1, p_payload);
+      CALL txmq_i_send_staged(p_topic, 0);
+    END IF;
+  ELSE
+    CALL txmq_i_check_name(p_topic);
+    CALL txmq_i_stage();
+    INSERT INTO txmq_i_batch (n, payload) VALUES (1, p_payload);
+    CALL txmq_i_stage_options(1, p_options, '');
+    CALL txmq_i_send_staged(p_topic, 0);
+  END IF;
+END
+$$
+-- A JSON array of 1 to 10,000 messages: each a string (the payload) or an object with
+-- "payload" or "payload_base64" and the options' fields. All or none; one row per message: id.
+DROP PROCEDURE IF EXISTS txmq_send_batch
+$$
+CREATE PROCEDURE txmq_send_batch(IN p_topic VARCHAR(255), IN p_messages LONGTEXT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_n INT UNSIGNED;
+  DECLARE v_options LONGTEXT;
+  DECLARE with_options CURSOR FOR
+    SELECT n, options FROM txmq_i_batch WHERE options IS NOT NULL ORDER BY n;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  CALL txmq_i_check_name(p_topic);
+  IF p_messages IS NULL OR NOT JSON_VALID(p_messages) OR JSON_TYPE(p_messages) <> 'ARRAY'
+     OR JSON_LENGTH(p_messages) NOT BETWEEN 1 AND 10000 THEN
+    CALL txmq_i_raise('messages must be a JSON array of 1 to 10000 messages');
+  END IF;
+  CALL txmq_i_stage();
+  -- Strings are payloads; an object's options are parsed next, one by one.
+  INSERT INTO txmq_i_batch (n, payload, options)
+    SELECT j.n,
+           CASE JSON_TYPE(j.v)
+             WHEN 'STRING' THEN CAST(JSON_UNQUOTE(j.v) AS BINARY)
+             WHEN 'OBJECT' THEN
+               IF(JSON_TYPE(JSON_EXTRACT(j.v, '$.payload_base64')) = 'STRING',
+                  FROM_BASE64(JSON_UNQUOTE(JSON_EXTRACT(j.v, '$.payload_base64'))),
+                  IF(JSON_TYPE(JSON_EXTRACT(j.v, '$.payload')) = 'STRING',
+                     CAST(JSON_UNQUOTE(JSON_EXTRACT(j.v, '$.payload')) AS BINARY), NULL))
+             ELSE NULL END,
+           IF(JSON_TYPE(j.v) = 'OBJECT', j.v, NULL)
+    FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, v JSON PATH '$')) AS j;
+  OPEN with_options;
+  parse: LOOP
+    FETCH with_options INTO v_n, v_options;
+    IF v_done = 1 THEN
+      LEAVE parse;
+    END IF;
+    CALL txmq_i_stage_options(v_n, v_options, CONCAT('message ', v_n, ' of the batch: '));
+  END LOOP;
+  CLOSE with_options;
+  CALL txmq_i_send_staged(p_topic, 1);
+END
+$$
+-- ---------------------------------------------------------------------------------------------
+-- Consumption, exactly once: take, the caller's work, ack, one transaction.
+-- ---------------------------------------------------------------------------------------------
+-- Deliveries that did not end in an acknowledgement (the caller rolled back, or died with its
+-- transaction open) are counted here, outside the transaction: the count must survive the
+-- rollback, or a message that always fails would be taken for ever. MEMORY: lost with a server
+-- restart, which grants such a message its attempts again. A take counts, an ack or a
+-- dead-lettering forgets, txmq_fail moves the count into the message's attempts.
+CREATE TABLE IF NOT EXISTS txmq_takes (
+  queue VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  id BIGINT UNSIGNED NOT NULL,
+  takes INT UNSIGNED NOT NULL,
+  taken_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (queue, id)) ENGINE=MEMORY
+$$
+-- The ids of an ack or fail: one id, or a JSON array of ids, into txmq_i_ids.
+DROP PROCEDURE IF EXISTS txmq_i_parse_ids
+$$
+CREATE PROCEDURE txmq_i_parse_ids(IN p_ids LONGTEXT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_ids (
+    id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+    msg_key VARBINARY(255) NULL,
+    found TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB;
+  DELETE FROM txmq_i_ids;
+  IF p_ids IS NOT NULL AND TRIM(p_ids) REGEXP '^[0-9]{1,20}$' THEN
+    INSERT INTO txmq_i_ids (id) VALUES (CAST(TRIM(p_ids) AS UNSIGNED));
+  ELSEIF p_ids IS NOT NULL AND JSON_VALID(p_ids) AND JSON_TYPE(p_ids) = 'ARRAY'
+         AND JSON_LENGTH(p_ids) <= 10000 THEN
+    IF EXISTS (SELECT 1 FROM JSON_TABLE(p_ids, '$[*]' COLUMNS (v VARCHAR(64) PATH '$')) AS j
+               WHERE j.v IS NULL OR NOT (j.v REGEXP '^[0-9]{1,20}$')) THEN
+      CALL txmq_i_raise('ids must be a message id or a JSON array of message ids');
+    END IF;
+    INSERT IGNORE INTO txmq_i_ids (id)
+      SELECT CAST(j.v AS UNSIGNED) FROM JSON_TABLE(p_ids, '$[*]' COLUMNS (v VARCHAR(64) PATH '$')) AS j;
+  ELSE
+    CALL txmq_i_raise('ids must be a message id or a JSON array of up to 10000 message ids');
+  END IF;
+END
+$$
+-- The group's number, or an error.
+DROP PROCEDURE IF EXISTS txmq_i_group
+$$
+CREATE PROCEDURE txmq_i_group(IN p_topic VARCHAR(255), IN p_group VARCHAR(255),
+                              OUT p_number INT UNSIGNED)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  SET p_number = NULL;
+  SELECT number INTO p_number FROM txmq_groups
+    WHERE topic = p_topic AND name = IFNULL(p_group, 'default');
+  IF p_number IS NULL THEN
+    IF NOT EXISTS (SELECT 1 FROM txmq_topics WHERE name = p_topic) THEN
+      CALL txmq_i_raise(CONCAT('no such topic ''', p_topic, ''''));
+    END IF;
+    CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no group ''',
+                             LEFT(IFNULL(p_group, 'default'), 48), ''''));
+  END IF;
+END
+$$
+-- Keyed FIFO when messages finish (keys.cc, finish_keyed): for each key in txmq_i_fin (with how
+-- many of its heads finished), in key order: fewer heads, or the next parked message moved in,
+-- or the key's row deleted. Adds the messages moved in to p_promoted.
+DROP PROCEDURE IF EXISTS txmq_i_finish_keyed
+$$
+CREATE PROCEDURE txmq_i_finish_keyed(IN p_topic VARCHAR(48), IN p_group INT UNSIGNED,
+                                     IN p_partition INT, INOUT p_promoted INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_key VARBINARY(255);
+  DECLARE v_count INT UNSIGNED;
+  DECLARE v_k VARCHAR(96) DEFAULT txmq_i_table('k', p_topic, p_group, p_partition);
+  DECLARE v_kp VARCHAR(96) DEFAULT txmq_i_table('kp', p_topic, p_group, p_partition);
+  DECLARE v_q VARCHAR(96) DEFAULT txmq_i_table('q', p_topic, p_group, p_partition);
+  DECLARE finished CURSOR FOR SELECT msg_key, cnt FROM txmq_i_fin ORDER BY msg_key;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  OPEN finished;
+  each_key: LOOP
+    FETCH finished INTO v_key, v_count;
+    IF v_done = 1 THEN
+      LEAVE each_key;
+    END IF;
+    SET @txmq_h = NULL, @txmq_pk = NULL, @txmq_park = NULL;
+    SET @txmq_sql = CONCAT('SELECT heads, parked INTO @txmq_h, @txmq_pk FROM ', v_k,
+                           ' WHERE msg_key = ? FOR UPDATE');
+    SET @txmq_a = v_key;
+    CALL txmq_i_exec(1);
+    IF @txmq_h IS NOT NULL THEN
+      IF @txmq_h > v_count THEN
+        SET @txmq_sql = CONCAT('UPDATE ', v_k, ' SET heads = ? WHERE msg_key = ?');
+        SET @txmq_a = @txmq_h - v_count, @txmq_b = v_key;
+        CALL txmq_i_exec(2);
+      ELSEIF @txmq_pk > 0 THEN
+        SET @txmq_sql = CONCAT('SELECT MIN(park_id) INTO @txmq_park FROM ', v_kp, ' WHERE msg_key = ?');
+        SET @txmq_a = v_key;
+        CALL txmq_i_exec(1);
+        IF @txmq_park IS NOT NULL THEN
+          SET @txmq_sql = CONCAT('INSERT INTO ', v_q, ' (id, visible_at, attempts, enqueued_at, msg_key, ',
+            'payload, attributes) SELECT id, visible_at, 0, enqueued_at, msg_key, payload, attributes FROM ',
+            v_kp, ' WHERE park_id = ?');
+          SET @txmq_a = @txmq_park;
+          CALL txmq_i_exec(1);
+          SET @txmq_sql = CONCAT('DELETE FROM ', v_kp, ' WHERE park_id = ?');
+          CALL txmq_i_exec(1);
+          SET @txmq_sql = CONCAT('UPDATE ', v_k, ' SET heads = 1, parked = parked - 1 WHERE msg_key = ?');
+          SET @txmq_a = v_key;
+          CALL txmq_i_exec(1);
+          SET p_promoted = p_promoted + 1;
+        ELSE
+          SET @txmq_sql = CONCAT('UPDATE ', v_k, ' SET heads = 0 WHERE msg_key = ?');
+          SET @txmq_a = v_key;
+          CALL txmq_i_exec(1);
+        END IF;
+      ELSE
+        SET @txmq_sql = CONCAT('DELETE FROM ', v_k, ' WHERE msg_key = ?');
+        SET @txmq_a = v_key;
+        CALL txmq_i_exec(1);
+      END IF;
+    END IF;
+  END LOOP;
+  CLOSE finished;
+  SET @txmq_h = NULL, @txmq_pk = NULL, @txmq_park = NULL, @txmq_sql = NULL, @txmq_a = NULL, @txmq_b = NULL;
+END
+$$
+-- Forgets the counted takes of the ids in txmq_i_ids (of one queue table). A server that
+-- refuses non-transactional writes inside a transaction (MySQL with enforce_gtid_consistency)
+-- has no counts to forget.
+DROP PROCEDURE IF EXISTS txmq_i_forget_takes
+$$
+CREATE PROCEDURE txmq_i_forget_takes(IN p_queue VARCHAR(128))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+  DELETE FROM txmq_takes WHERE queue = p_queue AND id IN (SELECT id FROM txmq_i_ids WHERE found = 1);
+END
+$$
+-- Deletes the messages of txmq_i_ids found in one partition's queue table (found = 1, locked
+-- by this transaction), archiving them when the topic keeps acknowledged messages, and moves
+-- their keys on. p_dead: into the dead-letter table (or the dead-letter topic) instead.
+DROP PROCEDURE IF EXISTS txmq_i_finish
+$$
+CREATE PROCEDURE txmq_i_finish(IN p_topic VARCHAR(48), IN p_group INT UNSIGNED, IN p_partition INT,
+                               IN p_dead TINYINT, INOUT p_promoted INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_q VARCHAR(96) DEFAULT txmq_i_table('q', p_topic, p_group, p_partition);
+  DECLARE v_ids LONGTEXT;
+  DECLARE v_archive BIGINT UNSIGNED;
+  DECLARE v_dlt VARCHAR(48);
+  DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+  SET SESSION group_concat_max_len = 1073741824;
+  SELECT GROUP_CONCAT(id ORDER BY id) INTO v_ids FROM txmq_i_ids WHERE found = 1;
+  SET SESSION group_concat_max_len = v_gcl;
+  IF v_ids IS NOT NULL THEN
+    SELECT archive_us, dead_letter_topic INTO v_archive, v_dlt FROM txmq_topics WHERE name = p_topic;
+    IF p_dead = 1 AND v_dlt IS NOT NULL THEN
+      -- Sent into the dead-letter topic in this transaction, with its origin ("TOPIC ID") unless
+      -- it has one from an earlier dead-lettering (move_to_dead_letters).
+      CALL txmq_i_stage();
+      SET @txmq_sql = CONCAT('INSERT INTO txmq_i_batch (n, msg_key, payload, attributes) ',
+        'SELECT id, msg_key, payload, IF(attributes IS NOT NULL AND SUBSTRING(attributes, 2, 8) = ',
+        'UNHEX(''07016F726967696E''), attributes, CONCAT(UNHEX(''01''), txmq_i_varint(7), UNHEX(''016F726967696E''), ',
+        'txmq_i_varint(6), ''origin'', txmq_i_varint(LENGTH(CONCAT(?, '' '', id))), CONCAT(?, '' '', id), ',
+        'IFNULL(SUBSTRING(attributes, 2), ''''))) FROM ', v_q, ' WHERE id IN (', v_ids, ') ORDER BY id');
+      SET @txmq_a = p_topic, @txmq_b = p_topic;
+      CALL txmq_i_exec(2);
+      CALL txmq_i_send_core(v_dlt, 1, 0);
+    ELSEIF p_dead = 1 THEN
+      SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('dlq', p_topic, p_group, p_partition),
+        ' (id, attempts, last_owner, enqueued_at, died_at, msg_key, payload, attributes) ',
+        'SELECT q.id, q.attempts + GREATEST(IFNULL(t.takes, 1), 1) - 1, ?, q.enqueued_at, UTC_TIMESTAMP(6), ',
+        'q.msg_key, q.payload, q.attributes FROM ', v_q, ' AS q LEFT JOIN txmq_takes AS t ',
+        'ON t.queue = ? AND t.id = q.id WHERE q.id IN (', v_ids, ')');
+      SET @txmq_a = LEFT(CONCAT('sql:', USER()), 255), @txmq_b = v_q;
+      CALL txmq_i_exec(2);
+    ELSEIF v_archive > 0 THEN
+      SET @txmq_sql = CONCAT('INSERT INTO `txmq_a_', p_topic, '` (id, enqueued_at, acked_at, msg_key, ',
+        'payload, attributes) SELECT id, enqueued_at, UTC_TIMESTAMP(6), msg_key, payload, attributes FROM ',
+        v_q, ' WHERE id IN (', v_ids, ') ON DUPLICATE KEY UPDATE acked_at = VALUES(acked_at)');
+      CALL txmq_i_exec(0);
+    END IF;
+    -- Driven by the ids (STRAIGHT_JOIN: their rows by the primary key): a plan that scanned the
+    -- queue table would wait for rows other transactions hold, and deadlock with them.
+    SET @txmq_sql = CONCAT('DELETE q FROM txmq_i_ids AS i STRAIGHT_JOIN ', v_q,
+                           ' AS q ON q.id = i.id WHERE i.found = 1');
+    CALL txmq_i_exec(0);
+    CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_fin (
+      msg_key VARBINARY(255) NOT NULL PRIMARY KEY,
+      cnt INT UNSIGNED NOT NULL) ENGINE=InnoDB;
+    DELETE FROM txmq_i_fin;
+    INSERT INTO txmq_i_fin (msg_key, cnt)
+      SELECT msg_key, COUNT(*) FROM txmq_i_ids WHERE found = 1 AND msg_key IS NOT NULL GROUP BY msg_key;
+    IF EXISTS (SELECT 1 FROM txmq_i_fin) THEN
+      CALL txmq_i_finish_keyed(p_topic, p_group, p_partition, p_promoted);
+    END IF;
+    -- A dead letter keeps its count: if the caller rolls back, the next take moves it again.
+    IF p_dead = 0 THEN
+      CALL txmq_i_forget_takes(v_q);
+    END IF;
+    SET @txmq_sql = NULL, @txmq_a = NULL, @txmq_b = NULL;
+  END IF;
+END
+$$
+-- Up to p_max messages of a topic's group, held by the caller's transaction (FOR UPDATE SKIP
+-- LOCKED: peers skip them) until it ends: acknowledged with txmq_ack in it, or claimable again
+-- at once after a rollback. From one partition, the first in turn (from a random one) that has
+-- some. Messages past the topic's retention are deleted, and those taken more than max_attempts
+-- times without an ack are dead-lettered, in the caller's transaction, before the rest are
+-- returned: id, payload, msg_key, attempt, enqueued_at, attributes.
+DROP PROCEDURE IF EXISTS txmq_take
+$$
+CREATE PROCEDURE txmq_take(IN p_topic VARCHAR(255), IN p_group VARCHAR(255), IN p_max INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE v_group INT UNSIGNED;
+  DECLARE v_partitions INT UNSIGNED;
+  DECLARE v_placed BIGINT UNSIGNED;
+  DECLARE v_max_attempts INT UNSIGNED;
+  DECLARE v_retention BIGINT UNSIGNED;
+  DECLARE v_first INT;
+  DECLARE v_i INT DEFAULT 0;
+  DECLARE v_p INT;
+  DECLARE v_q VARCHAR(96);
+  DECLARE v_live INT DEFAULT 0;
+  DECLARE v_promoted INT DEFAULT 0;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    CALL txmq_i_undo(0);
+    RESIGNAL;
+  END;
+  CALL txmq_i_check_name(p_topic);
+  CALL txmq_i_in_transaction(v_in);
+  IF v_in = 0 THEN
+    CALL txmq_i_raise('txmq_take needs a transaction (START TRANSACTION first): the messages are held by it until it ends');
+  END IF;
+  IF p_max IS NULL OR p_max < 1 OR p_max > 1000 THEN
+    CALL txmq_i_raise('max_messages must be from 1 to 1000');
+  END IF;
+  SAVEPOINT txmq_call;
+  CALL txmq_i_group(p_topic, p_group, v_group);
+  SELECT partitions, placed, max_attempts, retention_us
+    INTO v_partitions, v_placed, v_max_attempts, v_retention
+    FROM txmq_topics WHERE name = p_topic;
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_taken (
+    id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+    attempts INT UNSIGNED NOT NULL,
+    enqueued_at DATETIME(6) NOT NULL,
+    msg_key VARBINARY(255) NULL,
+    payload LONGBLOB NOT NULL,
+    attributes LONGBLOB NULL,
+    takes INT UNSIGNED NOT NULL DEFAULT 1,
+    fate TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB;  -- 0 live, 1 past retention, 2 dead letter
+  DELETE FROM txmq_i_taken;
+  SET v_first = FLOOR(RAND() * v_partitions);
+  each_partition: WHILE v_i < v_partitions DO
+    SET v_p = (v_first + v_i) % v_partitions, v_i = v_i + 1;
+    IF v_placed IS NULL OR (v_placed >> v_p) & 1 = 1 THEN
+      SET v_q = txmq_i_table('q', p_topic, v_group, v_p);
+      -- FORCE INDEX (PRIMARY): rows are locked only as they are taken (select_claimable).
+      SET @txmq_sql = CONCAT('INSERT INTO txmq_i_taken (id, attempts, enqueued_at, msg_key, payload, ',
+        'attributes) SELECT id, attempts, enqueued_at, msg_key, payload, attributes FROM ', v_q,
+        ' FORCE INDEX (PRIMARY) WHERE visible_at <= UTC_TIMESTAMP(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED');
+      SET @txmq_a = p_max;
+      CALL txmq_i_exec(1);
+      IF EXISTS (SELECT 1 FROM txmq_i_taken) THEN
+        IF v_retention > 0 THEN
+          UPDATE txmq_i_taken SET fate = 1
+            WHERE enqueued_at < UTC_TIMESTAMP(6) - INTERVAL v_retention MICROSECOND;
+        END IF;
+        BEGIN
+          DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;  -- no counts (txmq_i_forget_takes)
+          INSERT INTO txmq_takes (queue, id, takes, taken_at)
+            SELECT v_q, id, 1, UTC_TIMESTAMP(6) FROM txmq_i_taken WHERE fate = 0
+            ON DUPLICATE KEY UPDATE txmq_takes.takes = txmq_takes.takes + 1, taken_at = VALUES(taken_at);
+          UPDATE txmq_i_taken AS t JOIN txmq_takes AS m ON m.queue = v_q AND m.id = t.id
+            SET t.takes = GREATEST(m.takes, 1);
+          -- Counts of messages that went for good without an ack (dead letters, or an ack that
+          -- rolled back after forgetting) are dropped after an hour without a take.
+          IF RAND() < 0.001 THEN
+            DELETE FROM txmq_takes WHERE taken_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR;
+          END IF;
+        END;
+        IF v_max_attempts > 0 THEN
+          UPDATE txmq_i_taken SET fate = 2 WHERE fate = 0 AND attempts + takes - 1 >= v_max_attempts;
+        END IF;
+        CALL txmq_i_parse_ids('[]');
+        INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_taken WHERE fate = 1;
+        CALL txmq_i_finish(p_topic, v_group, v_p, 0, v_promoted);
+        DELETE FROM txmq_i_ids;
+        INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_taken WHERE fate = 2;
+        CALL txmq_i_finish(p_topic, v_group, v_p, 1, v_promoted);
+        SELECT COUNT(*) INTO v_live FROM txmq_i_taken WHERE fate = 0;
+        IF v_live > 0 THEN
+          LEAVE each_partition;
+        END IF;
+        DELETE FROM txmq_i_taken;
+      END IF;
+    END IF;
+  END WHILE;
+  SET @txmq_sql = NULL, @txmq_a = NULL;
+  IF v_promoted > 0 THEN
+    CALL txmq_i_wake(txmq_i_channel(p_topic, v_group), v_promoted);
+  END IF;
+  SELECT id, payload, msg_key, attempts + takes AS attempt, enqueued_at,
+         txmq_i_decode_attributes(attributes) AS attributes
+    FROM txmq_i_taken WHERE fate = 0 ORDER BY id;
+END
+$$
+-- Acknowledges messages taken in this transaction: deleted (archived when the topic keeps
+-- acknowledged messages, their keys' next messages moved in) when it commits, with the caller's
+-- work. A message not held by this transaction is refused: one that another transaction holds
+-- (taken there), or that is leased, acknowledged or gone.
+DROP PROCEDURE IF EXISTS txmq_ack
+$$
+CREATE PROCEDURE txmq_ack(IN p_topic VARCHAR(255), IN p_group VARCHAR(255), IN p_ids LONGTEXT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE v_group INT UNSIGNED;
+  DECLARE v_partitions INT UNSIGNED;
+  DECLARE v_p INT;
+  DECLARE v_next INT;
+  DECLARE v_ids LONGTEXT;
+  DECLARE v_missing BIGINT UNSIGNED;
+  DECLARE v_promoted INT DEFAULT 0;
+  DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    CALL txmq_i_undo(0);
+    RESIGNAL;
+  END;
+  CALL txmq_i_check_name(p_topic);
+  CALL txmq_i_in_transaction(v_in);
+  IF v_in = 0 THEN
+    CALL txmq_i_raise('txmq_ack needs the transaction that took the messages');
+  END IF;
+  SAVEPOINT txmq_call;
+  CALL txmq_i_group(p_topic, p_group, v_group);
+  SELECT partitions INTO v_partitions FROM txmq_topics WHERE name = p_topic;
+  CALL txmq_i_parse_ids(p_ids);
+  -- An id names its partition (id >> 48).
+  SET v_p = -1;
+  each_partition: LOOP
+    SET v_next = NULL;
+    SELECT MIN(id >> 48) INTO v_next FROM txmq_i_ids WHERE (id >> 48) > v_p;
+    IF v_next IS NULL THEN
+      LEAVE each_partition;
+    END IF;
+    SET v_p = v_next;
+    IF v_p >= v_partitions THEN
+      SELECT MIN(id) INTO v_missing FROM txmq_i_ids WHERE (id >> 48) = v_p;
+      CALL txmq_i_raise(CONCAT('message ', v_missing, ' is not a message of topic ''', p_topic, ''''));
+    END IF;
+    SET SESSION group_concat_max_len = 1073741824;
+    SELECT GROUP_CONCAT(id ORDER BY id) INTO v_ids FROM txmq_i_ids WHERE (id >> 48) = v_p;
+    SET SESSION group_concat_max_len = v_gcl;
+    -- Held by this transaction: its own locks are no obstacle to SKIP LOCKED, another
+    -- transaction's rows (taken there) are skipped, and so refused below.
+    CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_held (
+      id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+      msg_key VARBINARY(255) NULL) ENGINE=InnoDB;
+    DELETE FROM txmq_i_held;
+    SET @txmq_sql = CONCAT('INSERT INTO txmq_i_held (id, msg_key) SELECT q.id, q.msg_key FROM ',
+      'txmq_i_ids AS i STRAIGHT_JOIN ', txmq_i_table('q', p_topic, v_group, v_p), ' AS q ON q.id = i.id ',
+      'WHERE (i.id >> 48) = ? AND q.visible_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED');
+    SET @txmq_a = v_p;
+    CALL txmq_i_exec(1);
+    UPDATE txmq_i_ids AS i JOIN txmq_i_held AS h ON h.id = i.id SET i.found = 1, i.msg_key = h.msg_key;
+    SET v_missing = NULL;
+    SELECT MIN(id) INTO v_missing FROM txmq_i_ids WHERE (id >> 48) = v_p AND found = 0;
+    IF v_missing IS NOT NULL THEN
+      CALL txmq_i_raise(CONCAT('message ', v_missing, ' is not held by this transaction (not taken here, or leased, acknowledged or gone)'));
+    END IF;
+    CALL txmq_i_finish(p_topic, v_group, v_p, 0, v_promoted);
+    UPDATE txmq_i_ids SET found = 2 WHERE found = 1;
+  END LOOP;
+  IF v_promoted > 0 THEN
+    CALL txmq_i_wake(txmq_i_channel(p_topic, v_group), v_promoted);
+  END IF;
+END
+$$
+-- After the work failed and its transaction rolled back: counts the delivery as failed (with
+-- the takes that ended in no ack) and makes the messages claimable again after the topic's
+-- retry delay, as a failed handler's messages are (exactly_once.cc, count_failed_attempt).
+DROP PROCEDURE IF EXISTS txmq_fail
+$$
+CREATE PROCEDURE txmq_fail(IN p_topic VARCHAR(255), IN p_group VARCHAR(255), IN p_ids LONGTEXT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_own TINYINT DEFAULT 0;
+  DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE v_group INT UNSIGNED;
+  DECLARE v_partitions INT UNSIGNED;
+  DECLARE v_p INT;
+  DECLARE v_next INT;
+  DECLARE v_q VARCHAR(96);
+  DECLARE v_initial DOUBLE;
+  DECLARE v_multiplier DOUBLE;
+  DECLARE v_max DOUBLE;
+  DECLARE v_jitter DOUBLE;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    CALL txmq_i_undo(v_own);
+    RESIGNAL;
+  END;
+  CALL txmq_i_check_name(p_topic);
+  CALL txmq_i_in_transaction(v_in);
+  IF v_in = 1 THEN
+    SAVEPOINT txmq_call;
+  ELSE
+    SET v_own = 1;
+    START TRANSACTION;
+  END IF;
+  CALL txmq_i_group(p_topic, p_group, v_group);
+  SELECT partitions, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter
+    INTO v_partitions, v_initial, v_multiplier, v_max, v_jitter
+    FROM txmq_topics WHERE name = p_topic;
+  CALL txmq_i_parse_ids(p_ids);
+  UPDATE txmq_i_ids SET found = 1;
+  SET v_p = -1;
+  each_partition: LOOP
+    SET v_next = NULL;
+    SELECT MIN(id >> 48) INTO v_next FROM txmq_i_ids WHERE (id >> 48) > v_p AND (id >> 48) < v_partitions;
+    IF v_next IS NULL THEN
+      LEAVE each_partition;
+    END IF;
+    SET v_p = v_next;
+    SET v_q = txmq_i_table('q', p_topic, v_group, v_p);
+    -- visible_at first: it reads attempts before the increment (retry.cc's delay).
+    SET @txmq_sql = CONCAT('UPDATE txmq_i_ids AS i STRAIGHT_JOIN ', v_q, ' AS q ON q.id = i.id ',
+      'LEFT JOIN txmq_takes AS t ON t.queue = ? AND t.id = q.id ',
+      'SET q.visible_at = UTC_TIMESTAMP(6) + INTERVAL CAST(LEAST(?, ? * POW(?, LEAST(q.attempts, 64))) * ',
+      '(1 - RAND() * ?) AS SIGNED) MICROSECOND, q.attempts = q.attempts + GREATEST(IFNULL(t.takes, 1), 1) ',
+      'WHERE (i.id >> 48) = ', v_p, ' AND q.visible_at <= UTC_TIMESTAMP(6)');
+    SET @txmq_a = v_q, @txmq_b = v_max, @txmq_c = v_initial, @txmq_d = v_multiplier, @txmq_e = v_jitter;
+    PREPARE txmq_statement FROM @txmq_sql;
+    EXECUTE txmq_statement USING @txmq_a, @txmq_b, @txmq_c, @txmq_d, @txmq_e;
+    DEALLOCATE PREPARE txmq_statement;
+    SET @txmq_b = NULL, @txmq_c = NULL, @txmq_d = NULL, @txmq_e = NULL;
+    CALL txmq_i_forget_takes(v_q);
+  END LOOP;
+  SET @txmq_sql = NULL, @txmq_a = NULL;
+  IF v_own = 1 THEN
+    COMMIT;
+  END IF;
+END

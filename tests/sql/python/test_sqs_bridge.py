@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""A message sent through SQL in a Python transaction is received through `txmq serve` by boto3.
+
+Usage: test_sqs_bridge.py TXMQ (run by tests/sql/run.sh python, TXMQ_SQL_* in the environment).
+Starts its own `txmq serve` on the admin DSN (a free loopback port, scratch credentials and AWS
+configuration), creates a queue with boto3, sends into its topic with CALL txmq_send as the
+least-privilege user (once rolled back, once committed beside a business row, the latter while a
+long poll waits) and receives with boto3; stops the server with SIGTERM (it must exit 0).
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import boto3
+import pymysql
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_pymysql as sql  # noqa: E402  (the suite's connection and calls)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import admin  # noqa: E402
+
+TXMQ = sys.argv.pop(1) if len(sys.argv) > 1 else os.environ["TXMQ_SQL_TXMQ"]
+
+
+class SqsBridge(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.scratch = tempfile.TemporaryDirectory(prefix="txmq-sql-bridge.")
+        d = cls.scratch.name
+        key = "AKIDTXMQ" + os.urandom(6).hex().upper()
+        secret = os.urandom(20).hex()
+        with open(f"{d}/credentials", "w") as f:
+            f.write(f"# scratch keys of tests/sql/python/test_sqs_bridge.py\n{key} {secret}\n")
+        for name in ("aws-config", "aws-credentials"):
+            open(f"{d}/{name}", "w").close()
+        os.environ.update(AWS_CONFIG_FILE=f"{d}/aws-config",
+                          AWS_SHARED_CREDENTIALS_FILE=f"{d}/aws-credentials")
+        cls.out = open(f"{d}/serve.out", "w+")
+        cls.err = open(f"{d}/serve.err", "w+")
+        cls.serve = subprocess.Popen(
+            [TXMQ, "--dsn", os.environ["TXMQ_SQL_ADMIN_DSN"], "serve", "--listen", "127.0.0.1:0",
+             "--credentials", f"{d}/credentials"], stdout=cls.out, stderr=cls.err)
+        endpoint = None
+        for _ in range(600):
+            cls.out.seek(0)
+            for line in cls.out.read().splitlines():
+                if line.startswith("txmq serve: listening on "):
+                    endpoint = line.split()[4]
+            if endpoint or cls.serve.poll() is not None:
+                break
+            time.sleep(0.1)
+        if not endpoint:
+            cls.serve.kill()
+            cls.err.seek(0)
+            raise RuntimeError("txmq serve did not start: " + cls.err.read())
+        cls.sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                               aws_access_key_id=key, aws_secret_access_key=secret)
+        cls.queue = f"{os.environ['TXMQ_SQL_PREFIX']}-bridge"
+        cls.url = cls.sqs.create_queue(QueueName=cls.queue)["QueueUrl"]
+        admin_conn = pymysql.connect(**admin.admin_params())
+        with admin_conn.cursor() as cur:
+            cur.execute("SELECT topic FROM txmq_sqs_queues WHERE name = %s", (cls.queue,))
+            (cls.topic,) = cur.fetchone()
+        admin_conn.close()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.sqs.delete_queue(QueueUrl=cls.url)
+        finally:
+            cls.serve.send_signal(signal.SIGTERM)
+            try:
+                status = cls.serve.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                cls.serve.kill()
+                status = "no exit within 30 s of SIGTERM"
+            cls.scratch.cleanup()
+        if status != 0:
+            raise RuntimeError(f"txmq serve exited {status} after SIGTERM")
+
+    def test_sql_send_is_received_by_boto3(self):
+        conn = sql.connect()
+        cur = conn.cursor()
+        ref = f"bridge-{random.getrandbits(32):x}"
+        conn.begin()
+        cur.execute(f"INSERT INTO `{sql.ORDERS}` (ref, amount) VALUES (%s, 1)", (ref,))
+        sql.send(cur, self.topic, "rolled back " + ref)
+        conn.rollback()
+
+        received = {}
+
+        def long_poll():
+            t0 = time.monotonic()
+            received["answer"] = self.sqs.receive_message(
+                QueueUrl=self.url, WaitTimeSeconds=10, MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"])
+            received["at"] = time.monotonic()
+
+        poller = threading.Thread(target=long_poll)
+        poller.start()
+        time.sleep(0.5)  # the receive is waiting
+        conn.begin()
+        cur.execute(f"INSERT INTO `{sql.ORDERS}` (ref, amount) VALUES (%s, 2)", (ref,))
+        msg_id = sql.send(cur, self.topic, "order " + ref, json.dumps(
+            {"attributes": {"origin": "sql", "amount": {"type": "Number", "value": "12"}}}))
+        committed = time.monotonic()
+        conn.commit()
+        poller.join(15)
+        self.assertFalse(poller.is_alive())
+        messages = received["answer"].get("Messages", [])
+        self.assertEqual([m["Body"] for m in messages], ["order " + ref])
+        attrs = messages[0]["MessageAttributes"]
+        self.assertEqual(attrs["origin"], {"DataType": "String", "StringValue": "sql"})
+        self.assertEqual(attrs["amount"], {"DataType": "Number", "StringValue": "12"})
+        self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=messages[0]["ReceiptHandle"])
+        print(f"\n  message {msg_id}: long poll returned {received['at'] - committed:.3f} s "
+              "after the SQL commit", file=sys.stderr)
+        again = self.sqs.receive_message(QueueUrl=self.url, WaitTimeSeconds=1)
+        self.assertEqual(again.get("Messages", []), [])
+        cur.execute(f"SELECT amount FROM `{sql.ORDERS}` WHERE ref = %s", (ref,))
+        self.assertEqual(cur.fetchall(), ((2,),))
+        conn.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
