@@ -1,6 +1,6 @@
 // Wake-ups for sends by the SQL interface's routines (docs/design/sql-calls.md): txmq_send runs
 // inside the caller's transaction, so it KILLs the waiting watches *before* the COMMIT; the
-// watch waits on the uncommitted row's lock (src/wait/waiters.cc, "fenced looks").
+// watch waits on the uncommitted row's lock (src/wait/waiters.cc, "fence").
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -26,24 +26,13 @@ using namespace std::chrono_literals;
 using test::topic_for_test;
 using SteadyClock = std::chrono::steady_clock;
 
-// What txmq_send does for one message of a topic's default group, on the caller's connection
-// and in its transaction: the INSERT, then a KILL QUERY of the channel's oldest registered watch
-// (read, not taken: the routine writes nothing but the message). Emulated with its statements
-// until the routines land on main.
+// CALL txmq_send on the caller's connection, in its transaction: the routine inserts the
+// message, then KILLs the channel's oldest registered watch (read, not taken: it writes nothing
+// but the message) before the caller's COMMIT. Payloads here are plain text.
 void routine_send(internal::Connection& c, const std::string& topic, const std::string& payload) {
-  c.execute(fmt::format("INSERT INTO txmq_q_{} (visible_at, enqueued_at, payload) "
-                        "VALUES (UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?)",
-                        topic),
-            {std::string_view(payload)});
-  internal::Result r = c.execute(
-      "SELECT connection_id FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT 1",
-      {std::string_view(topic)});
-  for (const internal::Row& row : r.rows) {
-    try {
-      c.query(fmt::format("KILL QUERY {}", row.u64(0)));
-    } catch (const Error&) {
-    }
-  }
+  internal::Result r =
+      c.query_rows(fmt::format("CALL txmq_send('{}', '{}', NULL)", topic, payload));
+  ASSERT_EQ(r.rows.size(), 1u);
 }
 
 // A consumer thread that receives with a wait, in a loop, and says when each message arrived.
