@@ -397,6 +397,7 @@ TEST(SqlInterface, TakeAndAckProcessEveryMessageExactlyOnce) {
     consumers.emplace_back([&, t] {
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
       std::unique_ptr<internal::Connection> c = admin();
+      std::unique_ptr<internal::Connection> killer = admin();  // a connection is one thread's
       int empty = 0;
       while (empty < 20) {
         try {
@@ -424,7 +425,7 @@ TEST(SqlInterface, TakeAndAckProcessEveryMessageExactlyOnce) {
             ++rolled_back;
           } else if (fate == 1) {
             // The connection dies with the work and the acks uncommitted.
-            kill_connection(*a, connection_id(*c));
+            kill_connection(*killer, connection_id(*c));
             c = admin();
             ++killed;
           } else {
