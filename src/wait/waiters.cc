@@ -44,6 +44,30 @@
 //    the sender puts the registration back itself: a watch whose own re-registration would have
 //    to follow a KILL it never saw would otherwise sleep through the next sends, unregistered,
 //    until a look found them (up to a second).
+//  - A send by the SQL interface's routine (txmq_send, docs/design/sql-calls.md) runs inside
+//    its caller's transaction and can do nothing after the caller's COMMIT: it reads the
+//    channel's oldest registrations (it takes none) and KILLs those watches *before* the
+//    commit, so the pass after that KILL finds nothing. So after a KILL a *fence* comes before
+//    the look: a statement that, when nothing is claimable, reads with a shared lock the first
+//    row above the highest committed id of each channel's tables (pending()). That read waits
+//    on the uncommitted message's row lock and returns at the sender's COMMIT (3: a pass wakes
+//    the channel's receivers, a millisecond after the commit) or ROLLBACK (0: the look sleeps
+//    as any other); with nothing pending it costs two index lookups per table. The watch's
+//    session waits at most a second on a lock (kFenceLockWaitSeconds): a sender that stays
+//    open fails the fence after a second, as long as a look's SLEEP, and the watch fences
+//    again, for kFenceFor at most. So an open sender costs no more statements than an idle
+//    watch and holds up the watch's other channels at most a second: a library send KILLs the
+//    fence after its commit as it KILLs a SLEEP; what waits is only a second routine's COMMIT
+//    behind the open one (seen at the timeout). One fence is owed per KILL (at least two:
+//    KILLs that land in one statement count once), and one that finds nothing pending pays
+//    them all: so a library send's KILL costs one statement more, or a fence and a pass more
+//    when its fence finds another send in flight. A pause leaves hot channels out of its fence
+//    as out of its look (they are fenced after their pass). The fence is a statement of its
+//    own, prepared at its first use: MariaDB goes on with a statement after a lock wait times
+//    out in it (a SLEEP would run first), and optimises every subquery of a statement at each
+//    execution, even those an IF skips. Not fenced: an uncommitted message below a committed
+//    one (two routines' senders, the later committing first), and a routine's KILL that lands
+//    between two statements; the next look sees them, within a second.
 //  - Channels join a watch when a receiver first waits on them, and leave it 10 s after their
 //    last receiver; the statements are prepared again only then. Until a watch registered and
 //    looks for a new channel, its receivers poll every quarter second; the announcer interrupts
@@ -84,6 +108,7 @@
 #include <algorithm>
 #include <charconv>
 #include <numeric>
+#include <utility>
 
 #include "db/pool.h"
 #include "db/sql.h"
@@ -111,6 +136,15 @@ constexpr std::size_t kChannelsPerCheck = 32;
 constexpr unsigned kQueryInterrupted = 1317;  // ER_QUERY_INTERRUPTED: a sender's KILL QUERY
 constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the watch went away
+constexpr unsigned kLockWaitTimeout = 1205;   // ER_LOCK_WAIT_TIMEOUT: a fence's sender is still open
+constexpr unsigned kLockDeadlock = 1213;      // ER_LOCK_DEADLOCK: a fence chosen as the victim
+// A fenced look waits at most this long on one uncommitted message, and is then repeated (a
+// look's SLEEP is as long): an open sender never keeps the watch from looking at its channels.
+constexpr int kFenceLockWaitSeconds = 1;
+// Fenced looks owed after KILLs: one per KILL, at least two (KILLs that land in one statement
+// count once), at most kMaxFences; none are owed once fencing lasted kFenceFor.
+constexpr int kMaxFences = 8;
+constexpr auto kFenceFor = std::chrono::seconds(30);
 constexpr std::size_t kMaxWakesPerAnnounce = 64;
 constexpr auto kAnnounceEvery = std::chrono::milliseconds(5);
 
@@ -125,6 +159,23 @@ std::string claimable(const std::vector<std::string>& tables) {
     any += fmt::format("EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6))", table);
   }
   return any;
+}
+
+// The first message above the highest committed id in any of a channel's tables, read with a
+// shared lock in READ COMMITTED (no gap locks, so no sender waits on it): it waits on the row
+// lock of a message inserted but not committed yet and returns at the sender's COMMIT (its id)
+// or ROLLBACK (NULL); with nothing pending it returns at once.
+std::string pending(const std::vector<std::string>& tables) {
+  if (tables.empty()) return "NULL";
+  std::string first;
+  for (const std::string& table : tables) {
+    if (!first.empty()) first += ", ";
+    first += fmt::format(
+        "(SELECT id FROM {0} WHERE id > (SELECT COALESCE(MAX(id), 0) FROM {0}) ORDER BY id "
+        "LIMIT 1 LOCK IN SHARE MODE)",
+        table);
+  }
+  return tables.size() == 1 ? first : "COALESCE(" + first + ")";
 }
 
 }  // namespace
@@ -428,6 +479,10 @@ void Watch::run() {
   // Owned rather than cached by the connection: each set of channels prepares its own, large
   // statements, which go when the set changes.
   std::unique_ptr<Statement> look;     // IF(any claimable, 2, SLEEP(?))
+  // IF(any claimable, 2, IF(a pending message committed, 3, 0)): prepared at its first use
+  // (MariaDB optimises every subquery of a statement at each execution, even those an IF skips).
+  std::unique_ptr<Statement> fenced;
+  std::string fenced_sql;
   // Per chunk of kChannelsPerCheck channels: the indexes of its claimable channels.
   std::vector<std::unique_ptr<Statement>> which;
   std::unique_ptr<Statement> enroll;   // registers every channel
@@ -437,6 +492,7 @@ void Watch::run() {
   // a connection to cancel.
   const auto forget_statements = [&] {
     look.reset();
+    fenced.reset();
     which.clear();
     enroll.reset();
     unenroll.reset();
@@ -465,6 +521,19 @@ void Watch::run() {
   auto pause_after_ready = std::chrono::duration_cast<std::chrono::microseconds>(
       kFirstPauseAfterReady);
   std::chrono::microseconds pause_next{0};  // the next look's SLEEP when channels are hot
+  // Fenced looks owed (see the top of this file): a KILL whose pass finds nothing may come from
+  // a routine's send whose message is not committed yet.
+  int fences = 0;
+  SteadyClock::time_point fencing_since;
+  bool fenced_look = false;     // the running statement is a fenced look
+  bool fenced_nothing = false;  // the last one found nothing pending: sleep next
+  const auto interrupted = [&] {
+    pass_left = kAll;
+    registered = false;
+    pause_next = {};
+    if (fences == 0) fencing_since = SteadyClock::now();
+    fences = std::min(std::max(fences + 1, 2), kMaxFences);
+  };
   int failures = 0;
   std::vector<std::uint64_t> generations;
   for (;;) {
@@ -505,6 +574,8 @@ void Watch::run() {
       if (!c) {
         auto fresh = pool_.connect();
         const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
+        fresh->query(fmt::format("SET SESSION innodb_lock_wait_timeout = {}",
+                                 kFenceLockWaitSeconds));
         std::lock_guard lock(mutex_);
         if (stopping_) break;
         c = std::move(fresh);
@@ -514,16 +585,20 @@ void Watch::run() {
       }
       if (changed) {
         look.reset();
+        fenced.reset();
         which.clear();
         enroll.reset();
         unenroll.reset();
         std::string any;
+        std::string fence;
         std::string each;
         std::string rows;
         channel_params.clear();
         for (std::size_t i = 0; i < watched.size(); ++i) {
           const std::string claimable_here = claimable(watched[i]->tables());
           any += fmt::format("{}(? = 0 AND ({}))", i == 0 ? "" : " OR ", claimable_here);
+          fence += fmt::format("{}IF(? = 0, {}, NULL)", i == 0 ? "" : ", ",
+                               pending(watched[i]->tables()));
           each += fmt::format(", IF({}, '{}', NULL)", claimable_here, i);
           if ((i + 1) % kChannelsPerCheck == 0 || i + 1 == watched.size()) {
             which.push_back(
@@ -534,6 +609,10 @@ void Watch::run() {
           channel_params.emplace_back(std::string_view(watched[i]->channel()));
         }
         look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
+        // 2: something is claimable; 3: a pending message was committed (or one committed
+        // meanwhile); 0: nothing pending.
+        fenced_sql = fmt::format("SELECT IF({}, 2, IF(COALESCE({}) IS NOT NULL, 3, 0))", any,
+                                 fence);
         next_chunk = 0;
         if (pass_left != 0) pass_left = kAll;
         hot.assign(watched.size(), false);
@@ -612,23 +691,44 @@ void Watch::run() {
       // Every statement that sleeps looks, at every channel but the hot ones during a pause:
       // see the top of this file.
       const bool pausing = pause_next.count() != 0;
+      const bool hot_left_out =
+          pausing && std::find(hot.begin(), hot.end(), true) != hot.end();
+      if (fences > 0 && SteadyClock::now() - fencing_since > kFenceFor) fences = 0;
+      fenced_look = fences > 0 && !fenced_nothing;
       look_params.clear();
       for (std::size_t i = 0; i < watched.size(); ++i) {
         look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
       }
-      look_params.emplace_back(seconds(pausing ? pause_next : kLook));
-      Result r = look->execute(look_params);
+      if (fenced_look) {
+        for (std::size_t i = 0; i < watched.size(); ++i) {
+          look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
+        }
+        if (!fenced) fenced = std::make_unique<Statement>(*c, fenced_sql);
+      } else {
+        look_params.emplace_back(seconds(pausing ? pause_next : kLook));
+      }
+      Result r = (fenced_look ? fenced : look)->execute(look_params);
+      const bool was_fenced = std::exchange(fenced_look, false);
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
       }
-      pause_next = {};
       const std::int64_t outcome = r.rows.at(0).i64(0);
+      fenced_nothing = was_fenced && outcome == 0;
+      if (fenced_nothing) {
+        // Nothing pending (a rollback, or committed before the look): the look sleeps next.
+        // The hot channels a pause leaves out are fenced after their pass.
+        if (!hot_left_out) fences = 0;
+        continue;
+      }
+      pause_next = {};
       if (outcome == 1) {
-        // SLEEP interrupted without an error: a sender's KILL QUERY (it deleted a registration)
-        // or a poke.
+        // SLEEP interrupted without an error: a sender's KILL QUERY or a poke.
+        interrupted();
+      } else if (outcome == 3) {
+        // A pending message was committed: which channels? Others may still be pending.
         pass_left = kAll;
-        registered = false;
+        --fences;
       } else if (outcome == 2 || pausing) {
         pass_left = kAll;  // which channels? (after a pause: are the hot ones still?)
         if (outcome == 0) {
@@ -640,15 +740,27 @@ void Watch::run() {
         for (std::size_t i = 0; i < watched.size(); ++i) watched[i]->set_empty(generations[i]);
       }
     } catch (const Error& e) {
+      const bool was_fenced = std::exchange(fenced_look, false);
+      fenced_nothing = false;
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
         if (stopping_) break;
       }
       if (e.server_errno() == kQueryInterrupted) {
-        // A sender's KILL QUERY (it deleted a registration) or a poke: on any statement.
-        pass_left = kAll;
-        registered = false;
+        // A sender's KILL QUERY or a poke: on any statement.
+        interrupted();
+        continue;
+      }
+      if (was_fenced &&
+          (e.server_errno() == kLockWaitTimeout || e.server_errno() == kLockDeadlock)) {
+        // The sender is still open: nothing was claimable (it waits only then), as after a
+        // look that slept. Look and wait again. (MariaDB evaluates the rest of the statement
+        // after the timeout: a SLEEP in it would run first, hence a fence without one.)
+        for (std::size_t i = 0; i < watched.size(); ++i) {
+          if (pause_next.count() == 0 || !hot[i]) watched[i]->set_empty(generations[i]);
+        }
+        if (pause_next.count() != 0) pass_left = kAll;  // are the hot ones still?
         pause_next = {};
         continue;
       }

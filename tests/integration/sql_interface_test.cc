@@ -397,6 +397,7 @@ TEST(SqlInterface, TakeAndAckProcessEveryMessageExactlyOnce) {
     consumers.emplace_back([&, t] {
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
       std::unique_ptr<internal::Connection> c = admin();
+      std::unique_ptr<internal::Connection> killer = admin();  // a connection is one thread's
       int empty = 0;
       while (empty < 20) {
         try {
@@ -424,7 +425,7 @@ TEST(SqlInterface, TakeAndAckProcessEveryMessageExactlyOnce) {
             ++rolled_back;
           } else if (fate == 1) {
             // The connection dies with the work and the acks uncommitted.
-            kill_connection(*a, connection_id(*c));
+            kill_connection(*killer, connection_id(*c));
             c = admin();
             ++killed;
           } else {
@@ -509,6 +510,52 @@ TEST(SqlInterface, APoisonMessageIsDeadLetteredAfterMaxAttempts) {
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].payload, "poison");
   EXPECT_EQ(lib->stats(topic).delayed + lib->stats(topic).ready, 1u);
+  lib->drop_topic(topic);
+}
+
+}  // namespace
+}  // namespace txmq::test
+
+namespace txmq::test {
+namespace {
+
+// A sharded topic's partitions that live on another server: a send through SQL that would go
+// there is refused, naming the partition (the routines cannot route).
+TEST(SqlInterface, SendsToPartitionsOnAnotherServerAreRefused) {
+  auto lib = client();
+  auto a = admin();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.partitions = 2;
+  ASSERT_TRUE(lib->create_topic(topic, options));
+  // As a shard map would leave it: only partition 1 on this server.
+  a->execute("UPDATE txmq_topics SET placed = 2 WHERE name = ?", {topic});
+  std::string to_zero;  // a key of partition 0
+  for (int i = 0; to_zero.empty(); ++i) {
+    const std::string key = fmt::format("key{}", i);
+    if (a->execute(fmt::format("SELECT txmq_i_key_partition('{}', 2)", key), {}).rows.at(0).i64(0) == 0) {
+      to_zero = key;
+    }
+  }
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<std::uint64_t> id =
+        ids_of(a->query_rows(fmt::format("CALL txmq_send('{}', 'here', NULL)", topic)));
+    EXPECT_EQ(id.at(0) >> 48, 1u);  // the partition on this server
+  }
+  try {
+    a->query_rows(fmt::format("CALL txmq_send('{}', 'there', '{{\"key\": \"{}\"}}')", topic, to_zero));
+    ADD_FAILURE() << "a send to partition 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("partition 0 of topic"), std::string::npos) << e.what();
+  }
+  a->execute("UPDATE txmq_topics SET placed = 0 WHERE name = ?", {topic});
+  try {
+    a->query_rows(fmt::format("CALL txmq_send('{}', 'nowhere', NULL)", topic));
+    ADD_FAILURE() << "a send to a topic with no partition here was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not on this server"), std::string::npos) << e.what();
+  }
+  a->execute("UPDATE txmq_topics SET placed = NULL WHERE name = ?", {topic});
   lib->drop_topic(topic);
 }
 
