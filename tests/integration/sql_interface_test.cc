@@ -307,6 +307,11 @@ TEST(SqlInterface, BadInputIsRefusedAndNothingIsHalfWritten) {
   refused(fmt::format("CALL txmq_send('{}', 'p', '{{\"delay_ms\": \"soon\"}}')", topic), "delay_ms");
   refused(fmt::format("CALL txmq_send('{}', 'p', '{{\"attributes\": {{\"bad name\": \"v\"}}}}')", topic),
           "attribute names");
+  refused(fmt::format("CALL txmq_send('{}', 'p', '{{\"dedupe_key\": \"x\"}}')", topic),
+          "unknown field \"dedupe_key\"");
+  refused(fmt::format("CALL txmq_send_batch('{}', '[\"a\", {{\"payload\": \"b\", \"keyy\": \"k\"}}]')",
+                      topic),
+          "message 2 of the batch: unknown field \"keyy\"");
   refused(fmt::format("CALL txmq_send_batch('{}', '[]')", topic), "JSON array of 1 to 10000");
   refused(fmt::format("CALL txmq_send_batch('{}', '{{\"a\": 1}}')", topic), "JSON array");
   Json many = Json::array();
