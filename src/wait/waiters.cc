@@ -138,6 +138,9 @@ constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the watch went away
 constexpr unsigned kLockWaitTimeout = 1205;   // ER_LOCK_WAIT_TIMEOUT: a fence's sender is still open
 constexpr unsigned kLockDeadlock = 1213;      // ER_LOCK_DEADLOCK: a fence chosen as the victim
+// ER_CHECKREAD: MariaDB 11.6+ (innodb_snapshot_isolation, on by default) ends a fence that waited
+// for a sender with this at the sender's COMMIT, where older servers return the row: committed.
+constexpr unsigned kRecordChanged = 1020;
 // A fenced look waits at most this long on one uncommitted message, and is then repeated (a
 // look's SLEEP is as long): an open sender never keeps the watch from looking at its channels.
 constexpr int kFenceLockWaitSeconds = 1;
@@ -750,6 +753,12 @@ void Watch::run() {
       if (e.server_errno() == kQueryInterrupted) {
         // A sender's KILL QUERY or a poke: on any statement.
         interrupted();
+        continue;
+      }
+      if (was_fenced && e.server_errno() == kRecordChanged) {
+        pause_next = {};
+        pass_left = kAll;  // as outcome 3: which channels?
+        --fences;
         continue;
       }
       if (was_fenced &&
