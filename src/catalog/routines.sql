@@ -1075,20 +1075,37 @@ BEGIN
         CALL txmq_i_not_placed(v_name, 0);
       END IF;
     END IF;
-    SET SESSION group_concat_max_len = 1073741824;
-    SELECT GROUP_CONCAT('(UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, X''', HEX(j.s), ''')'
-                        ORDER BY j.n SEPARATOR ',')
-      INTO v_values
-      FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, s LONGTEXT PATH '$')) AS j;
-    SET SESSION group_concat_max_len = v_gcl;
-    -- One multi-row VALUES: its ids are one block, first + i * auto_increment_increment.
-    SET @txmq_sql = CONCAT('INSERT INTO `txmq_q_', v_name,
-      IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)),
-      '` (visible_at, enqueued_at, msg_key, payload) VALUES ', v_values);
-    SET v_values = NULL;
-    PREPARE txmq_statement FROM @txmq_sql;
-    EXECUTE txmq_statement;
-    DEALLOCATE PREPARE txmq_statement;
+    IF @@innodb_autoinc_lock_mode <= 1 THEN
+      -- INSERT ... SELECT straight from the JSON (about half the time of the VALUES below):
+      -- under lock modes 0 and 1 a statement of unknown row count holds the table's AUTO-INC
+      -- lock to its end, so its ids are one block too, in the ORDER BY's order. Mode 2
+      -- (MySQL's default, and Galera's) interleaves them with other inserts': there the VALUES.
+      SET @txmq_sql = CONCAT('INSERT INTO `txmq_q_', v_name,
+        IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)),
+        '` (visible_at, enqueued_at, msg_key, payload) SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ',
+        'NULL, CAST(j.s AS BINARY) FROM JSON_TABLE(?, ''$[*]'' COLUMNS (n FOR ORDINALITY, ',
+        's LONGTEXT PATH ''$'')) AS j ORDER BY j.n');
+      SET @txmq_a = p_messages;
+      PREPARE txmq_statement FROM @txmq_sql;
+      EXECUTE txmq_statement USING @txmq_a;
+      DEALLOCATE PREPARE txmq_statement;
+      SET @txmq_a = NULL;
+    ELSE
+      SET SESSION group_concat_max_len = 1073741824;
+      SELECT GROUP_CONCAT('(UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, X''', HEX(j.s), ''')'
+                          ORDER BY j.n SEPARATOR ',')
+        INTO v_values
+        FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, s LONGTEXT PATH '$')) AS j;
+      SET SESSION group_concat_max_len = v_gcl;
+      -- One multi-row VALUES: its ids are one block, first + i * auto_increment_increment.
+      SET @txmq_sql = CONCAT('INSERT INTO `txmq_q_', v_name,
+        IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)),
+        '` (visible_at, enqueued_at, msg_key, payload) VALUES ', v_values);
+      SET v_values = NULL;
+      PREPARE txmq_statement FROM @txmq_sql;
+      EXECUTE txmq_statement;
+      DEALLOCATE PREPARE txmq_statement;
+    END IF;
     SET v_first = LAST_INSERT_ID(), @txmq_sql = NULL;
     IF EXISTS (SELECT 1 FROM txmq_waiters) THEN
       CALL txmq_i_wake_groups(v_name, v_count);

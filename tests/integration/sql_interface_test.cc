@@ -566,3 +566,55 @@ TEST(SqlInterface, SendsToPartitionsOnAnotherServerAreRefused) {
 
 }  // namespace
 }  // namespace txmq::test
+
+namespace txmq::test {
+namespace {
+
+// Batches sent at once from several connections each get the ids of their own rows: the ids of
+// a batch's INSERT are one block (INSERT ... SELECT under lock modes 0 and 1, VALUES else).
+TEST(SqlInterface, ConcurrentBatchesGetTheIdsOfTheirOwnRows) {
+  auto lib = client();
+  const std::string topic = topic_for_test();
+  ASSERT_TRUE(lib->create_topic(topic));
+  std::vector<std::thread> senders;
+  std::atomic<int> wrong{0};
+  std::atomic<int> sent{0};
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&, t] {
+      std::unique_ptr<internal::Connection> c = admin();
+      std::mt19937 rng(static_cast<unsigned>(t) + 11);
+      for (int b = 0; b < 15; ++b) {
+        const int n = 1 + static_cast<int>(rng() % 700);
+        Json batch = Json::array();
+        for (int i = 0; i < n; ++i) batch.push_back(fmt::format("{}.{}.{}", t, b, i));
+        const std::vector<std::uint64_t> ids = ids_of(c->query_rows(
+            fmt::format("CALL txmq_send_batch('{}', {})", topic, text_literal(batch.dump()))));
+        if (ids.size() != static_cast<std::size_t>(n)) {
+          ++wrong;
+          continue;
+        }
+        // Each id holds this batch's payload at its place.
+        Json list = Json::array();
+        for (std::uint64_t id : ids) list.push_back(id);
+        internal::Result rows = c->execute(
+            fmt::format("SELECT id, payload FROM `txmq_q_{}` WHERE id IN (SELECT j.id FROM "
+                        "JSON_TABLE(CONVERT(? USING utf8mb4), '$[*]' COLUMNS (id BIGINT UNSIGNED PATH '$')) AS j)",
+                        topic),
+            {list.dump()});
+        std::map<std::uint64_t, std::string> payload;
+        for (internal::Row& row : rows.rows) payload[row.u64(0)] = row.bytes(1);
+        for (int i = 0; i < n; ++i) {
+          if (payload[ids[i]] != fmt::format("{}.{}.{}", t, b, i)) ++wrong;
+        }
+        sent += n;
+      }
+    });
+  }
+  for (std::thread& s : senders) s.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(lib->stats(topic).ready, static_cast<std::uint64_t>(sent.load()));
+  lib->drop_topic(topic);
+}
+
+}  // namespace
+}  // namespace txmq::test
