@@ -1,7 +1,9 @@
 -- txmq's SQL interface: stored procedures that applications call inside their own transactions
 -- (docs/sql.md; the calls' contract in docs/design/sql-calls.md). Installed by the schema's
 -- migrations (catalog/routines.cc): each statement below is separated by a line holding only
--- "$$", and every CREATE is preceded by its DROP ... IF EXISTS.
+-- "$$", and every CREATE is preceded by its DROP ... IF EXISTS. A database gets them once, with
+-- its schema version: a change to this file after a release is a new schema version whose
+-- migration installs them again (`txmq sql install` does it by hand).
 --
 -- Rules that every routine follows:
 --  - SQL SECURITY DEFINER: an application needs EXECUTE on the public routines, nothing on
