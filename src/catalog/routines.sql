@@ -1002,7 +1002,7 @@ CREATE PROCEDURE txmq_i_send_strings(IN p_topic VARCHAR(255), IN p_messages LONG
 BEGIN
   DECLARE v_own TINYINT DEFAULT 0;
   DECLARE v_in TINYINT DEFAULT 0;
-  DECLARE v_name VARCHAR(48) DEFAULT NULL;
+  DECLARE v_dedup_window BIGINT UNSIGNED;
   DECLARE v_max_payload BIGINT UNSIGNED;
   DECLARE v_partitions INT UNSIGNED;
   DECLARE v_placed BIGINT UNSIGNED;
@@ -1032,29 +1032,17 @@ BEGIN
     IF v_others > 0 OR 2 * v_total + 64 * v_count > @@max_allowed_packet DIV 4 THEN
       LEAVE proc;
     END IF;
-    BEGIN
-      DECLARE CONTINUE HANDLER FOR 1568 SET v_in = 1;
-      IF @@autocommit = 0 THEN
-        SET v_in = 1;
-      ELSE
-        SET TRANSACTION READ WRITE;
-      END IF;
-    END;
+    -- The shared helpers, not txmq_send's inlined copies: a nested CALL's 10-20 us are nothing
+    -- beside a batch.
+    CALL txmq_i_in_transaction(v_in);
     IF v_in = 1 THEN
       SAVEPOINT txmq_call;
     ELSE
       SET v_own = 1;
       START TRANSACTION;
     END IF;
-    SELECT name, max_payload_bytes, partitions, placed,
-           (SELECT COUNT(*) FROM txmq_groups WHERE topic = t.name),
-           (SELECT MIN(number) FROM txmq_groups WHERE topic = t.name)
-      INTO v_name, v_max_payload, v_partitions, v_placed, v_groups, v_allocator
-      FROM txmq_topics AS t WHERE t.name = p_topic LOCK IN SHARE MODE;
-    IF v_name IS NULL OR BINARY v_name <> BINARY p_topic THEN
-      CALL txmq_i_check_name(p_topic);
-      CALL txmq_i_raise(CONCAT('no such topic ''', p_topic, ''''));
-    END IF;
+    CALL txmq_i_topic(p_topic, v_max_payload, v_dedup_window, v_partitions, v_placed, v_groups,
+                      v_allocator);
     IF v_groups <> 1 THEN
       IF v_own = 1 THEN
         COMMIT;
@@ -1066,7 +1054,7 @@ BEGIN
         FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, s LONGTEXT PATH '$')) AS j
         WHERE LENGTH(j.s) > v_max_payload ORDER BY j.n LIMIT 1;
       CALL txmq_i_raise(CONCAT('message ', v_bad, ' of the batch: payload of ', v_largest,
-                               ' bytes is over topic ''', v_name, '''''s limit of ', v_max_payload,
+                               ' bytes is over topic ''', p_topic, '''''s limit of ', v_max_payload,
                                ' bytes'));
     END IF;
     IF v_partitions = 1 AND v_placed IS NULL THEN
@@ -1074,7 +1062,7 @@ BEGIN
     ELSE
       SET v_p = txmq_i_unkeyed_partition(v_partitions, v_placed);
       IF v_p < 0 THEN
-        CALL txmq_i_not_placed(v_name, 0);
+        CALL txmq_i_not_placed(p_topic, 0);
       END IF;
     END IF;
     IF @@innodb_autoinc_lock_mode <= 1 THEN
@@ -1082,9 +1070,8 @@ BEGIN
       -- under lock modes 0 and 1 a statement of unknown row count holds the table's AUTO-INC
       -- lock to its end, so its ids are one block too, in the ORDER BY's order. Mode 2
       -- (MySQL's default, and Galera's) interleaves them with other inserts': there the VALUES.
-      SET @txmq_sql = CONCAT('INSERT INTO `txmq_q_', v_name,
-        IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)),
-        '` (visible_at, enqueued_at, msg_key, payload) SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ',
+      SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('q', p_topic, v_allocator, v_p),
+        ' (visible_at, enqueued_at, msg_key, payload) SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ',
         'NULL, CAST(j.s AS BINARY) FROM JSON_TABLE(?, ''$[*]'' COLUMNS (n FOR ORDINALITY, ',
         's LONGTEXT PATH ''$'')) AS j ORDER BY j.n');
       SET @txmq_a = p_messages;
@@ -1100,9 +1087,8 @@ BEGIN
         FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, s LONGTEXT PATH '$')) AS j;
       SET SESSION group_concat_max_len = v_gcl;
       -- One multi-row VALUES: its ids are one block, first + i * auto_increment_increment.
-      SET @txmq_sql = CONCAT('INSERT INTO `txmq_q_', v_name,
-        IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)),
-        '` (visible_at, enqueued_at, msg_key, payload) VALUES ', v_values);
+      SET @txmq_sql = CONCAT('INSERT INTO ', txmq_i_table('q', p_topic, v_allocator, v_p),
+        ' (visible_at, enqueued_at, msg_key, payload) VALUES ', v_values);
       SET v_values = NULL;
       PREPARE txmq_statement FROM @txmq_sql;
       EXECUTE txmq_statement;
@@ -1110,7 +1096,7 @@ BEGIN
     END IF;
     SET v_first = LAST_INSERT_ID(), @txmq_sql = NULL;
     IF EXISTS (SELECT 1 FROM txmq_waiters) THEN
-      CALL txmq_i_wake_groups(v_name, v_count);
+      CALL txmq_i_wake_groups(p_topic, v_count);
     END IF;
     IF v_own = 1 THEN
       COMMIT;
