@@ -47,36 +47,31 @@ txmq_build() {
   cmake --build "$BUILD_DIR" -j"$(nproc)"
 }
 
-# The SQS tests' JSON-protocol client, @aws-sdk/client-sqs v3, from npm into DIR (tests/sqs/run.sh
-# calls this, not the configure step); nothing is fetched when it is there already.
-txmq_install_sqs_node() {
-  local dir="$1"
-  [ -f "$dir/node_modules/@aws-sdk/client-sqs/package.json" ] && return 0
-  if ! command -v npm >/dev/null; then  # a fresh Debian 12: its own Node.js and npm
-    echo "txmq: installing nodejs and npm for the JSON-protocol SQS tests" >&2
+# An npm package a test suite needs, into DIR (the suites' run.sh call this, not the configure
+# step); nothing is fetched when it is there already. A fresh Debian 12 gets its own Node.js and
+# npm first.
+#   txmq_install_npm DIR PACKAGE VERSION WHAT
+txmq_install_npm() {
+  local dir="$1" package="$2" version="$3" what="$4"
+  [ -f "$dir/node_modules/$package/package.json" ] && return 0
+  if ! command -v npm >/dev/null; then
+    echo "txmq: installing nodejs and npm for $what" >&2
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
   fi
-  echo "txmq: installing @aws-sdk/client-sqs into $dir" >&2
+  echo "txmq: installing $package into $dir" >&2
   mkdir -p "$dir"
-  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error @aws-sdk/client-sqs@3 >/dev/null
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$package@$version" >/dev/null
 }
 
-# tests/sql's Node.js driver, mysql2 (its promise API), from npm into DIR (tests/sql/run.sh node
-# calls this); nothing is fetched when it is there already.
+# The SQS tests' JSON-protocol client, @aws-sdk/client-sqs v3 (tests/sqs/run.sh).
+txmq_install_sqs_node() {
+  txmq_install_npm "$1" @aws-sdk/client-sqs 3 "the JSON-protocol SQS tests"
+}
+
+# tests/sql's Node.js driver, mysql2, for its promise API (tests/sql/run.sh node).
 txmq_install_sql_node() {
-  local dir="$1"
-  [ -f "$dir/node_modules/mysql2/package.json" ] && return 0
-  if ! command -v npm >/dev/null; then
-    echo "txmq: installing nodejs and npm for the SQL interface's Node.js tests" >&2
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
-  fi
-  echo "txmq: installing mysql2 into $dir" >&2
-  mkdir -p "$dir"
-  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error mysql2@3 >/dev/null
+  txmq_install_npm "$1" mysql2 3 "the SQL interface's Node.js tests"
 }
