@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <map>
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "child_process.h"
 #include "db/connection.h"
@@ -23,6 +25,17 @@ class ConsumerProcess : public ChildProcess {
                       fmt::format("{}", wait)},
                      dsn) {}
 };
+
+// The consumer's next line: the id it received and when (monotonic ns).
+std::pair<std::uint64_t, std::int64_t> next_receipt(ConsumerProcess& consumer) {
+  const std::string line = consumer.line();
+  unsigned long long id = 0;
+  long long at = 0;
+  if (std::sscanf(line.c_str(), "%llu %lld", &id, &at) != 2) {
+    throw std::runtime_error("the bench consumer stopped: " + line);
+  }
+  return {id, at};
+}
 
 std::uint64_t questions(internal::Connection& admin) {
   internal::Result r = admin.execute("SHOW GLOBAL STATUS LIKE 'Questions'", {});
@@ -47,13 +60,7 @@ Measured wake_latency(const std::string& dsn, Client& producer, const std::strin
     const std::uint64_t id = producer.send(topic, "wake");
     sent[id] = before;
     // Its receipt, read before the next send.
-    const std::string line = consumer.line();
-    std::uint64_t got_id = 0;
-    long long at = 0;
-    if (std::sscanf(line.c_str(), "%llu %lld", reinterpret_cast<unsigned long long*>(&got_id),
-                    &at) != 2) {
-      throw std::runtime_error("the bench consumer stopped: " + line);
-    }
+    const auto [got_id, at] = next_receipt(consumer);
     auto it = sent.find(got_id);
     if (it == sent.end()) throw std::runtime_error("the bench consumer got an unknown message");
     m.latencies.add(static_cast<double>(at - it->second) / 1e6);
@@ -74,13 +81,7 @@ Measured wake_after_commit_latency(const std::string& dsn, int samples, const st
   for (int i = 0; i < samples; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 40));
     const auto [id, committed] = send();
-    const std::string line = consumer.line();
-    std::uint64_t got_id = 0;
-    long long at = 0;
-    if (std::sscanf(line.c_str(), "%llu %lld", reinterpret_cast<unsigned long long*>(&got_id),
-                    &at) != 2) {
-      throw std::runtime_error("the bench consumer stopped: " + line);
-    }
+    const auto [got_id, at] = next_receipt(consumer);
     if (got_id != id) throw std::runtime_error("the bench consumer got an unknown message");
     m.latencies.add(static_cast<double>(at - committed) / 1e6);
     ++m.messages;
