@@ -89,10 +89,11 @@ bool valid_batch_id(const std::string& id) {
 }  // namespace
 
 // Entries of a batch request: present, at most `max`, ids valid and distinct.
-const json& batch_entries(const json& input, std::size_t max) {
+const json& batch_entries(const json& input, std::size_t max, std::string_view entry_name) {
   auto it = input.find("Entries");
   if (it == input.end() || !it->is_array() || it->empty()) {
-    fail("EmptyBatchRequest", "There should be at least one entry in the request.");
+    fail("EmptyBatchRequest",
+         fmt::format("There should be at least one {} in the request.", entry_name));
   }
   if (it->size() > max) {
     fail("TooManyEntriesInBatchRequest",

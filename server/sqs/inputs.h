@@ -27,8 +27,11 @@ std::string string_member(const nlohmann::json& input, const char* name, bool re
 std::map<std::string, std::string> string_map(const nlohmann::json& input, const char* name);
 std::vector<std::string> string_list(const nlohmann::json& input, const char* name);
 
-// Entries of a batch request: present, at most `max`, ids valid and distinct.
-const nlohmann::json& batch_entries(const nlohmann::json& input, std::size_t max);
+// Entries of a batch request: present, at most `max`, ids valid and distinct. `entry_name` is
+// the Query protocol's name of an entry ("SendMessageBatchRequestEntry"), which SQS's
+// EmptyBatchRequest names.
+const nlohmann::json& batch_entries(const nlohmann::json& input, std::size_t max,
+                                    std::string_view entry_name);
 // A batch's Failed entry for `id`.
 nlohmann::json failed_entry(const std::string& id, const SqsError& e);
 

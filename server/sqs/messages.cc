@@ -52,19 +52,23 @@ std::size_t check_attribute(const std::string& name, const json& value, Attribut
   }
   if (type.size() > 256) bad("DataType is up to 256 characters");
   out.type = type;
+  auto empty_value = [&] {
+    fail("InvalidParameterValue",
+         fmt::format("Message (user) attribute '{}' must contain a non-empty value of type '{}'.",
+                     name, base));
+  };
   if (base == "Binary") {
-    if (!value.contains("BinaryValue") || !value["BinaryValue"].is_string()) {
-      bad("a Binary attribute needs a BinaryValue");
-    }
+    if (!value.contains("BinaryValue")) empty_value();
+    if (!value["BinaryValue"].is_string()) bad("BinaryValue must be base64 text");
     auto bytes = base64_decode(value["BinaryValue"].get<std::string>());
     if (!bytes) bad("BinaryValue is not valid base64");
     out.value = std::move(*bytes);
+    if (out.value.empty()) empty_value();
   } else {
-    if (!value.contains("StringValue") || !value["StringValue"].is_string()) {
-      bad("a String or Number attribute needs a StringValue");
-    }
+    if (!value.contains("StringValue")) empty_value();
+    if (!value["StringValue"].is_string()) bad("StringValue must be a string");
     out.value = value["StringValue"].get<std::string>();
-    if (out.value.empty()) bad("the value must not be empty");
+    if (out.value.empty()) empty_value();
     if (auto at = invalid_body_character(out.value)) {
       bad(fmt::format("StringValue has a character SQS does not allow at byte {}", *at));
     }
@@ -147,10 +151,11 @@ std::size_t read_attributes(const json& entry, Attributes& out) {
 // The user's attributes of a stored message in SQS's JSON shape, filtered by the names asked for.
 json user_attributes(const Attributes& attributes, const std::vector<std::string>& wanted) {
   json out = json::object();
+  // SQS's ".*" means any rest of the name: "Hel.*" asks for "Hello" and "Help.Me" alike.
   auto asked = [&](const std::string& name) {
     for (const auto& w : wanted) {
-      if (w == "All" || w == ".*" || w == name) return true;
-      if (w.size() > 2 && w.ends_with(".*") && name.starts_with(w.substr(0, w.size() - 1))) {
+      if (w == "All" || w == "*" || w == name) return true;
+      if (w.ends_with(".*") && name.starts_with(std::string_view(w).substr(0, w.size() - 2))) {
         return true;
       }
     }
@@ -169,22 +174,25 @@ json user_attributes(const Attributes& attributes, const std::vector<std::string
 json user_attributes_all(const Attributes& attributes) { return user_attributes(attributes, {"All"}); }
 
 // The bytes of a send entry as SQS counts them toward a batch's limit: the body and the
-// message attributes' names, types and values (as sent, before any check).
+// message attributes' names, types and values (a binary value by its bytes, not its base64; as
+// sent, before any check). System attributes (AWSTraceHeader) do not count, as in SQS.
 std::size_t entry_bytes(const json& entry) {
   const auto text_size = [](const json& v) {
     return v.is_string() ? v.get_ref<const std::string&>().size() : std::size_t{0};
   };
   std::size_t bytes = 0;
   if (auto body = entry.find("MessageBody"); body != entry.end()) bytes += text_size(*body);
-  for (const char* member : {"MessageAttributes", "MessageSystemAttributes"}) {
-    auto attributes = entry.find(member);
-    if (attributes == entry.end() || !attributes->is_object()) continue;
-    for (const auto& [name, value] : attributes->items()) {
-      bytes += name.size();
-      if (!value.is_object()) continue;
-      for (const char* field : {"DataType", "StringValue", "BinaryValue"}) {
-        if (auto f = value.find(field); f != value.end()) bytes += text_size(*f);
-      }
+  auto attributes = entry.find("MessageAttributes");
+  if (attributes == entry.end() || !attributes->is_object()) return bytes;
+  for (const auto& [name, value] : attributes->items()) {
+    bytes += name.size();
+    if (!value.is_object()) continue;
+    for (const char* field : {"DataType", "StringValue"}) {
+      if (auto f = value.find(field); f != value.end()) bytes += text_size(*f);
+    }
+    if (auto f = value.find("BinaryValue"); f != value.end() && f->is_string()) {
+      const auto decoded = base64_decode(f->get_ref<const std::string&>());
+      bytes += decoded ? decoded->size() : text_size(*f);
     }
   }
   return bytes;

@@ -24,12 +24,13 @@ std::string message_id(std::string_view topic, std::uint64_t id);
 // the bytes SQS counts for them. Throws SqsError for an attribute SQS refuses.
 std::size_t read_attributes(const nlohmann::json& entry, Attributes& out);
 // The user's attributes of a stored message in SQS's JSON shape, filtered by the names asked
-// for ("All", ".*", a name, or a prefix ending in ".*"); all of them.
+// for ("All", "*" or ".*", a name, or a prefix followed by ".*"); all of them.
 nlohmann::json user_attributes(const Attributes& attributes,
                                const std::vector<std::string>& wanted);
 nlohmann::json user_attributes_all(const Attributes& attributes);
 // The bytes of a send entry as SQS counts them toward a batch's limit: the body and the
-// message attributes' names, types and values (as sent, before any check).
+// message attributes' names, types and values (binary ones decoded), before any check; system
+// attributes do not count.
 std::size_t entry_bytes(const nlohmann::json& entry);
 
 }  // namespace txmq::server

@@ -485,19 +485,27 @@ std::map<std::string, std::string> QueueCatalog::checked(
         bad_value(key, "must be a JSON policy document");
       }
     } else if (key == "FifoQueue") {
-      if (!creating) fail("InvalidAttributeName", "Unknown Attribute FifoQueue.");
-      if (value != "true" && value != "false") bad_value(key, "must be true or false");
-      if ((value == "true") != fifo) {
-        fail("InvalidParameterValue",
-             fifo ? "The name of a FIFO queue can only include alphanumeric characters, "
-                    "hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length"
-                  : "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 "
-                    "in length");
+      // SQS: a standard queue has no FifoQueue attribute (not even "false"); a FIFO queue's
+      // may be set to true again, never changed.
+      if (!fifo && (!creating || value != "true")) {
+        fail("InvalidAttributeName", "Unknown Attribute FifoQueue.");
       }
+      if (!fifo) {
+        fail("InvalidParameterValue",
+             "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+             "underscores, must end with .fifo suffix and be 1 to 80 in length");
+      }
+      if (value != "true") bad_value(key, "Modifying queue type is not supported.");
       continue;  // kept as the fifo column
     } else if (key == "ContentBasedDeduplication" || key == "DeduplicationScope" ||
                key == "FifoThroughputLimit") {
-      if (!fifo) fail("InvalidAttributeName", fmt::format("Unknown Attribute {}.", key));
+      if (!fifo && key == "ContentBasedDeduplication") {
+        fail("InvalidAttributeName", fmt::format("Unknown Attribute {}.", key));
+      }
+      if (!fifo) {
+        fail("InvalidAttributeName",
+             fmt::format("You can specify the {} only when FifoQueue is set to true.", key));
+      }
       if (key == "ContentBasedDeduplication" && value != "true" && value != "false") {
         bad_value(key, "must be true or false");
       }

@@ -30,24 +30,31 @@ std::string receipt_of(const QueueCatalog& catalog, const QueueInfo& q, const st
   return std::move(*receipt);
 }
 
+// SQS's refusal of a ReceiptHandle that is well formed but no longer leases its message.
+SqsError stale_handle(std::string_view handle, std::string_view reason) {
+  return SqsError::of("InvalidParameterValue",
+                      fmt::format("Value {} for parameter ReceiptHandle is invalid. Reason: {}",
+                                  handle, reason));
+}
+
 // SQS: a standard queue's stale handle still deletes (txmq's fencing decides whether the
 // message goes: only if nobody received it since); a FIFO queue's is refused.
-std::optional<SqsError> delete_outcome(const QueueInfo& q, Settle outcome) {
+std::optional<SqsError> delete_outcome(const QueueInfo& q, Settle outcome,
+                                       std::string_view handle) {
   if (outcome == Settle::kOk || !q.fifo) return std::nullopt;
-  return SqsError::of("InvalidParameterValue",
-                      "Value for parameter ReceiptHandle is invalid. Reason: The receipt handle "
-                      "has expired.");
+  return stale_handle(handle, "The receipt handle has expired.");
 }
 
 }  // namespace
 
 void SqsService::delete_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);
-  const std::string receipt =
-      receipt_of(catalog_, *q, string_member(call->input, "ReceiptHandle", true));
-  enqueue_delete(q->topic, {call, receipt, [this, call, q](Settle outcome, std::exception_ptr error) {
+  std::string handle = string_member(call->input, "ReceiptHandle", true);
+  const std::string receipt = receipt_of(catalog_, *q, handle);
+  enqueue_delete(q->topic, {call, receipt, [this, call, q, handle = std::move(handle)](
+                                               Settle outcome, std::exception_ptr error) {
                               if (error) return reply_error(*call, error);
-                              if (auto e = delete_outcome(*q, outcome)) {
+                              if (auto e = delete_outcome(*q, outcome, handle)) {
                                 return reply_error(*call, std::make_exception_ptr(*e));
                               }
                               reply(*call, json::object());
@@ -56,17 +63,19 @@ void SqsService::delete_message(const std::shared_ptr<Call>& call) {
 
 json SqsService::delete_message_batch(Call& c) {
   auto q = queue_of(c);
-  const json& entries = batch_entries(c.input, 10);
+  const json& entries = batch_entries(c.input, 10, "DeleteMessageBatchRequestEntry");
   json successful = json::array();
   json failed = json::array();
   std::vector<std::string> receipts;
   std::vector<std::string> ids;
+  std::vector<std::string> handles;
   for (const auto& e : entries) {
     const std::string id = e["Id"].get<std::string>();
     try {
-      std::string receipt = receipt_of(catalog_, *q, string_member(e, "ReceiptHandle", true));
-      receipts.push_back(std::move(receipt));
+      std::string handle = string_member(e, "ReceiptHandle", true);
+      receipts.push_back(receipt_of(catalog_, *q, handle));
       ids.push_back(id);
+      handles.push_back(std::move(handle));
     } catch (const SqsError& error) {
       failed.push_back(failed_entry(id, error));
     }
@@ -74,7 +83,7 @@ json SqsService::delete_message_batch(Call& c) {
   if (!receipts.empty()) {
     const std::vector<Settle> outcomes = client_.ack(q->topic, receipts);
     for (std::size_t i = 0; i < outcomes.size(); ++i) {
-      if (auto e = delete_outcome(*q, outcomes[i])) {
+      if (auto e = delete_outcome(*q, outcomes[i], handles[i])) {
         failed.push_back(failed_entry(ids[i], *e));
       } else {
         successful.push_back({{"Id", ids[i]}});
@@ -86,24 +95,24 @@ json SqsService::delete_message_batch(Call& c) {
 
 namespace {
 
-std::optional<SqsError> visibility_outcome(Settle outcome) {
+std::optional<SqsError> visibility_outcome(Settle outcome, std::string_view handle) {
   if (outcome == Settle::kOk) return std::nullopt;
-  return SqsError::of("InvalidParameterValue",
-                      "Value for parameter ReceiptHandle is invalid. Reason: Message does not "
-                      "exist or is not available for visibility timeout change.");
+  return stale_handle(handle,
+                      "Message does not exist or is not available for visibility timeout change.");
 }
 
 }  // namespace
 
 json SqsService::change_message_visibility(Call& c) {
   auto q = queue_of(c);
-  const std::string receipt =
-      receipt_of(catalog_, *q, string_member(c.input, "ReceiptHandle", true));
+  const std::string handle = string_member(c.input, "ReceiptHandle", true);
+  const std::string receipt = receipt_of(catalog_, *q, handle);
   if (!int_member(c.input, "VisibilityTimeout")) {
     fail("MissingParameter", "The request must contain the parameter VisibilityTimeout.");
   }
   const std::int64_t seconds = int_in(c.input, "VisibilityTimeout", 0, 43200, 0);
-  if (auto e = visibility_outcome(client_.extend(q->topic, receipt, std::chrono::seconds(seconds)))) {
+  if (auto e = visibility_outcome(client_.extend(q->topic, receipt, std::chrono::seconds(seconds)),
+                                  handle)) {
     throw *e;
   }
   return json::object();
@@ -111,17 +120,17 @@ json SqsService::change_message_visibility(Call& c) {
 
 json SqsService::change_message_visibility_batch(Call& c) {
   auto q = queue_of(c);
-  const json& entries = batch_entries(c.input, 10);
+  const json& entries = batch_entries(c.input, 10, "ChangeMessageVisibilityBatchRequestEntry");
   json successful = json::array();
   json failed = json::array();
   for (const auto& e : entries) {
     const std::string id = e["Id"].get<std::string>();
     try {
-      const std::string receipt =
-          receipt_of(catalog_, *q, string_member(e, "ReceiptHandle", true));
+      const std::string handle = string_member(e, "ReceiptHandle", true);
+      const std::string receipt = receipt_of(catalog_, *q, handle);
       const std::int64_t seconds = int_in(e, "VisibilityTimeout", 0, 43200, 0);
-      if (auto error =
-              visibility_outcome(client_.extend(q->topic, receipt, std::chrono::seconds(seconds)))) {
+      if (auto error = visibility_outcome(
+              client_.extend(q->topic, receipt, std::chrono::seconds(seconds)), handle)) {
         throw *error;
       }
       successful.push_back({{"Id", id}});

@@ -111,7 +111,13 @@ void SqsService::receive_message(const std::shared_ptr<Call>& call) {
   poll->options.group = q->group;
   const std::int64_t visibility = int_in(in, "VisibilityTimeout", 0, 43200, q->visibility_timeout);
   poll->options.lease = std::max<Micros>(std::chrono::milliseconds(1), std::chrono::seconds(visibility));
-  const std::int64_t wait = int_in(in, "WaitTimeSeconds", 0, 20, q->wait_seconds);
+  const std::int64_t wait = int_member(in, "WaitTimeSeconds").value_or(q->wait_seconds);
+  if (wait < 0 || wait > 20) {
+    fail("InvalidParameterValue",
+         fmt::format("Value {} for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 "
+                     "and <= 20, if provided.",
+                     wait));
+  }
   poll->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait);
   call->deadline = (poll->deadline + options_.request_timeout).time_since_epoch().count();
   poll->system_names = string_list(in, "AttributeNames");

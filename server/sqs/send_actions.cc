@@ -29,7 +29,7 @@ void check_sendable(const QueueInfo& q) {
 
 // One message of SendMessage or a batch entry, checked against SQS's rules and the queue's
 // settings; returns the message to send.
-OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
+OutgoingMessage outgoing(const json& entry, const QueueInfo& q, bool batch_entry) {
   OutgoingMessage m;
   const auto body = entry.find("MessageBody");
   if (body == entry.end() || !body->is_string()) {
@@ -47,13 +47,14 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
   }
   const std::size_t size = m.payload.size() + read_attributes(entry, m.attributes);
   if (static_cast<std::int64_t>(size) > q.maximum_message_size) {
+    // SQS's wording differs between SendMessage and a batch's entry.
     fail("InvalidParameterValue",
-         fmt::format("One or more parameters are invalid. Reason: Message must be shorter than "
-                     "{} bytes.",
-                     q.maximum_message_size));
+         fmt::format("One or more parameters {}. Reason: Message must be shorter than {} bytes.",
+                     batch_entry ? "cannot be validated" : "are invalid", q.maximum_message_size));
   }
   const auto delay = int_member(entry, "DelaySeconds");
-  if (delay) {
+  // A FIFO queue takes DelaySeconds 0 (which leaves the queue's delay in force), as SQS does.
+  if (delay && !(q.fifo && *delay == 0)) {
     if (q.fifo) {
       fail("InvalidParameterValue",
            "Value " + std::to_string(*delay) +
@@ -67,14 +68,14 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
                        *delay));
     }
   }
-  m.delay = std::chrono::seconds(delay.value_or(q.delay_seconds));
+  m.delay = std::chrono::seconds(q.fifo ? q.delay_seconds : delay.value_or(q.delay_seconds));
   auto id_member = [&](const char* name) -> std::string {
     std::string v = string_member(entry, name, false);
-    if (!v.empty() && !punctuation_id(v)) {
+    if ((!v.empty() || entry.contains(name)) && !punctuation_id(v)) {
       fail("InvalidParameterValue",
-           fmt::format("Value for parameter {} is invalid: 1 to 128 characters of "
-                       "alphanumerics and punctuation",
-                       name));
+           fmt::format("Value {} for parameter {} is invalid. Reason: {} can only include "
+                       "alphanumeric and punctuation characters. 1 to 128 in length.",
+                       v.substr(0, 200), name, name));
     }
     return v;
   };
@@ -106,6 +107,25 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
   return m;
 }
 
+// SQS refuses a FIFO batch as a whole (not entry by entry) when an entry lacks its group, or its
+// deduplication id where the queue does not deduplicate by content.
+void check_fifo_batch(const json& entries, const QueueInfo& q) {
+  for (const json& e : entries) {
+    auto given = [&](const char* name) {
+      auto it = e.find(name);
+      return it != e.end() && !it->is_null();
+    };
+    if (!given("MessageGroupId")) {
+      fail("InvalidParameterValue", "The request must contain the parameter MessageGroupId.");
+    }
+    if (!q.content_based_deduplication && !given("MessageDeduplicationId")) {
+      fail("InvalidParameterValue",
+           "The queue should either have ContentBasedDeduplication enabled or "
+           "MessageDeduplicationId provided explicitly");
+    }
+  }
+}
+
 // The answer to a send of message m, but its ids (sent_ids adds them).
 json sent_digests(const OutgoingMessage& m) {
   json out = {{"MD5OfMessageBody", md5_hex(m.payload)}};
@@ -135,7 +155,7 @@ json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
 void SqsService::send_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);
   check_sendable(*q);
-  OutgoingMessage m = outgoing(call->input, *q);
+  OutgoingMessage m = outgoing(call->input, *q, false);
   // The digests are made here, on this call's worker, not by the drain, which answers the calls
   // of its group commit one after another (and the message is not copied for them).
   json answer = sent_digests(m);
@@ -150,7 +170,8 @@ void SqsService::send_message(const std::shared_ptr<Call>& call) {
 json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
   auto q = queue_of(c);
   check_sendable(*q);
-  const json& entries = batch_entries(c.input, max_entries);
+  const json& entries = batch_entries(c.input, max_entries, "SendMessageBatchRequestEntry");
+  if (q->fifo) check_fifo_batch(entries, *q);
   std::size_t total = 0;
   for (const auto& e : entries) total += entry_bytes(e);
   if (max_entries == 10 && total > kMaxBatchBytes) {
@@ -165,7 +186,7 @@ json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
   for (const auto& e : entries) {
     const std::string id = e["Id"].get<std::string>();
     try {
-      messages.push_back(outgoing(e, *q));
+      messages.push_back(outgoing(e, *q, true));
       ids.push_back(id);
     } catch (const SqsError& error) {
       if (c.txmq_action) throw;  // all or nothing

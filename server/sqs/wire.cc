@@ -82,6 +82,23 @@ constexpr ErrorSpec kErrors[] = {
     {"ServiceUnavailable", "ServiceUnavailable", 503, false},
 };
 
+// Where SQS's two protocols word an error differently: the JSON protocol's type names for two
+// common errors (its x-amzn-query-error header still gives the Query code), and the Query
+// protocol's text for a missing queue.
+std::string_view json_type_name(const SqsError& error) {
+  if (error.code == "InvalidParameterValue") return "InvalidParameterValueException";
+  if (error.code == "MissingParameter") return "MissingRequiredParameterException";
+  return error.code;
+}
+
+std::string_view query_message(const SqsError& error) {
+  const std::string_view message = error.what();
+  if (error.code == "QueueDoesNotExist" && message == "The specified queue does not exist.") {
+    return "The specified queue does not exist for this wsdl version.";
+  }
+  return message;
+}
+
 // --- Query input -------------------------------------------------------------------------------
 
 // The deepest name an action has: SendMessageBatchRequestEntry.N.MessageAttribute.N.Value.
@@ -490,7 +507,7 @@ std::string query_error_xml(const SqsError& error, std::string_view request_id) 
   std::string out = "<?xml version=\"1.0\"?><ErrorResponse><Error>";
   element(out, "Type", error.sender_fault ? "Sender" : "Receiver");
   element(out, "Code", error.query_code);
-  element(out, "Message", error.what());
+  element(out, "Message", query_message(error));
   out += "<Detail/></Error>";
   element(out, "RequestId", request_id);
   out += "</ErrorResponse>";
@@ -498,7 +515,8 @@ std::string query_error_xml(const SqsError& error, std::string_view request_id) 
 }
 
 JsonErrorReply json_error(const SqsError& error) {
-  json body = {{"__type", "com.amazonaws.sqs#" + error.code}, {"message", error.what()}};
+  json body = {{"__type", fmt::format("com.amazonaws.sqs#{}", json_type_name(error))},
+               {"message", error.what()}};
   return {body.dump(-1, ' ', false, json::error_handler_t::replace),
           error.query_code + (error.sender_fault ? ";Sender" : ";Receiver")};
 }

@@ -69,6 +69,23 @@ sqs delete-message --queue-url "$url" --receipt-handle "$(field 'd["Messages"][0
 
 check "nothing left" "" "$(sqs receive-message --queue-url "$url" --wait-time-seconds 1)"
 
+# MessageAttributeNames: a prefix followed by .* asks for the names that start with it.
+sqs send-message --queue-url "$url" --message-body "prefixed" --message-attributes \
+  '{"priority":{"DataType":"Number","StringValue":"7"},"prio.x":{"DataType":"String","StringValue":"y"},"other":{"DataType":"String","StringValue":"z"}}' >/dev/null
+out="$(sqs receive-message --queue-url "$url" --wait-time-seconds 5 --message-attribute-names 'prio.*')"
+check "receive-message --message-attribute-names 'prio.*'" "prio.x priority" \
+  "$(field '" ".join(sorted(d["Messages"][0]["MessageAttributes"]))' <<<"$out")"
+sqs delete-message --queue-url "$url" --receipt-handle "$(field 'd["Messages"][0]["ReceiptHandle"]' <<<"$out")"
+
+# A standard queue has no FifoQueue attribute, not even false (SQS's InvalidAttributeName).
+set +e
+err="$(sqs create-queue --queue-name "std-$TXMQ_SQS_PREFIX" --attributes FifoQueue=false 2>&1 >/dev/null)"
+status=$?
+set -e
+check "create-queue FifoQueue=false: exit status" "254" "$status"
+check "create-queue FifoQueue=false: InvalidAttributeName" "yes" \
+  "$(grep -q 'InvalidAttributeName.*Unknown Attribute FifoQueue\.' <<<"$err" && echo yes || echo "no: $err")"
+
 # A consumer-group queue (txmq's own attribute): it receives every message sent to its source.
 audit_url="$(sqs create-queue --queue-name "audit-$TXMQ_SQS_PREFIX" \
   --attributes TxmqSourceQueue="$QUEUE" | field 'd["QueueUrl"]')"
@@ -95,7 +112,7 @@ check "get-queue-url of a missing queue: exit status" "254" "$status"
 check "get-queue-url of a missing queue: error code" "yes" \
   "$(grep -q 'AWS.SimpleQueueService.NonExistentQueue' <<<"$err" && echo yes || echo "no: $err")"
 check "get-queue-url of a missing queue: message" "yes" \
-  "$(grep -q 'The specified queue does not exist' <<<"$err" && echo yes || echo "no: $err")"
+  "$(grep -q 'The specified queue does not exist for this wsdl version\.' <<<"$err" && echo yes || echo "no: $err")"
 
 set +e
 err="$(sqs send-message --queue-url "$url" --message-body x 2>&1 >/dev/null)"

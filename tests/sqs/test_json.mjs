@@ -13,7 +13,8 @@ const {
   SQSClient, CreateQueueCommand, GetQueueUrlCommand, ListQueuesCommand, DeleteQueueCommand,
   GetQueueAttributesCommand, SetQueueAttributesCommand, PurgeQueueCommand, SendMessageCommand,
   SendMessageBatchCommand, ReceiveMessageCommand, DeleteMessageCommand, DeleteMessageBatchCommand,
-  ChangeMessageVisibilityCommand, ListDeadLetterSourceQueuesCommand, TagQueueCommand,
+  ChangeMessageVisibilityCommand, ChangeMessageVisibilityBatchCommand,
+  ListDeadLetterSourceQueuesCommand, TagQueueCommand,
   ListQueueTagsCommand, QueueDoesNotExist, QueueNameExists, InvalidBatchEntryId,
   BatchEntryIdsNotDistinct, TooManyEntriesInBatchRequest, EmptyBatchRequest,
   InvalidMessageContents, InvalidAttributeName, UnsupportedOperation,
@@ -297,7 +298,8 @@ describe("fifo", () => {
     const got = await drain(url, 2, 10);
     assert.deepEqual(got.map((m) => m.Body), ["same", "other"]);
     assert.deepEqual(await receive(url), []);
-    await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x" })), "MissingParameter");
+    await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x" })),
+                      "MissingRequiredParameterException");
   });
 });
 
@@ -396,10 +398,10 @@ describe("errors", () => {
     const url = await createQueue("size", { MaximumMessageSize: "1024" });
     await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(1024) }));
     await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(1025) })),
-                      "InvalidParameterValue");
+                      "InvalidParameterValueException");
     await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(1000),
       MessageAttributes: { pad: { DataType: "String", StringValue: "y".repeat(20) } } })),
-                      "InvalidParameterValue");
+                      "InvalidParameterValueException");
     for (const body of ["nul \u0000", "\uffff", "\u0008"]) {
       await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: body })),
                         "InvalidMessageContents", InvalidMessageContents);
@@ -436,6 +438,139 @@ describe("errors", () => {
     assert.match(response.headers.get("content-type"), /^application\/x-amz-json-1\.0/);
     const error = await response.json();
     assert.match(error.__type, /UnknownOperation/);
+  });
+});
+
+// Refused as SQS refuses it: the error's name (SQS's JSON type), its Query code (the
+// x-amzn-query-error header, which the SDK gives as e.Code), its text and HTTP 400.
+async function refusedAs(promise, name, queryCode, message) {
+  await rejectsWith(promise, name);
+  const last = responses.at(-1);
+  assert.equal(last.status, 400);
+  assert.equal(last.queryError, `${queryCode};Sender`);
+  await promise.catch((e) => {
+    assert.equal(e.message, message);
+    assert.equal(e.Code, queryCode);
+  });
+}
+
+describe("as SQS", () => {
+  const MIB = 1024 * 1024;
+  const invalid = (promise, message) =>
+    refusedAs(promise, "InvalidParameterValueException", "InvalidParameterValue", message);
+
+  it("MessageAttributeNames: a prefix and .* asks for every name that starts with it", async () => {
+    const url = await createQueue("prefix");
+    const names = ["Custom.a", "Custom.b", "CustomX", "Help.Me", "Hello", "General"];
+    await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x", MessageAttributes:
+      Object.fromEntries(names.map((n) => [n, { DataType: "String", StringValue: n }])) }));
+    const asked = async (wanted) => {
+      const [m] = await receive(url, { MessageAttributeNames: wanted, VisibilityTimeout: 0, WaitTimeSeconds: 3 });
+      const got = m.MessageAttributes ?? {};
+      if (Object.keys(got).length) assert.equal(m.MD5OfMessageAttributes, md5OfAttributes(got));
+      return Object.keys(got).sort();
+    };
+    assert.deepEqual(await asked(["Custom.*"]), ["Custom.a", "Custom.b", "CustomX"]);
+    assert.deepEqual(await asked(["Hel.*"]), ["Hello", "Help.Me"]);
+    assert.deepEqual(await asked(["*"]), [...names].sort());
+    assert.deepEqual(await asked(["nothing.*"]), []);
+  });
+
+  it("a FIFO queue takes DelaySeconds 0, single and batch, and no other", async () => {
+    const url = await createQueue("fdelay", { ContentBasedDeduplication: "true" }, true);
+    await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "zero", MessageGroupId: "g", DelaySeconds: 0 }));
+    const batch = await sqs.send(new SendMessageBatchCommand({ QueueUrl: url, Entries: [
+      { Id: "zero", MessageBody: "batch zero", MessageGroupId: "g", DelaySeconds: 0 },
+      { Id: "two", MessageBody: "batch two", MessageGroupId: "g", DelaySeconds: 2 }] }));
+    assert.deepEqual(batch.Successful.map((s) => s.Id), ["zero"]);
+    assert.deepEqual(batch.Failed.map((f) => [f.Id, f.Code]), [["two", "InvalidParameterValue"]]);
+    await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "two", MessageGroupId: "g",
+                                                     DelaySeconds: 2 })),
+                  "Value 2 for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.");
+    assert.deepEqual((await drain(url, 2, 5)).map((m) => m.Body), ["zero", "batch zero"]);
+  });
+
+  it("a standard queue has no FifoQueue attribute, not even false", async () => {
+    const name = `${PREFIX}-stdfifo`;
+    for (const [attributes, message] of [
+      [{ FifoQueue: "false" }, "Unknown Attribute FifoQueue."],
+      [{ DeduplicationScope: "queue" }, "You can specify the DeduplicationScope only when FifoQueue is set to true."]]) {
+      await refusedAs(sqs.send(new CreateQueueCommand({ QueueName: name, Attributes: attributes })),
+                      "InvalidAttributeName", "InvalidAttributeName", message);
+    }
+    const url = await createQueue("stdfifo2");
+    await refusedAs(sqs.send(new SetQueueAttributesCommand({ QueueUrl: url, Attributes: { FifoQueue: "false" } })),
+                    "InvalidAttributeName", "InvalidAttributeName", "Unknown Attribute FifoQueue.");
+    const fifo = await createQueue("fifoattr", {}, true);
+    await refusedAs(sqs.send(new SetQueueAttributesCommand({ QueueUrl: fifo, Attributes: { FifoQueue: "false" } })),
+                    "InvalidAttributeValue", "InvalidAttributeValue",
+                    "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.");
+  });
+
+  it("ReceiptHandleIsInvalid is HTTP 400", async () => {
+    const url = await createQueue("handles");
+    await refusedAs(sqs.send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: "garbage" })),
+                    "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid",
+                    'The input receipt handle "garbage" is not a valid receipt handle.');
+    await refusedAs(sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: url, ReceiptHandle: "garbage",
+                                                                 VisibilityTimeout: 5 })),
+                    "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid",
+                    'The input receipt handle "garbage" is not a valid receipt handle.');
+  });
+
+  it("texts: a missing queue, empty batches, parameters", async () => {
+    await refusedAs(sqs.send(new GetQueueUrlCommand({ QueueName: `${PREFIX}-nope` })), "QueueDoesNotExist",
+                    "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.");
+    const url = await createQueue("texts");
+    for (const [command, entry] of [[SendMessageBatchCommand, "SendMessageBatchRequestEntry"],
+                                    [DeleteMessageBatchCommand, "DeleteMessageBatchRequestEntry"],
+                                    [ChangeMessageVisibilityBatchCommand, "ChangeMessageVisibilityBatchRequestEntry"]]) {
+      await refusedAs(sqs.send(new command({ QueueUrl: url, Entries: [] })), "EmptyBatchRequest",
+                      "AWS.SimpleQueueService.EmptyBatchRequest", `There should be at least one ${entry} in the request.`);
+    }
+    await invalid(sqs.send(new ReceiveMessageCommand({ QueueUrl: url, WaitTimeSeconds: 21 })),
+                  "Value 21 for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided.");
+    await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x", MessageAttributes: {
+      ErrorDetails: { DataType: "String", StringValue: "" } } })),
+                  "Message (user) attribute 'ErrorDetails' must contain a non-empty value of type 'String'.");
+    await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x", MessageGroupId: "group 123" })),
+                  "Value group 123 for parameter MessageGroupId is invalid. Reason: MessageGroupId can only include alphanumeric and punctuation characters. 1 to 128 in length.");
+    await refusedAs(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "" })),
+                    "MissingRequiredParameterException", "MissingParameter",
+                    "The request must contain the parameter MessageBody.");
+    const fifo = await createQueue("fbatch", {}, true);
+    await invalid(sqs.send(new SendMessageBatchCommand({ QueueUrl: fifo, Entries: [
+      { Id: "good", MessageBody: "x", MessageGroupId: "g", MessageDeduplicationId: "d1" },
+      { Id: "nogroup", MessageBody: "y", MessageDeduplicationId: "d2" }] })),
+                  "The request must contain the parameter MessageGroupId.");
+    assert.deepEqual(await counts(url), [0, 0, 0]);
+    assert.deepEqual(await counts(fifo), [0, 0, 0]);
+  });
+
+  it("1 MiB: a message of exactly 1,048,576 bytes, and no more", async () => {
+    const url = await createQueue("mib");
+    // Tabs and quotes, which JSON escapes to 2 bytes each, and 3-byte characters.
+    for (const body of ["x".repeat(MIB), "\t\"".repeat(MIB / 2), "\u20ac".repeat((MIB - 1) / 3) + "a"]) {
+      assert.equal(Buffer.byteLength(body), MIB);
+      const sent = await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: body }));
+      assert.equal(sent.MD5OfMessageBody, md5(body));
+      const [m] = await receive(url, { WaitTimeSeconds: 5 });
+      assert.equal(m.Body, body);
+      await sqs.send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: m.ReceiptHandle }));
+    }
+    await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(MIB + 1) })),
+                  "One or more parameters are invalid. Reason: Message must be shorter than 1048576 bytes.");
+    const k = { k: { DataType: "String", StringValue: "x" } };
+    await refusedAs(sqs.send(new SendMessageBatchCommand({ QueueUrl: url, Entries: [
+      { Id: "1", MessageBody: "a".repeat(MIB - 8), MessageAttributes: k }, { Id: "2", MessageBody: "a" }] })),
+                    "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong",
+                    "Batch requests cannot be longer than 1048576 bytes. You have sent 1048577 bytes.");
+    // A binary attribute counts by its bytes, not its base64.
+    const binary = { b: { DataType: "Binary", BinaryValue: Buffer.alloc(3000, 0xfb) } };
+    const full = await sqs.send(new SendMessageBatchCommand({ QueueUrl: url, Entries: [
+      { Id: "full", MessageBody: "y".repeat(MIB - 1 - 6 - 3000), MessageAttributes: binary }] }));
+    assert.deepEqual(full.Successful.map((s) => s.Id), ["full"]);
+    assert.deepEqual(await counts(url), [1, 0, 0]);
   });
 });
 

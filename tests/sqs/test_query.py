@@ -1015,6 +1015,236 @@ class ErrorsTest(SqsTestCase):
 
 
 
+class AsSqsTest(SqsTestCase):
+    """Where SQS is exact: its answers as recorded against AWS (codes, statuses, texts)."""
+
+    MIB = 1024 * 1024
+
+    def assert_refused(self, code, message, call, *args, **kwargs):
+        e = self.assert_error(code, call, *args, **kwargs)
+        self.assertEqual(e.response["Error"]["Message"], message)
+        self.assertEqual(e.response["ResponseMetadata"]["HTTPStatusCode"], 400)
+        return e
+
+    def test_message_attribute_name_prefixes(self):
+        url = self.create("prefix")
+        attrs = {name: {"DataType": "String", "StringValue": name}
+                 for name in ("Custom.a", "Custom.b", "CustomX", "Help.Me", "Hello", "General")}
+        self.sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes=attrs)
+
+        def names(wanted):
+            [m] = self.receive(url, MessageAttributeNames=wanted, VisibilityTimeout=0,
+                               WaitTimeSeconds=3)
+            got = m.get("MessageAttributes", {})
+            if got:
+                self.assertEqual(m["MD5OfMessageAttributes"], md5_of_attributes(got))
+            return sorted(got)
+
+        # ".*" stands for any rest of the name, dot or not: "Hel.*" asks for Hello and Help.Me.
+        self.assertEqual(names(["Custom.*"]), ["Custom.a", "Custom.b", "CustomX"])
+        self.assertEqual(names(["Hel.*"]), ["Hello", "Help.Me"])
+        self.assertEqual(names(["Hel.*", "General"]), ["General", "Hello", "Help.Me"])
+        self.assertEqual(names(["*"]), sorted(attrs))
+        self.assertEqual(names([".*"]), sorted(attrs))
+        self.assertEqual(names(["Foo", "Help"]), [])
+        self.assertEqual(names(["nothing.*"]), [])
+
+    def test_fifo_takes_a_delay_of_zero_only(self):
+        url = self.create("fdelay", fifo=True, attributes={"ContentBasedDeduplication": "true"})
+        self.sqs.send_message(QueueUrl=url, MessageBody="zero", MessageGroupId="g", DelaySeconds=0)
+        result = self.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "zero", "MessageBody": "batch zero", "MessageGroupId": "g", "DelaySeconds": 0},
+            {"Id": "two", "MessageBody": "batch two", "MessageGroupId": "g", "DelaySeconds": 2}])
+        self.assertEqual([s["Id"] for s in result["Successful"]], ["zero"])
+        [failed] = result["Failed"]
+        self.assertEqual((failed["Id"], failed["Code"], failed["SenderFault"]),
+                         ("two", "InvalidParameterValue", True))
+        self.assertEqual(failed["Message"], "Value 2 for parameter DelaySeconds is invalid. Reason: "
+                         "The request include parameter that is not valid for this queue type.")
+        self.assert_refused("InvalidParameterValue",
+                            "Value 2 for parameter DelaySeconds is invalid. Reason: The request "
+                            "include parameter that is not valid for this queue type.",
+                            self.sqs.send_message, QueueUrl=url, MessageBody="two",
+                            MessageGroupId="g", DelaySeconds=2)
+        self.assertEqual([m["Body"] for m in self.drain(url, 2, seconds=5)],
+                         ["zero", "batch zero"])
+        # A message's 0 leaves the queue's own delay in force.
+        delayed = self.create("fqdelay", fifo=True, attributes={
+            "ContentBasedDeduplication": "true", "DelaySeconds": "2"})
+        self.sqs.send_message(QueueUrl=delayed, MessageBody="later", MessageGroupId="g",
+                              DelaySeconds=0)
+        self.assertEqual(self.counts(delayed), (0, 0, 1))
+        self.assertEqual(self.receive(delayed, WaitTimeSeconds=0), [])
+
+    def test_standard_queue_has_no_fifo_attributes(self):
+        name = self.name("std")
+        for attributes, message in (
+                ({"FifoQueue": "false"}, "Unknown Attribute FifoQueue."),
+                ({"ContentBasedDeduplication": "false"},
+                 "Unknown Attribute ContentBasedDeduplication."),
+                ({"DeduplicationScope": "queue"},
+                 "You can specify the DeduplicationScope only when FifoQueue is set to true."),
+                ({"FifoThroughputLimit": "perQueue"},
+                 "You can specify the FifoThroughputLimit only when FifoQueue is set to true.")):
+            self.assert_refused("InvalidAttributeName", message, self.sqs.create_queue,
+                                QueueName=name, Attributes=attributes)
+        self.assert_error("QueueDoesNotExist", self.sqs.get_queue_url, QueueName=name)
+        url = self.create("std")
+        for value in ("true", "false"):
+            self.assert_refused("InvalidAttributeName", "Unknown Attribute FifoQueue.",
+                                self.sqs.set_queue_attributes, QueueUrl=url,
+                                Attributes={"FifoQueue": value})
+        fifo = self.create("fifo", fifo=True)
+        self.sqs.set_queue_attributes(QueueUrl=fifo, Attributes={"FifoQueue": "true"})
+        self.assert_refused("InvalidAttributeValue", "Invalid value for the parameter FifoQueue. "
+                            "Reason: Modifying queue type is not supported.",
+                            self.sqs.set_queue_attributes, QueueUrl=fifo,
+                            Attributes={"FifoQueue": "false"})
+
+    def test_receipt_handle_errors(self):
+        url = self.create("handles")
+        for call, extra in ((self.sqs.delete_message, {}),
+                            (self.sqs.change_message_visibility, {"VisibilityTimeout": 60})):
+            self.assert_refused("ReceiptHandleIsInvalid",
+                                'The input receipt handle "garbage" is not a valid receipt handle.',
+                                call, QueueUrl=url, ReceiptHandle="garbage", **extra)
+        self.sqs.send_message(QueueUrl=url, MessageBody="x")
+        [m] = self.receive(url, VisibilityTimeout=60)
+        handle = m["ReceiptHandle"]
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        self.assert_refused("InvalidParameterValue",
+                            f"Value {handle} for parameter ReceiptHandle is invalid. Reason: "
+                            "Message does not exist or is not available for visibility timeout "
+                            "change.", self.sqs.change_message_visibility, QueueUrl=url,
+                            ReceiptHandle=handle, VisibilityTimeout=42)
+
+    def test_texts(self):
+        missing = f"{ENDPOINT}/{ACCOUNT}/{self.name('nope')}"
+        self.assert_refused("AWS.SimpleQueueService.NonExistentQueue",
+                            "The specified queue does not exist for this wsdl version.",
+                            self.sqs.get_queue_url, QueueName=self.name("nope"))
+        self.assert_refused("AWS.SimpleQueueService.NonExistentQueue",
+                            "The specified queue does not exist for this wsdl version.",
+                            self.sqs.send_message, QueueUrl=missing, MessageBody="x")
+        url = self.create("texts")
+        for call, entry in ((self.raw.send_message_batch, "SendMessageBatchRequestEntry"),
+                            (self.raw.delete_message_batch, "DeleteMessageBatchRequestEntry"),
+                            (self.raw.change_message_visibility_batch,
+                             "ChangeMessageVisibilityBatchRequestEntry")):
+            self.assert_refused("AWS.SimpleQueueService.EmptyBatchRequest",
+                                f"There should be at least one {entry} in the request.",
+                                call, QueueUrl=url, Entries=[])
+        self.assert_refused("AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+                            "Maximum number of entries per request are 10. You have sent 11.",
+                            self.sqs.send_message_batch, QueueUrl=url, Entries=[
+                                {"Id": f"e{i}", "MessageBody": "x"} for i in range(11)])
+        self.assert_refused("AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "Id same repeated.",
+                            self.sqs.delete_message_batch, QueueUrl=url, Entries=[
+                                {"Id": "same", "ReceiptHandle": "r"},
+                                {"Id": "same", "ReceiptHandle": "r"}])
+        self.assert_refused("AWS.SimpleQueueService.InvalidBatchEntryId",
+                            "A batch entry id can only contain alphanumeric characters, hyphens "
+                            "and underscores. It can be at most 80 letters long.",
+                            self.sqs.send_message_batch, QueueUrl=url,
+                            Entries=[{"Id": "a.b", "MessageBody": "x"}])
+        self.assert_refused("InvalidParameterValue", "Value 21 for parameter WaitTimeSeconds is "
+                            "invalid. Reason: Must be >= 0 and <= 20, if provided.",
+                            self.raw.receive_message, QueueUrl=url, WaitTimeSeconds=21)
+        self.assert_refused("InvalidParameterValue", "Value 11 for parameter MaxNumberOfMessages "
+                            "is invalid. Reason: Must be between 1 and 10, if provided.",
+                            self.raw.receive_message, QueueUrl=url, MaxNumberOfMessages=11)
+        self.assert_refused("InvalidParameterValue", "Message (user) attribute 'ErrorDetails' "
+                            "must contain a non-empty value of type 'String'.",
+                            self.raw.send_message, QueueUrl=url, MessageBody="x",
+                            MessageAttributes={"ErrorDetails": {"DataType": "String",
+                                                                "StringValue": ""}})
+        self.assert_refused("MissingParameter", "The request must contain the parameter "
+                            "MessageBody.", self.raw.send_message, QueueUrl=url, MessageBody="")
+        for group in ("", "a" * 129, "group 123"):
+            self.assert_refused("InvalidParameterValue", f"Value {group} for parameter "
+                                "MessageGroupId is invalid. Reason: MessageGroupId can only "
+                                "include alphanumeric and punctuation characters. 1 to 128 in "
+                                "length.", self.raw.send_message, QueueUrl=url,
+                                MessageBody="x", MessageGroupId=group)
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
+    def test_fifo_batch_without_group_or_deduplication_id_is_refused_whole(self):
+        url = self.create("fbatch", fifo=True)
+        good = {"Id": "good", "MessageBody": "x", "MessageGroupId": "g",
+                "MessageDeduplicationId": "d1"}
+        self.assert_refused("InvalidParameterValue",
+                            "The request must contain the parameter MessageGroupId.",
+                            self.sqs.send_message_batch, QueueUrl=url, Entries=[
+                                good, {"Id": "nogroup", "MessageBody": "y",
+                                       "MessageDeduplicationId": "d2"}])
+        self.assert_refused("InvalidParameterValue",
+                            "The queue should either have ContentBasedDeduplication enabled or "
+                            "MessageDeduplicationId provided explicitly",
+                            self.sqs.send_message_batch, QueueUrl=url, Entries=[
+                                good, {"Id": "nodedup", "MessageBody": "y",
+                                       "MessageGroupId": "g"}])
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
+    def test_a_batch_entry_over_the_queues_size(self):
+        url = self.create("entrysize", attributes={"MaximumMessageSize": "1024"})
+        result = self.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "fits", "MessageBody": "a" * 1024}, {"Id": "over", "MessageBody": "a" * 1025}])
+        self.assertEqual([s["Id"] for s in result["Successful"]], ["fits"])
+        self.assertEqual([(f["Id"], f["Code"], f["Message"]) for f in result["Failed"]],
+                         [("over", "InvalidParameterValue", "One or more parameters cannot be "
+                           "validated. Reason: Message must be shorter than 1024 bytes.")])
+
+    def test_one_mebibyte(self):
+        url = self.create("mib")
+        limit = self.MIB
+        attributes = self.sqs.get_queue_attributes(QueueUrl=url,
+                                                   AttributeNames=["MaximumMessageSize"])
+        self.assertEqual(attributes["Attributes"]["MaximumMessageSize"], str(limit))
+        # Exactly 1 MiB, of characters that the Query protocol percent-encodes to 3 bytes each.
+        for body in ("x" * limit, "&" * limit, "\u20ac" * (limit // 3) + "a"):
+            self.assertEqual(len(body.encode("utf-8")), limit)
+            sent = self.sqs.send_message(QueueUrl=url, MessageBody=body)
+            self.assertEqual(sent["MD5OfMessageBody"], md5_hex(body))
+            [m] = self.receive(url, WaitTimeSeconds=5)
+            self.assertEqual(m["Body"], body)
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        self.assert_refused("InvalidParameterValue", "One or more parameters are invalid. Reason: "
+                            "Message must be shorter than 1048576 bytes.", self.sqs.send_message,
+                            QueueUrl=url, MessageBody="x" * (limit + 1))
+        # Attributes count by name, type and value; a binary value by its bytes, not its base64.
+        binary = {"b": {"DataType": "Binary", "BinaryValue": b"\xfb\xef\xbe" * 1000}}
+        body = "y" * (limit - len("b") - len("Binary") - 3000)
+        self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=binary)
+        self.assert_error("InvalidParameterValue", self.sqs.send_message, QueueUrl=url,
+                          MessageBody=body + "y", MessageAttributes=binary)
+        result = self.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "full", "MessageBody": body, "MessageAttributes": binary}])
+        self.assertEqual([s["Id"] for s in result["Successful"]], ["full"])
+        # The Query protocol's worst case: base64 of only '+' and '/', each percent-encoded.
+        worst = {"w": {"DataType": "Binary",
+                       "BinaryValue": b"\xfb\xef\xbe" * ((limit - 8) // 3)}}
+        self.sqs.send_message(QueueUrl=url, MessageBody="x" * ((limit - 8) % 3 + 1),
+                              MessageAttributes=worst)
+        # A trace header (a system attribute) does not count.
+        trace = {"AWSTraceHeader": {"DataType": "String",
+                                    "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}}
+        self.sqs.send_message(QueueUrl=url, MessageBody="z" * limit,
+                              MessageSystemAttributes=trace)
+        result = self.sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": "traced", "MessageBody": "z" * limit, "MessageSystemAttributes": trace}])
+        self.assertEqual([s["Id"] for s in result["Successful"]], ["traced"])
+        # A batch: 1 MiB in all is the limit.
+        k = {"k": {"DataType": "String", "StringValue": "x"}}
+        e = self.assert_refused(
+            "AWS.SimpleQueueService.BatchRequestTooLong",
+            "Batch requests cannot be longer than 1048576 bytes. You have sent 1048577 bytes.",
+            self.sqs.send_message_batch, QueueUrl=url, Entries=[
+                {"Id": "1", "MessageBody": "a" * (limit - 8), "MessageAttributes": k},
+                {"Id": "2", "MessageBody": "a"}])
+        self.assertIsNotNone(e)
+        self.assertEqual(self.counts(url), (5, 0, 0))
+
+
 @unittest.skipUnless(os.environ.get("TXMQ_SHARD_HOMES") and os.environ.get("TXMQ_SQS_TXMQ"),
                      "needs CTest's shard servers (TXMQ_SHARD_HOMES) and the txmq binary")
 class ShardedTopicTest(SqsTestCase):

@@ -536,9 +536,16 @@ TEST(Wire, ErrorsInEachProtocolsShape) {
   EXPECT_EQ(query_error_xml(missing, "r"),
             "<?xml version=\"1.0\"?><ErrorResponse><Error><Type>Sender</Type>"
             "<Code>AWS.SimpleQueueService.NonExistentQueue</Code><Message>The specified queue "
-            "does not exist.</Message><Detail/></Error><RequestId>r</RequestId></ErrorResponse>");
+            "does not exist for this wsdl version.</Message><Detail/></Error>"
+            "<RequestId>r</RequestId></ErrorResponse>");
   const JsonErrorReply j = json_error(missing);
   EXPECT_EQ(json::parse(j.body)["__type"], "com.amazonaws.sqs#QueueDoesNotExist");
+  EXPECT_EQ(json::parse(j.body)["message"], "The specified queue does not exist.");
+  // SQS's JSON type names of these two (the header keeps the Query code).
+  EXPECT_EQ(json::parse(json_error(SqsError::of("InvalidParameterValue", "m")).body)["__type"],
+            "com.amazonaws.sqs#InvalidParameterValueException");
+  EXPECT_EQ(json::parse(json_error(SqsError::of("MissingParameter", "m")).body)["__type"],
+            "com.amazonaws.sqs#MissingRequiredParameterException");
   EXPECT_EQ(j.query_error_header, "AWS.SimpleQueueService.NonExistentQueue;Sender");
   // Known by either name; the Query code of QueueNameExists is QueueAlreadyExists.
   EXPECT_EQ(SqsError::of("QueueAlreadyExists", "m").code, "QueueNameExists");
