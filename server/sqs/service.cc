@@ -334,6 +334,8 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
   // only once the headers passed the checks above.
   if (header(h, "x-amz-target") == "Txmq.SendMessageBatch") {
     admission.body_limit = kMaxTxmqBatchBody;
+  } else if (!admission.json) {
+    admission.body_limit = kMaxQueryBody;
   }
   return admission;
 }

@@ -42,9 +42,13 @@ function makeClient(accessKeyId = KEY, secretAccessKey = SECRET) {
     const chunks = [];
     for await (const chunk of r.body) chunks.push(Buffer.from(chunk));
     const body = Buffer.concat(chunks);
+    let type;
+    if (r.statusCode >= 400) {
+      try { type = JSON.parse(body.toString("utf8")).__type; } catch { /* not JSON: the wire test says so */ }
+    }
     responses.push({ operation: context.commandName, status: r.statusCode,
                      contentType: r.headers["content-type"], first: body.toString("utf8", 0, 1),
-                     queryError: r.headers["x-amzn-query-error"] });
+                     queryError: r.headers["x-amzn-query-error"], type });
     r.body = new Uint8Array(body);  // read once here; the deserializer takes bytes too
     return result;
   }, { step: "deserialize", priority: "low", name: "recordResponses" });
@@ -298,8 +302,7 @@ describe("fifo", () => {
     const got = await drain(url, 2, 10);
     assert.deepEqual(got.map((m) => m.Body), ["same", "other"]);
     assert.deepEqual(await receive(url), []);
-    await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x" })),
-                      "MissingRequiredParameterException");
+    await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x" })), "MissingParameter");
   });
 });
 
@@ -398,10 +401,10 @@ describe("errors", () => {
     const url = await createQueue("size", { MaximumMessageSize: "1024" });
     await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(1024) }));
     await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(1025) })),
-                      "InvalidParameterValueException");
+                      "InvalidParameterValue");
     await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x".repeat(1000),
       MessageAttributes: { pad: { DataType: "String", StringValue: "y".repeat(20) } } })),
-                      "InvalidParameterValueException");
+                      "InvalidParameterValue");
     for (const body of ["nul \u0000", "\uffff", "\u0008"]) {
       await rejectsWith(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: body })),
                         "InvalidMessageContents", InvalidMessageContents);
@@ -441,13 +444,14 @@ describe("errors", () => {
   });
 });
 
-// Refused as SQS refuses it: the error's name (SQS's JSON type), its Query code (the
-// x-amzn-query-error header, which the SDK gives as e.Code), its text and HTTP 400.
-async function refusedAs(promise, name, queryCode, message) {
+// Refused as SQS refuses it: the error's name in the SDK, its Query code (the x-amzn-query-error
+// header, which the SDK gives as e.Code), its text, HTTP 400 and the JSON __type.
+async function refusedAs(promise, name, queryCode, message, type = name) {
   await rejectsWith(promise, name);
   const last = responses.at(-1);
   assert.equal(last.status, 400);
   assert.equal(last.queryError, `${queryCode};Sender`);
+  assert.equal(last.type, `com.amazonaws.sqs#${type}`);
   await promise.catch((e) => {
     assert.equal(e.message, message);
     assert.equal(e.Code, queryCode);
@@ -457,7 +461,8 @@ async function refusedAs(promise, name, queryCode, message) {
 describe("as SQS", () => {
   const MIB = 1024 * 1024;
   const invalid = (promise, message) =>
-    refusedAs(promise, "InvalidParameterValueException", "InvalidParameterValue", message);
+    refusedAs(promise, "InvalidParameterValue", "InvalidParameterValue", message,
+              "InvalidParameterValueException");
 
   it("MessageAttributeNames: a prefix and .* asks for every name that starts with it", async () => {
     const url = await createQueue("prefix");
@@ -536,8 +541,8 @@ describe("as SQS", () => {
     await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x", MessageGroupId: "group 123" })),
                   "Value group 123 for parameter MessageGroupId is invalid. Reason: MessageGroupId can only include alphanumeric and punctuation characters. 1 to 128 in length.");
     await refusedAs(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "" })),
-                    "MissingRequiredParameterException", "MissingParameter",
-                    "The request must contain the parameter MessageBody.");
+                    "MissingParameter", "MissingParameter",
+                    "The request must contain the parameter MessageBody.", "MissingRequiredParameterException");
     const fifo = await createQueue("fbatch", {}, true);
     await invalid(sqs.send(new SendMessageBatchCommand({ QueueUrl: fifo, Entries: [
       { Id: "good", MessageBody: "x", MessageGroupId: "g", MessageDeduplicationId: "d1" },

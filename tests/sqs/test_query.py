@@ -1088,7 +1088,8 @@ class AsSqsTest(SqsTestCase):
                  "You can specify the FifoThroughputLimit only when FifoQueue is set to true.")):
             self.assert_refused("InvalidAttributeName", message, self.sqs.create_queue,
                                 QueueName=name, Attributes=attributes)
-        self.assert_error("QueueDoesNotExist", self.sqs.get_queue_url, QueueName=name)
+        self.assert_error("AWS.SimpleQueueService.NonExistentQueue", self.sqs.get_queue_url,
+                          QueueName=name)
         url = self.create("std")
         for value in ("true", "false"):
             self.assert_refused("InvalidAttributeName", "Unknown Attribute FifoQueue.",
