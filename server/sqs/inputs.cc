@@ -124,8 +124,10 @@ Page page_of(const json& input) {
   Page page;
   if (const auto max = int_member(input, "MaxResults")) {
     if (*max < 1 || *max > 1000) {
-      fail("InvalidParameterValue", "Value for parameter MaxResults is invalid. Reason: Must be "
-                                    "between 1 and 1000, if provided.");
+      fail("InvalidParameterValue",
+           fmt::format("Value {} for parameter MaxResults is invalid. Reason: Must be between 1 "
+                       "and 1000, if provided.",
+                       *max));
     }
     page.paged = true;
     page.limit = static_cast<std::size_t>(*max);

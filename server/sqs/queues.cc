@@ -575,6 +575,15 @@ std::map<std::string, std::string> QueueCatalog::checked(
     }
     out[key] = value;
   }
+  // SQS: one kind of server-side encryption at a time; a KMS key turns SSE-SQS off.
+  if (auto kms = out.find("KmsMasterKeyId"); kms != out.end() && !kms->second.empty()) {
+    if (auto sse = out.find("SqsManagedSseEnabled"); sse != out.end() && sse->second == "true") {
+      fail("InvalidAttributeName",
+           "You can use one type of server-side encryption (SSE) at one time. You can either "
+           "enable KMS SSE or SQS SSE.");
+    }
+    out["SqsManagedSseEnabled"] = "false";
+  }
   return out;
 }
 

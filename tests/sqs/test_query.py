@@ -662,8 +662,11 @@ class FifoTest(SqsTestCase):
                                            VisibilityTimeout=0)
         [again] = self.receive(url, WaitTimeSeconds=3, VisibilityTimeout=60)
         self.assertEqual(again["MessageId"], m["MessageId"])
-        self.assert_error("InvalidParameterValue", self.sqs.delete_message, QueueUrl=url,
-                          ReceiptHandle=m["ReceiptHandle"])
+        e = self.assert_error("InvalidParameterValue", self.sqs.delete_message, QueueUrl=url,
+                              ReceiptHandle=m["ReceiptHandle"])
+        self.assertEqual(e.response["Error"]["Message"],
+                         f"Value {m['ReceiptHandle']} for parameter ReceiptHandle is invalid. "
+                         "Reason: The receipt handle has expired.")
         self.sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
 
 
@@ -1102,6 +1105,26 @@ class AsSqsTest(SqsTestCase):
                             self.sqs.set_queue_attributes, QueueUrl=fifo,
                             Attributes={"FifoQueue": "false"})
 
+    def test_visibility_change_after_the_lease_ran_out(self):
+        url = self.create("expired", attributes={"VisibilityTimeout": "1"})
+        self.sqs.send_message(QueueUrl=url, MessageBody="x")
+        [m] = self.receive(url)
+        time.sleep(2)
+        # Nobody received it since: the handle still changes its visibility, as in SQS.
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+                                           VisibilityTimeout=30)
+        self.assertEqual(self.counts(url), (0, 1, 0))
+
+    def test_one_kind_of_server_side_encryption(self):
+        url = self.create("sse")
+        self.assert_refused("InvalidAttributeName", "You can use one type of server-side "
+                            "encryption (SSE) at one time. You can either enable KMS SSE or SQS "
+                            "SSE.", self.sqs.set_queue_attributes, QueueUrl=url, Attributes={
+                                "KmsMasterKeyId": "testKeyId", "SqsManagedSseEnabled": "true"})
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"KmsMasterKeyId": "testKeyId"})
+        a = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        self.assertEqual((a["KmsMasterKeyId"], a["SqsManagedSseEnabled"]), ("testKeyId", "false"))
+
     def test_receipt_handle_errors(self):
         url = self.create("handles")
         for call, extra in ((self.sqs.delete_message, {}),
@@ -1161,6 +1184,9 @@ class AsSqsTest(SqsTestCase):
                                                                 "StringValue": ""}})
         self.assert_refused("MissingParameter", "The request must contain the parameter "
                             "MessageBody.", self.raw.send_message, QueueUrl=url, MessageBody="")
+        self.assert_refused("InvalidParameterValue", "Value 0 for parameter MaxResults is "
+                            "invalid. Reason: Must be between 1 and 1000, if provided.",
+                            self.raw.list_queues, MaxResults=0)
         for group in ("", "a" * 129, "group 123"):
             self.assert_refused("InvalidParameterValue", f"Value {group} for parameter "
                                 "MessageGroupId is invalid. Reason: MessageGroupId can only "
