@@ -130,7 +130,7 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
     : client_(client),
       io_(io),
       options_(std::move(options)),
-      catalog_(client, options_.region, options_.account),
+      catalog_(client, options_.regions, options_.account),
       workers_(static_cast<std::size_t>(options_.workers)),
       deadline_timer_(io) {
   if (!options_.credentials_file.empty()) {
@@ -242,7 +242,7 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
   asio::post(workers_, [this, call] { execute(call); });
 }
 
-void read_request(const HttpRequest& r, const Credentials* credentials, std::string_view region,
+void read_request(const HttpRequest& r, const Credentials* credentials, const Regions& regions,
                   std::chrono::system_clock::time_point now, SqsRequest& out) {
   if (auto refusal = cross_site_refusal(r, credentials != nullptr)) throw *refusal;
   const std::string_view target = header(r, "x-amz-target");
@@ -265,7 +265,7 @@ void read_request(const HttpRequest& r, const Credentials* credentials, std::str
 
   // The signature covers the method, the target (path and query), the signed headers (Host and
   // X-Amz-Target among them) and the body: everything read below.
-  if (auto failure = verify(signed_request_of(r, r.body()), credentials, region, now)) {
+  if (auto failure = verify(signed_request_of(r, r.body()), credentials, regions, now, out.region)) {
     throw SqsError::of(failure->code, failure->message);
   }
 
@@ -325,7 +325,7 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
     return admission;
   }
   const SignedRequest without_body = signed_request_of(h, {});
-  if (auto failure = precheck(without_body, credentials.get(), options_.region,
+  if (auto failure = precheck(without_body, credentials.get(), options_.regions,
                               std::chrono::system_clock::now())) {
     admission.refusal = SqsError::of(failure->code, failure->message);
     return admission;
@@ -354,7 +354,7 @@ void SqsService::execute(const std::shared_ptr<Call>& call) {
   Call& c = *call;
   if (c.answered) return;  // its deadline passed while it waited for a worker
   try {
-    read_request(c.request, current_credentials().get(), options_.region, std::chrono::system_clock::now(),
+    read_request(c.request, current_credentials().get(), options_.regions, std::chrono::system_clock::now(),
                  c);
     dispatch(call);
   } catch (...) {

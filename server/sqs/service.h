@@ -62,6 +62,7 @@ struct SqsRequest {
   nlohmann::json input;      // the action's input in the JSON protocol's shape
   std::string host;          // the Host header: queue URLs are built from it
   std::string path;          // the request's path, without its query
+  std::string region;        // the region it was signed for: its answers' ARNs are in it
 };
 
 // Reads an SQS request into `out`: refuses what a browser on another site would send
@@ -69,11 +70,12 @@ struct SqsRequest {
 // it), checks the signature (verify(); `credentials` null: any well-formed one), and parses the
 // input with bounded depth and size. Throws SqsError. No database: also run by a fuzzer.
 void read_request(const HttpRequest& request, const Credentials* credentials,
-                  std::string_view region, std::chrono::system_clock::time_point now,
+                  const Regions& regions, std::chrono::system_clock::time_point now,
                   SqsRequest& out);
 
 struct ServiceOptions {
-  std::string region = "us-east-1";
+  // The regions answered (--region); answers are in each request's own.
+  Regions regions = Regions("us-east-1");
   std::string account = "000000000000";
   // The --credentials file; empty: any well-formed signature is accepted.
   std::string credentials_file;
