@@ -204,6 +204,7 @@ struct Server::Impl {
             },
             with_admission(http_options(options, log, max_connections), service)) {
     http.start();
+    service.start_move_tasks();
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
   }
 

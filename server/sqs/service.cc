@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "server/auth/web_guard.h"
+#include "server/sqs/move_tasks.h"
 #include "server/sqs/service_call.h"
 #include "server/sqs/wire.h"
 
@@ -132,7 +133,9 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
       options_(std::move(options)),
       catalog_(client, options_.regions, options_.account),
       workers_(static_cast<std::size_t>(options_.workers)),
-      deadline_timer_(io) {
+      deadline_timer_(io),
+      move_tasks_(std::make_unique<MoveTasks>(client, catalog_,
+                                              MoveTaskOptions{.log = options_.log})) {
   if (!options_.credentials_file.empty()) {
     credentials_ = std::make_shared<Credentials>(Credentials::load(options_.credentials_file));
   }
@@ -220,7 +223,10 @@ void SqsService::shutdown() {
   }
   for (const auto& p : polls) finish_poll(p, {});
   workers_.join();
+  move_tasks_->stop();
 }
+
+void SqsService::start_move_tasks() { move_tasks_->start(); }
 
 void SqsService::handle(HttpRequest&& request, Responder respond) {
   counters_.requests.fetch_add(1, std::memory_order_relaxed);
@@ -388,6 +394,11 @@ void SqsService::dispatch(const std::shared_ptr<Call>& call) {
   else if (a == "UntagQueue") out = untag_queue(c);
   else if (a == "ListQueueTags") out = list_queue_tags(c);
   else if (a == "ListDeadLetterSourceQueues") out = list_dead_letter_source_queues(c);
+  else if (a == "StartMessageMoveTask") out = start_message_move_task(c);
+  else if (a == "ListMessageMoveTasks") out = list_message_move_tasks(c);
+  else if (a == "CancelMessageMoveTask") out = cancel_message_move_task(c);
+  else if (a == "AddPermission") out = add_permission(c);
+  else if (a == "RemovePermission") out = remove_permission(c);
   else if (c.protocol == Call::Protocol::kJson) {
     fail("UnknownOperationException", fmt::format("Unknown action {}", a));
   } else {

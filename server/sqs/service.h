@@ -9,8 +9,9 @@
 // The folder: wire.h (the two wire formats and SQS's errors), digests.h, queues.h (SQS queues
 // over topics), this service (service.cc: reading, dispatching and answering requests), the
 // actions by family (queue_actions.cc, attribute_actions.cc, send_actions.cc,
-// receive_actions.cc, receipt_actions.cc; their input readers in inputs.h and messages.h) and
-// the group commit (group_commit.h).
+// receive_actions.cc, receipt_actions.cc, move_task_actions.cc, permission_actions.cc; their
+// input readers in inputs.h and messages.h), the group commit (group_commit.h) and the
+// dead-letter redrive's tasks (move_tasks.h).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -37,6 +38,8 @@
 #include "txmq/client.h"
 
 namespace txmq::server {
+
+class MoveTasks;
 
 // Why a request that a browser on another site could have sent is refused when the server has
 // no --credentials (so that any well-formed signature passes): a Host that is not a loopback
@@ -134,8 +137,12 @@ class SqsService {
   void handle(HttpRequest&& request, Responder respond);
   // Re-reads the credentials file (SIGHUP); keeps the old keys when the new file is broken.
   void reload_credentials();
+  // Starts running dead-letter redrive tasks (StartMessageMoveTask) on a thread of the
+  // service's: those started here, and those another server left (stopped, or died holding
+  // them). Until then tasks are recorded but run only by other servers of the database.
+  void start_move_tasks();
   // Long polls answer now with what they have; later polls do not wait. Then waits for the
-  // workers to finish what they run.
+  // workers to finish what they run, and stops the move tasks (a peer or a restart resumes them).
   void shutdown();
   const Counters& counters() const { return counters_; }
   // The ReceiptHandle this server gives for a library receipt of `queue` (for a load generator
@@ -195,6 +202,17 @@ class SqsService {
   nlohmann::json change_message_visibility(Call& call);
   nlohmann::json change_message_visibility_batch(Call& call);
 
+  // Dead-letter redrive (move_task_actions.cc).
+  nlohmann::json start_message_move_task(Call& call);
+  nlohmann::json list_message_move_tasks(Call& call);
+  nlohmann::json cancel_message_move_task(Call& call);
+  // The queue an ARN names (ResourceNotFoundException naming `parameter` when none).
+  std::shared_ptr<const QueueInfo> queue_of_arn(const std::string& arn, const char* parameter);
+
+  // The queue's policy (permission_actions.cc).
+  nlohmann::json add_permission(Call& call);
+  nlohmann::json remove_permission(Call& call);
+
   // Group commit of single sends and deletes, per topic (group_commit.cc).
   struct PendingSend {
     std::shared_ptr<const Call> call;  // not sent once the call was answered (timed out)
@@ -237,6 +255,8 @@ class SqsService {
   };
   std::map<std::string, Attempt> receive_attempts_;
   std::size_t attempts_bytes_ = 0;
+  std::mutex permissions_mutex_;  // AddPermission and RemovePermission rewrite the Policy
+  std::unique_ptr<MoveTasks> move_tasks_;
 };
 
 }  // namespace txmq::server
