@@ -44,7 +44,7 @@ std::optional<HandleParts> read_handle(std::string_view handle) {
 std::shared_ptr<const QueueInfo> SqsService::queue_of_arn(const std::string& arn,
                                                           const char* parameter) {
   std::shared_ptr<const QueueInfo> q;
-  if (auto name = name_of_arn(arn, options_.region, options_.account)) q = catalog_.find(*name);
+  if (auto name = name_of_arn(arn, options_.regions, options_.account)) q = catalog_.find(*name);
   if (!q) {
     fail("ResourceNotFoundException",
          fmt::format("The resource that you specified for the {} parameter doesn't exist.",
@@ -91,7 +91,7 @@ json SqsService::cancel_message_move_task(Call& c) {
   const std::string handle = string_member(c.input, "TaskHandle", true);
   const std::optional<HandleParts> parts = read_handle(handle);
   std::optional<std::string> source;
-  if (parts) source = name_of_arn(parts->source_arn, options_.region, options_.account);
+  if (parts) source = name_of_arn(parts->source_arn, options_.regions, options_.account);
   if (!source) fail("ResourceNotFoundException", "Task does not exist.");
   const std::uint64_t moved = move_tasks_->cancel(parts->id, *source);
   return {{"ApproximateNumberOfMessagesMoved", moved}};

@@ -121,7 +121,7 @@ json SqsService::add_permission(Call& c) {
     }
     granted.push_back("SQS:" + a);
   }
-  const std::string arn = queue_arn(options_.region, options_.account, q->name);
+  const std::string arn = queue_arn(options_.regions.primary(), options_.account, q->name);
   // One server's AddPermission and RemovePermission at a time: each rewrites the whole policy.
   std::lock_guard lock(permissions_mutex_);
   q = catalog_.get(q->name);
@@ -156,7 +156,7 @@ json SqsService::add_permission(Call& c) {
 json SqsService::remove_permission(Call& c) {
   auto q = queue_of(c);
   const std::string label = checked_label(c.input);
-  const std::string arn = queue_arn(options_.region, options_.account, q->name);
+  const std::string arn = queue_arn(options_.regions.primary(), options_.account, q->name);
   std::lock_guard lock(permissions_mutex_);
   q = catalog_.get(q->name);
   ordered_json policy = policy_of(*q, arn);
