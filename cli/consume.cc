@@ -36,6 +36,28 @@ struct ConsumeArgs {
   bool exit_when_empty = false;
 };
 
+// A consumer started while the database is busy (a lock held by another process's start, a
+// cluster node catching up) waits for it instead of exiting: errors the database answered and
+// that are worth retrying (deadlock, lock wait) are retried for up to a minute. A database that
+// cannot be reached fails at once, so that a wrong DSN is told at once.
+std::unique_ptr<Client> connect_when_free(const Globals& g) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  auto pause = std::chrono::milliseconds(100);
+  for (;;) {
+    try {
+      return connect(g);
+    } catch (const Error& e) {
+      if (e.code() != Errc::kAborted || g_stop.load() ||
+          std::chrono::steady_clock::now() + pause > give_up) {
+        throw;
+      }
+      print_error(fmt::format("the database is busy ({}): trying again", e.what()));
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(5000));
+    }
+  }
+}
+
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -146,7 +168,7 @@ void add_consume_command(CLI::App& app, Globals& g) {
       throw Error(Errc::kInvalidArgument, "--concurrency must be from 1 to 256");
     }
     if (args->max_messages < 0) throw Error(Errc::kInvalidArgument, "--max-messages must be >= 0");
-    auto client = connect(g);
+    auto client = connect_when_free(g);
     WorkerOptions options;
     options.threads = args->concurrency;
     if (lease_opt->count() > 0) options.lease = seconds_to_micros(args->lease, "--lease");

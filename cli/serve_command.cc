@@ -44,7 +44,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
       "(re-read on SIGHUP); without it any well-formed signature is accepted and only loopback "
       "addresses may be listened on");
   CLI::Option* region =
-      cmd->add_option("--region", o.region, "the region in queue ARNs and signatures (us-east-1)");
+      cmd->add_option("--region", o.region, "the regions answered (signatures and queue ARNs): a name, a comma-separated list, or * for any (us-east-1)");
   CLI::Option* account =
       cmd->add_option("--account-id", o.account, "the 12-digit account in queue URLs and ARNs");
   CLI::Option* workers = cmd->add_option("--workers", o.workers,

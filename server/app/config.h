@@ -4,7 +4,7 @@
 // long option names, at the top level:
 //   listen = "0.0.0.0:9324"
 //   credentials = "credentials"        # relative paths: relative to the file's directory
-//   region = "eu-west-1"
+//   region = "eu-west-1"               # or "us-east-1,eu-west-1", or "*"
 //   account-id = "123456789012"
 //   workers = 32                       # 1 to 256
 //   log-format = "json"                # "text" or "json"

@@ -66,11 +66,7 @@ tcp::endpoint checked_endpoint(const ServeOptions& options) {
         "(127.0.0.1 or ::1); give --credentials FILE to listen on " +
         endpoint.address().to_string());
   }
-  if (options.region.empty() ||
-      options.region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") !=
-          std::string::npos) {
-    throw std::invalid_argument("--region must be a region name such as us-east-1");
-  }
+  Regions::parse(options.region);  // throws, naming what is wrong
   if (options.max_connections < 1) {
     throw std::invalid_argument("--max-connections must be at least 1");
   }
@@ -149,7 +145,7 @@ HttpServerOptions with_admission(HttpServerOptions o, const SqsService& service)
 
 ServiceOptions service_options(const ServeOptions& options, const Log& log) {
   ServiceOptions o;
-  o.region = options.region;
+  o.regions = Regions::parse(options.region);
   o.account = options.account;
   o.credentials_file = options.credentials_file;
   o.workers = options.workers;
@@ -208,6 +204,7 @@ struct Server::Impl {
             },
             with_admission(http_options(options, log, max_connections), service)) {
     http.start();
+    service.start_move_tasks();
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
   }
 
@@ -302,7 +299,8 @@ int serve(const ServeOptions& options) {
   if (!options.dsn_source.empty()) fields["dsn_source"] = options.dsn_source;
   // On stdout, as scripts wait for it there; the rest of the log is on stderr.
   log(LogLevel::kInfo,
-      fmt::format("listening on {} (region {}, account {}; {}{})", address, options.region,
+      fmt::format("listening on {} (region {}, account {}; {}{})", address,
+                  Regions::parse(options.region).describe(),
                   options.account, checked,
                   options.dsn_source.empty() ? "" : "; DSN from " + options.dsn_source),
       fields, stdout);

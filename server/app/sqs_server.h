@@ -16,7 +16,7 @@ struct ServeOptions {
   std::string dsn;  // resolved by the caller (the command's usual DSN resolution)
   std::string listen = "127.0.0.1:9324";
   std::string credentials_file;  // empty: any well-formed signature, loopback only
-  std::string region = "us-east-1";
+  std::string region = "us-east-1";  // --region as given: names, comma-separated, or *
   std::string account = "000000000000";
   int workers = 16;  // threads running actions; long polls hold none
   // Client connections held at once (--max-connections); at the cap the longest-idle one is

@@ -573,8 +573,9 @@ std::string canonical_request(const SignedRequest& request, std::string_view sig
 }
 
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
-                                  std::string_view region, std::string_view service,
-                                  Clock::time_point now, bool signature_too) {
+                                  const Regions& regions, std::string_view service,
+                                  Clock::time_point now, bool signature_too,
+                                  std::string* region_used) {
   const auto [raw_path, raw_query] = split_target(request.target);
   const QueryParams query = parse_query(raw_query);
 
@@ -698,11 +699,13 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
                                "version of date from HTTP: '{}' != '{}', from '{}'",
                                scope_parts[1].substr(0, 16), date, claim.amz_date));
   }
-  if (scope_parts[2] != region) {
+  const std::string_view region = scope_parts[2];
+  if (!regions.allows(region)) {
     return failure("SignatureDoesNotMatch",
-                   fmt::format("Credential should be scoped to a valid region: this server's "
-                               "region is '{}', not '{}'",
-                               region, scope_parts[2].substr(0, 40)));
+                   fmt::format("Credential should be scoped to a valid region: this server "
+                               "answers {} '{}', not '{}' (txmq serve --region)",
+                               regions.any() ? "any region" : "the regions",
+                               regions.describe(), region.substr(0, 40)));
   }
   if (scope_parts[3] != service) {
     return failure("SignatureDoesNotMatch",
@@ -713,24 +716,27 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
         "SignatureDoesNotMatch",
         fmt::format("Credential should be scoped with a valid terminator: '{}'", kTerminator));
   }
-  if (credentials == nullptr || !signature_too) return std::nullopt;  // any well-formed signature
+  if (credentials == nullptr || !signature_too) {  // any well-formed signature
+    if (region_used != nullptr) region_used->assign(region);
+    return std::nullopt;
+  }
 
   std::string hash;
   std::string_view alternative;
   if (auto bad = payload_hash(request, claim.presigned, hash, alternative)) return bad;
   std::string canonical = build_canonical_request(request, raw_path, query, claim.signed_headers,
                                                   hash, claim.presigned);
-  if (constant_time_equal(signature_of(canonical, claim.amz_date, *secret, region, service),
-                       claim.signature)) {
-    return std::nullopt;
-  }
-  if (!alternative.empty()) {
+  bool authentic = constant_time_equal(
+      signature_of(canonical, claim.amz_date, *secret, region, service), claim.signature);
+  if (!authentic && !alternative.empty()) {
     canonical.resize(canonical.size() - hash.size());
     canonical += alternative;
-    if (constant_time_equal(signature_of(canonical, claim.amz_date, *secret, region, service),
-                         claim.signature)) {
-      return std::nullopt;
-    }
+    authentic = constant_time_equal(
+        signature_of(canonical, claim.amz_date, *secret, region, service), claim.signature);
+  }
+  if (authentic) {
+    if (region_used != nullptr) region_used->assign(region);
+    return std::nullopt;
   }
   return failure("SignatureDoesNotMatch", std::string(kMismatchMessage));
 }
@@ -739,7 +745,13 @@ std::optional<AuthFailure> verify(const SignedRequest& request, const Credential
 
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
                                   std::string_view region, Clock::time_point now) {
-  return internal::verify(request, credentials, region, "sqs", now);
+  return internal::verify(request, credentials, Regions(region), "sqs", now);
+}
+
+std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
+                                  const Regions& regions, Clock::time_point now,
+                                  std::string& region) {
+  return internal::verify(request, credentials, regions, "sqs", now, true, &region);
 }
 
 bool has_query_signature(std::string_view target) {
@@ -750,8 +762,8 @@ bool has_query_signature(std::string_view target) {
 }
 
 std::optional<AuthFailure> precheck(const SignedRequest& request, const Credentials* credentials,
-                                    std::string_view region, Clock::time_point now) {
-  return internal::verify(request, credentials, region, "sqs", now, false);
+                                    const Regions& regions, Clock::time_point now) {
+  return internal::verify(request, credentials, regions, "sqs", now, false);
 }
 
 // --- signing -------------------------------------------------------------------------------------

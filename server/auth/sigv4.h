@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/auth/regions.h"
+
 namespace txmq::server {
 
 // A request as the HTTP layer received it. Views: the caller keeps the request alive.
@@ -91,13 +93,18 @@ class Credentials {
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
                                   std::string_view region,
                                   std::chrono::system_clock::time_point now);
+// As verify() for one region, for a server that answers `regions`: a request scoped to any of
+// them is checked in its own region, which is written to `region` (when it is authentic).
+std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
+                                  const Regions& regions,
+                                  std::chrono::system_clock::time_point now, std::string& region);
 
 // What verify() can check before the body has arrived, on a request whose body is empty: the
 // form of the signature, its scope, date and expiry, that X-Amz-Target is signed, and (with
 // `credentials`) that the access key is known. The signature itself is not computed. nullopt
 // when verify() may still accept the request once its body is read.
 std::optional<AuthFailure> precheck(const SignedRequest& request, const Credentials* credentials,
-                                    std::string_view region,
+                                    const Regions& regions,
                                     std::chrono::system_clock::time_point now);
 
 // Whether the request target carries the query-string (presigned) form of a signature, read
@@ -132,10 +139,11 @@ namespace internal {
 
 // verify() for any service, so that AWS's published test vectors (service "service") run too.
 // `signature_too` false: precheck().
+// `region`, when given, receives the region of the request's credential scope.
 std::optional<AuthFailure> verify(const SignedRequest& request, const Credentials* credentials,
-                                  std::string_view region, std::string_view service,
+                                  const Regions& regions, std::string_view service,
                                   std::chrono::system_clock::time_point now,
-                                  bool signature_too = true);
+                                  bool signature_too = true, std::string* region = nullptr);
 
 // The canonical request of `request`, for the headers named in `signed_headers` (as written in
 // SignedHeaders=, "host;x-amz-date") and the given payload hash. `presigned`: X-Amz-Signature is

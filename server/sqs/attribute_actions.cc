@@ -21,7 +21,7 @@ json SqsService::get_queue_attributes(Call& c) {
   std::shared_ptr<const QueueInfo> source;
   if (q->source_queue) source = catalog_.find(*q->source_queue);
   std::map<std::string, std::string> values =
-      effective_attributes(*q, options_.region, options_.account, source.get());
+      effective_attributes(*q, c.region, options_.account, source.get());
   const bool counts =
       all || std::any_of(names.begin(), names.end(), [](const std::string& n) {
         return n.starts_with("ApproximateNumberOfMessages");

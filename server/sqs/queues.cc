@@ -117,11 +117,24 @@ std::string queue_arn(std::string_view region, std::string_view account, std::st
   return fmt::format("arn:aws:sqs:{}:{}:{}", region, account, name);
 }
 
-std::optional<std::string> name_of_arn(std::string_view arn, std::string_view region,
+std::optional<QueueArn> parse_queue_arn(std::string_view arn) {
+  constexpr std::string_view kPrefix = "arn:aws:sqs:";
+  if (!arn.starts_with(kPrefix)) return std::nullopt;
+  arn.remove_prefix(kPrefix.size());
+  const std::size_t region_end = arn.find(':');
+  if (region_end == std::string_view::npos) return std::nullopt;
+  const std::size_t account_end = arn.find(':', region_end + 1);
+  if (account_end == std::string_view::npos) return std::nullopt;
+  return QueueArn{std::string(arn.substr(0, region_end)),
+                  std::string(arn.substr(region_end + 1, account_end - region_end - 1)),
+                  std::string(arn.substr(account_end + 1))};
+}
+
+std::optional<std::string> name_of_arn(std::string_view arn, const Regions& regions,
                                        std::string_view account) {
-  const std::string prefix = fmt::format("arn:aws:sqs:{}:{}:", region, account);
-  if (!arn.starts_with(prefix)) return std::nullopt;
-  return std::string(arn.substr(prefix.size()));
+  auto parts = parse_queue_arn(arn);
+  if (!parts || parts->account != account || !regions.allows(parts->region)) return std::nullopt;
+  return std::move(parts->name);
 }
 
 void read_settings(QueueInfo& q) {
@@ -150,6 +163,34 @@ void read_settings(QueueInfo& q) {
 }
 
 namespace {
+
+// A server of several regions keeps one set of queues and answers each request in its own
+// region: the queue ARNs inside RedrivePolicy and RedriveAllowPolicy are shown in `region`
+// whatever region they were set in. Text without such an ARN is left as it was stored.
+void answer_arns_in(std::string_view region, std::string_view account,
+                    std::map<std::string, std::string>& attributes) {
+  const auto moved = [&](json& arn) {
+    if (!arn.is_string()) return false;
+    auto parts = parse_queue_arn(arn.get<std::string>());
+    if (!parts || parts->account != account || parts->region == region) return false;
+    arn = queue_arn(region, account, parts->name);
+    return true;
+  };
+  if (auto it = attributes.find("RedrivePolicy"); it != attributes.end() && !it->second.empty()) {
+    json p = json::parse(it->second, nullptr, false);
+    if (p.is_object() && p.contains("deadLetterTargetArn") && moved(p["deadLetterTargetArn"])) {
+      it->second = p.dump();
+    }
+  }
+  if (auto it = attributes.find("RedriveAllowPolicy"); it != attributes.end()) {
+    json p = json::parse(it->second, nullptr, false);
+    if (p.is_object() && p.contains("sourceQueueArns") && p["sourceQueueArns"].is_array()) {
+      bool any = false;
+      for (json& arn : p["sourceQueueArns"]) any = moved(arn) || any;
+      if (any) it->second = p.dump();
+    }
+  }
+}
 
 // The attributes a consumer-group queue has of its own; the others are its source's topic's.
 bool own_attribute_of_group_queue(std::string_view name) {
@@ -197,6 +238,7 @@ std::map<std::string, std::string> effective_attributes(const QueueInfo& q,
     out["FifoThroughputLimit"] = "perQueue";
   }
   for (const auto& [k, v] : q.attributes) out[k] = v;
+  answer_arns_in(region, account, out);
   out["QueueArn"] = queue_arn(region, account, q.name);
   out["CreatedTimestamp"] = std::to_string(q.created_at);
   out["LastModifiedTimestamp"] = std::to_string(q.modified_at);
@@ -226,8 +268,8 @@ TopicOptions topic_options(const QueueInfo& q, const std::string& dead_letter_to
   return o;
 }
 
-QueueCatalog::QueueCatalog(Client& client, std::string region, std::string account)
-    : client_(client), region_(std::move(region)), account_(std::move(account)) {
+QueueCatalog::QueueCatalog(Client& client, Regions regions, std::string account)
+    : client_(client), regions_(std::move(regions)), account_(std::move(account)) {
   make_table_if_missing("txmq_sqs_queues",
                         "CREATE TABLE IF NOT EXISTS txmq_sqs_queues ("
                         " name VARBINARY(80) NOT NULL PRIMARY KEY,"
@@ -436,7 +478,7 @@ std::map<std::string, std::string> QueueCatalog::checked(
         // A name, or the ARN of a queue of this account and region.
         std::string source = value;
         if (value.starts_with("arn:")) {
-          auto n = name_of_arn(value, region_, account_);
+          auto n = name_of_arn(value, regions_, account_);
           if (!n) bad_value(key, "the source queue must be a queue of this account and region");
           source = *n;
         }
@@ -528,7 +570,7 @@ std::map<std::string, std::string> QueueCatalog::checked(
             : count.is_string()       ? integer(count.get<std::string>())
                                       : std::nullopt;
         if (!n || *n < 1 || *n > 1000) bad_value(key, "maxReceiveCount must be from 1 to 1000");
-        auto target = name_of_arn(p["deadLetterTargetArn"].get<std::string>(), region_, account_);
+        auto target = name_of_arn(p["deadLetterTargetArn"].get<std::string>(), regions_, account_);
         if (!target) bad_value(key, "Dead-letter target must be a queue of this account and region");
         auto dlq = find(*target);
         if (!dlq) bad_value(key, "Dead letter target does not exist");
@@ -544,14 +586,18 @@ std::map<std::string, std::string> QueueCatalog::checked(
             allow != dlq->attributes.end()) {
           const json a = json::parse(allow->second);
           const std::string permission = a.value("redrivePermission", "allowAll");
-          const std::string source = queue_arn(region_, account_, name);
           bool allowed = permission == "allowAll";
           if (permission == "byQueue" && a.contains("sourceQueueArns")) {
-            for (const auto& arn : a["sourceQueueArns"]) allowed = allowed || arn == source;
+            for (const auto& arn : a["sourceQueueArns"]) {
+              allowed = allowed || (arn.is_string() &&
+                                    name_of_arn(arn.get<std::string>(), regions_, account_) == name);
+            }
           }
           if (!allowed) bad_value(key, "The dead-letter queue's RedriveAllowPolicy refuses it");
         }
-        json normal = {{"deadLetterTargetArn", p["deadLetterTargetArn"]},
+        // Stored in the first region's ARN, whatever region the request came in (answers show
+        // the caller's), so that the same policy set in two regions compares equal.
+        json normal = {{"deadLetterTargetArn", queue_arn(regions_.primary(), account_, *target)},
                        {"maxReceiveCount", *n}};
         out[key] = normal.dump();
         continue;
@@ -584,6 +630,8 @@ std::map<std::string, std::string> QueueCatalog::checked(
     }
     out["SqsManagedSseEnabled"] = "false";
   }
+  // ARNs kept in the first region's form, as RedrivePolicy's above.
+  answer_arns_in(regions_.primary(), account_, out);
   return out;
 }
 
@@ -670,7 +718,7 @@ void QueueCatalog::check_spread(const std::map<std::string, std::string>& wanted
 void QueueCatalog::check_same(const QueueInfo& existing,
                               const std::map<std::string, std::string>& wanted) {
   // Equal values for the attributes given (SQS compares what the request names).
-  const auto current = effective_attributes(existing, region_, account_);
+  const auto current = effective_attributes(existing, regions_.primary(), account_);
   for (const auto& [k, v] : wanted) {
     auto it = current.find(k);
     if (it == current.end() || it->second != v) {
@@ -879,15 +927,15 @@ std::optional<std::string> QueueCatalog::name_of_topic(std::string_view topic) {
 
 std::vector<std::string> QueueCatalog::dead_letter_sources(std::string_view target) {
   std::vector<std::string> names;
-  const std::string arn = queue_arn(region_, account_, target);
   client_.transact([&](Transaction& t) {
     SqlResult r = t.execute("SELECT name, attributes FROM txmq_sqs_queues ORDER BY name");
     names.clear();
     for (const auto& row : r.rows) {
       auto attributes = from_json(row.as_string(1));
       auto it = attributes.find("RedrivePolicy");
-      if (it == attributes.end()) continue;
-      if (json::parse(it->second).value("deadLetterTargetArn", "") == arn) {
+      if (it == attributes.end() || it->second.empty()) continue;
+      const auto arn = parse_queue_arn(json::parse(it->second).value("deadLetterTargetArn", ""));
+      if (arn && arn->account == account_ && arn->name == target) {
         names.push_back(row.as_string(0));
       }
     }

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/auth/regions.h"
 #include "txmq/client.h"
 
 namespace txmq::server {
@@ -70,8 +71,13 @@ std::map<std::string, std::string> effective_attributes(const QueueInfo& queue,
                                                         std::string_view account,
                                                         const QueueInfo* source = nullptr);
 std::string queue_arn(std::string_view region, std::string_view account, std::string_view name);
-// The queue name of an ARN of this region and account; nullopt for another one.
-std::optional<std::string> name_of_arn(std::string_view arn, std::string_view region,
+struct QueueArn {
+  std::string region, account, name;
+};
+// "arn:aws:sqs:REGION:ACCOUNT:NAME" read; nullopt for any other text.
+std::optional<QueueArn> parse_queue_arn(std::string_view arn);
+// The queue name of an ARN of one of these regions and this account; nullopt for another one.
+std::optional<std::string> name_of_arn(std::string_view arn, const Regions& regions,
                                        std::string_view account);
 
 // The topic settings a queue's attributes give.
@@ -80,7 +86,7 @@ TopicOptions topic_options(const QueueInfo& queue, const std::string& dead_lette
 class QueueCatalog {
  public:
   // Creates txmq_sqs_queues when missing (a user without CREATE must find it made).
-  QueueCatalog(Client& client, std::string region, std::string account);
+  QueueCatalog(Client& client, Regions regions, std::string account);
 
   // A ReceiptHandle: the library's receipt with a MAC that binds it to the queue's name, so
   // that a forged handle, or one of another queue, is told apart from a stale one.
@@ -142,7 +148,7 @@ class QueueCatalog {
   static constexpr char kSealSeparator = ':';
 
   Client& client_;
-  const std::string region_;
+  const Regions regions_;
   const std::string account_;
   std::string receipt_key_;  // set by the constructor, then read-only
   std::mutex mutex_;

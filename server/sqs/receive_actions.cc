@@ -81,7 +81,7 @@ json SqsService::message_json(const Poll& poll, const Message& m) {
   }
   if (m.dead_lettered_from && wanted("DeadLetterQueueSourceArn")) {
     if (auto source = catalog_.name_of_topic(m.dead_lettered_from->topic)) {
-      attributes["DeadLetterQueueSourceArn"] = queue_arn(options_.region, options_.account, *source);
+      attributes["DeadLetterQueueSourceArn"] = queue_arn(poll.call->region, options_.account, *source);
     }
   }
   if (q.fifo) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "server/auth/web_guard.h"
+#include "server/sqs/move_tasks.h"
 #include "server/sqs/service_call.h"
 #include "server/sqs/wire.h"
 
@@ -130,9 +131,11 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
     : client_(client),
       io_(io),
       options_(std::move(options)),
-      catalog_(client, options_.region, options_.account),
+      catalog_(client, options_.regions, options_.account),
       workers_(static_cast<std::size_t>(options_.workers)),
-      deadline_timer_(io) {
+      deadline_timer_(io),
+      move_tasks_(std::make_unique<MoveTasks>(client, catalog_,
+                                              MoveTaskOptions{.log = options_.log})) {
   if (!options_.credentials_file.empty()) {
     credentials_ = std::make_shared<Credentials>(Credentials::load(options_.credentials_file));
   }
@@ -220,7 +223,10 @@ void SqsService::shutdown() {
   }
   for (const auto& p : polls) finish_poll(p, {});
   workers_.join();
+  move_tasks_->stop();
 }
+
+void SqsService::start_move_tasks() { move_tasks_->start(); }
 
 void SqsService::handle(HttpRequest&& request, Responder respond) {
   counters_.requests.fetch_add(1, std::memory_order_relaxed);
@@ -242,7 +248,7 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
   asio::post(workers_, [this, call] { execute(call); });
 }
 
-void read_request(const HttpRequest& r, const Credentials* credentials, std::string_view region,
+void read_request(const HttpRequest& r, const Credentials* credentials, const Regions& regions,
                   std::chrono::system_clock::time_point now, SqsRequest& out) {
   if (auto refusal = cross_site_refusal(r, credentials != nullptr)) throw *refusal;
   const std::string_view target = header(r, "x-amz-target");
@@ -265,7 +271,7 @@ void read_request(const HttpRequest& r, const Credentials* credentials, std::str
 
   // The signature covers the method, the target (path and query), the signed headers (Host and
   // X-Amz-Target among them) and the body: everything read below.
-  if (auto failure = verify(signed_request_of(r, r.body()), credentials, region, now)) {
+  if (auto failure = verify(signed_request_of(r, r.body()), credentials, regions, now, out.region)) {
     throw SqsError::of(failure->code, failure->message);
   }
 
@@ -325,7 +331,7 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
     return admission;
   }
   const SignedRequest without_body = signed_request_of(h, {});
-  if (auto failure = precheck(without_body, credentials.get(), options_.region,
+  if (auto failure = precheck(without_body, credentials.get(), options_.regions,
                               std::chrono::system_clock::now())) {
     admission.refusal = SqsError::of(failure->code, failure->message);
     return admission;
@@ -356,7 +362,7 @@ void SqsService::execute(const std::shared_ptr<Call>& call) {
   Call& c = *call;
   if (c.answered) return;  // its deadline passed while it waited for a worker
   try {
-    read_request(c.request, current_credentials().get(), options_.region, std::chrono::system_clock::now(),
+    read_request(c.request, current_credentials().get(), options_.regions, std::chrono::system_clock::now(),
                  c);
     dispatch(call);
   } catch (...) {
@@ -390,6 +396,11 @@ void SqsService::dispatch(const std::shared_ptr<Call>& call) {
   else if (a == "UntagQueue") out = untag_queue(c);
   else if (a == "ListQueueTags") out = list_queue_tags(c);
   else if (a == "ListDeadLetterSourceQueues") out = list_dead_letter_source_queues(c);
+  else if (a == "StartMessageMoveTask") out = start_message_move_task(c);
+  else if (a == "ListMessageMoveTasks") out = list_message_move_tasks(c);
+  else if (a == "CancelMessageMoveTask") out = cancel_message_move_task(c);
+  else if (a == "AddPermission") out = add_permission(c);
+  else if (a == "RemovePermission") out = remove_permission(c);
   else if (c.protocol == Call::Protocol::kJson) {
     fail("UnknownOperationException", fmt::format("Unknown action {}", a));
   } else {

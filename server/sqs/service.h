@@ -9,8 +9,9 @@
 // The folder: wire.h (the two wire formats and SQS's errors), digests.h, queues.h (SQS queues
 // over topics), this service (service.cc: reading, dispatching and answering requests), the
 // actions by family (queue_actions.cc, attribute_actions.cc, send_actions.cc,
-// receive_actions.cc, receipt_actions.cc; their input readers in inputs.h and messages.h) and
-// the group commit (group_commit.h).
+// receive_actions.cc, receipt_actions.cc, move_task_actions.cc, permission_actions.cc; their
+// input readers in inputs.h and messages.h), the group commit (group_commit.h) and the
+// dead-letter redrive's tasks (move_tasks.h).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -38,6 +39,8 @@
 
 namespace txmq::server {
 
+class MoveTasks;
+
 // Why a request that a browser on another site could have sent is refused when the server has
 // no --credentials (so that any well-formed signature passes): a Host that is not a loopback
 // name (DNS rebinding), an Origin header, Sec-Fetch-Site other than none or same-origin, or a
@@ -62,6 +65,7 @@ struct SqsRequest {
   nlohmann::json input;      // the action's input in the JSON protocol's shape
   std::string host;          // the Host header: queue URLs are built from it
   std::string path;          // the request's path, without its query
+  std::string region;        // the region it was signed for: its answers' ARNs are in it
 };
 
 // Reads an SQS request into `out`: refuses what a browser on another site would send
@@ -69,11 +73,12 @@ struct SqsRequest {
 // it), checks the signature (verify(); `credentials` null: any well-formed one), and parses the
 // input with bounded depth and size. Throws SqsError. No database: also run by a fuzzer.
 void read_request(const HttpRequest& request, const Credentials* credentials,
-                  std::string_view region, std::chrono::system_clock::time_point now,
+                  const Regions& regions, std::chrono::system_clock::time_point now,
                   SqsRequest& out);
 
 struct ServiceOptions {
-  std::string region = "us-east-1";
+  // The regions answered (--region); answers are in each request's own.
+  Regions regions = Regions("us-east-1");
   std::string account = "000000000000";
   // The --credentials file; empty: any well-formed signature is accepted.
   std::string credentials_file;
@@ -135,8 +140,12 @@ class SqsService {
   void handle(HttpRequest&& request, Responder respond);
   // Re-reads the credentials file (SIGHUP); keeps the old keys when the new file is broken.
   void reload_credentials();
+  // Starts running dead-letter redrive tasks (StartMessageMoveTask) on a thread of the
+  // service's: those started here, and those another server left (stopped, or died holding
+  // them). Until then tasks are recorded but run only by other servers of the database.
+  void start_move_tasks();
   // Long polls answer now with what they have; later polls do not wait. Then waits for the
-  // workers to finish what they run.
+  // workers to finish what they run, and stops the move tasks (a peer or a restart resumes them).
   void shutdown();
   const Counters& counters() const { return counters_; }
   // The ReceiptHandle this server gives for a library receipt of `queue` (for a load generator
@@ -196,6 +205,17 @@ class SqsService {
   nlohmann::json change_message_visibility(Call& call);
   nlohmann::json change_message_visibility_batch(Call& call);
 
+  // Dead-letter redrive (move_task_actions.cc).
+  nlohmann::json start_message_move_task(Call& call);
+  nlohmann::json list_message_move_tasks(Call& call);
+  nlohmann::json cancel_message_move_task(Call& call);
+  // The queue an ARN names (ResourceNotFoundException naming `parameter` when none).
+  std::shared_ptr<const QueueInfo> queue_of_arn(const std::string& arn, const char* parameter);
+
+  // The queue's policy (permission_actions.cc).
+  nlohmann::json add_permission(Call& call);
+  nlohmann::json remove_permission(Call& call);
+
   // Group commit of single sends and deletes, per topic (group_commit.cc).
   struct PendingSend {
     std::shared_ptr<const Call> call;  // not sent once the call was answered (timed out)
@@ -238,6 +258,8 @@ class SqsService {
   };
   std::map<std::string, Attempt> receive_attempts_;
   std::size_t attempts_bytes_ = 0;
+  std::mutex permissions_mutex_;  // AddPermission and RemovePermission rewrite the Policy
+  std::unique_ptr<MoveTasks> move_tasks_;
 };
 
 }  // namespace txmq::server

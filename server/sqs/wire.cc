@@ -242,6 +242,20 @@ const std::map<std::string_view, std::vector<Member>>& actions() {
        {{"QueueUrl", "QueueUrl", Kind::kString},
         {"NextToken", "NextToken", Kind::kString},
         {"MaxResults", "MaxResults", Kind::kInteger}}},
+      {"StartMessageMoveTask",
+       {{"SourceArn", "SourceArn", Kind::kString},
+        {"DestinationArn", "DestinationArn", Kind::kString},
+        {"MaxNumberOfMessagesPerSecond", "MaxNumberOfMessagesPerSecond", Kind::kInteger}}},
+      {"ListMessageMoveTasks",
+       {{"SourceArn", "SourceArn", Kind::kString}, {"MaxResults", "MaxResults", Kind::kInteger}}},
+      {"CancelMessageMoveTask", {{"TaskHandle", "TaskHandle", Kind::kString}}},
+      {"AddPermission",
+       {{"QueueUrl", "QueueUrl", Kind::kString},
+        {"Label", "Label", Kind::kString},
+        {"AWSAccountIds", "AWSAccountId", Kind::kStringList},
+        {"Actions", "ActionName", Kind::kStringList}}},
+      {"RemovePermission",
+       {{"QueueUrl", "QueueUrl", Kind::kString}, {"Label", "Label", Kind::kString}}},
   };
   return table;
 }
@@ -356,10 +370,11 @@ std::string_view successful_entry(std::string_view action) {
 
 void write_value(std::string& out, std::string_view action, std::string_view name, const json& v) {
   if (name == "Messages" || name == "QueueUrls" || name == "queueUrls" || name == "Successful" ||
-      name == "Failed") {
+      name == "Failed" || name == "Results") {
     const std::string_view item = name == "Messages"     ? "Message"
                                   : name == "Successful" ? successful_entry(action)
                                   : name == "Failed"     ? "BatchResultErrorEntry"
+                                  : name == "Results"    ? "ListMessageMoveTasksResultEntry"
                                                          : "QueueUrl";
     for (const json& e : v) {
       if (e.is_object()) {

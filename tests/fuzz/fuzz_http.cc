@@ -36,7 +36,7 @@ const txmq::server::Credentials& keys() {
 void read(const txmq::server::HttpRequest& request, const txmq::server::Credentials* credentials) {
   txmq::server::SqsRequest out;
   try {
-    txmq::server::read_request(request, credentials, "us-east-1", kNow, out);
+    txmq::server::read_request(request, credentials, txmq::server::Regions("us-east-1"), kNow, out);
     txmq::fuzz::require(out.input.is_object(), "accepted input is not an object");
     txmq::fuzz::require(!out.action.empty(), "accepted without an action");
     txmq::server::query_response_xml(out.action, out.input, "request-id");

@@ -192,6 +192,65 @@ log-format = "json"
         self.assertEqual(status, 0, log)
         self.assertTrue(log.startswith("txmq serve: SIGTERM"), log)
 
+    def test_a_server_of_several_regions_answers_each_in_its_own(self):
+        s = Serve("--config", self.config, "--listen", "127.0.0.1:0",
+                  "--region", "us-east-1,eu-west-1", "--log-format", "text")
+        try:
+            self.assertIn("region us-east-1,eu-west-1, account 123456789012", s.line)
+            east, west = s.client("us-east-1"), s.client("eu-west-1")
+            name, dlq = f"opsregion{os.getpid()}", f"opsregiondlq{os.getpid()}"
+            url = east.create_queue(QueueName=name)["QueueUrl"]
+            dlq_url = east.create_queue(QueueName=dlq)["QueueUrl"]
+            self.assertEqual(west.get_queue_url(QueueName=name)["QueueUrl"], url)
+
+            def arn(client, queue_url):
+                return client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+                    "Attributes"]["QueueArn"]
+
+            self.assertEqual(arn(east, url), f"arn:aws:sqs:us-east-1:123456789012:{name}")
+            self.assertEqual(arn(west, url), f"arn:aws:sqs:eu-west-1:123456789012:{name}")
+            # A RedrivePolicy set in one region names the same queue in the other's ARN.
+            west.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": arn(west, dlq_url), "maxReceiveCount": 2})})
+            for client, region in ((east, "us-east-1"), (west, "eu-west-1")):
+                policy = json.loads(client.get_queue_attributes(
+                    QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"])
+                self.assertEqual(policy["deadLetterTargetArn"],
+                                 f"arn:aws:sqs:{region}:123456789012:{dlq}")
+                self.assertEqual(client.list_dead_letter_source_queues(QueueUrl=dlq_url)[
+                    "queueUrls"], [url])
+            # The same policy asked again in the other region: the queue exists with it.
+            self.assertEqual(east.create_queue(QueueName=name, Attributes={"RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": arn(east, dlq_url), "maxReceiveCount": 2})})["QueueUrl"], url)
+            west.send_message(QueueUrl=url, MessageBody="from the west")
+            got = east.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+            self.assertEqual(got[0]["Body"], "from the west")
+            # A region the server does not answer: refused, saying which it answers.
+            with self.assertRaises(botocore.exceptions.ClientError) as e:
+                s.client("ap-south-1").list_queues()
+            self.assertEqual(e.exception.response["Error"]["Code"], "SignatureDoesNotMatch")
+            self.assertIn("'us-east-1,eu-west-1'", e.exception.response["Error"]["Message"])
+            west.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": ""})
+            for q in (url, dlq_url):
+                east.delete_queue(QueueUrl=q)
+        finally:
+            status, log = s.terminate()
+            s.kill()
+        self.assertEqual(status, 0, log)
+        # Any region: "*".
+        s = Serve("--config", self.config, "--listen", "127.0.0.1:0", "--region", "*")
+        try:
+            self.assertIn("region *,", s.line)
+            self.assertIsInstance(s.client("me-central-1").list_queues(), dict)
+        finally:
+            s.terminate()
+            s.kill()
+        for bad in ("us-east-1,,eu-west-1", "US-EAST-1", "eu-west-1,eu-west-1"):
+            r = subprocess.run([TXMQ, "serve", "--listen", "127.0.0.1:0", "--region", bad],
+                               env=env(), capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, (bad, r.stderr))
+            self.assertIn("--region", r.stderr)
+
     def test_the_dsn_order_is_dsn_option_then_TXMQ_DSN_then_the_file(self):
         real = local_dsn()
         nowhere = f"mysql://nobody@127.0.0.1:{free_port()}/txmq?connect_timeout=1"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs one client suite of the SQS tests against a `txmq serve` of its own:
-#   tests/sqs/run.sh TXMQ_BINARY BUILD_DIR query|cli|json [ARGS for the suite's runner]
+#   tests/sqs/run.sh TXMQ_BINARY BUILD_DIR query|cli|json|moves [ARGS for the suite's runner]
 # (e.g. `... query ConsumerGroupQueuesTest` runs one class of test_query.py).
 # The server runs on TXMQ_TEST_DSN when it is set (as the integration tests do: another server,
 # such as a MySQL 9.7 of scripts/server; the suites' own txmq commands get it as TXMQ_DSN), else
@@ -12,7 +12,7 @@
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
-  echo "usage: $0 TXMQ_BINARY BUILD_DIR query|cli|json [ARGS]" >&2
+  echo "usage: $0 TXMQ_BINARY BUILD_DIR query|cli|json|moves [ARGS]" >&2
   exit 2
 fi
 TXMQ="$1"
@@ -33,7 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ "$SUITE" = json ]; then
+if [ "$SUITE" = json ] || [ "$SUITE" = moves ]; then
   # shellcheck source=../../scripts/common.sh
   source "$HERE/../../scripts/common.sh"
   txmq_install_sqs_node "$SQS_BUILD/sqs-node"
@@ -101,6 +101,7 @@ case "$SUITE" in
   query) /usr/bin/python3 "$HERE/test_query.py" -v "$@" || status=$? ;;
   cli) bash "$HERE/test_cli.sh" || status=$? ;;
   json) TXMQ_SQS_NODE_DIR="$SQS_BUILD/sqs-node" node --test "$@" "$HERE/test_json.mjs" || status=$? ;;
+  moves) TXMQ_SQS_NODE_DIR="$SQS_BUILD/sqs-node" node --test "$@" "$HERE/move_tasks.mjs" || status=$? ;;
   *) echo "run.sh: unknown suite '$SUITE'" >&2; status=2 ;;
 esac
 

@@ -401,7 +401,7 @@ TEST(SigV4Suite, VerifyAcceptsThePublishedHeaderSignaturesAndNothingElse) {
           "SignedHeaders={}, Signature={}",
           c.signed_headers, signature);
       const auto failure =
-          internal::verify(request.view(), &credentials, "us-east-1", "service", kSuiteTime);
+          internal::verify(request.view(), &credentials, Regions("us-east-1"), "service", kSuiteTime);
       if (signature == c.header_signature) {
         EXPECT_FALSE(failure) << failure->code << ": " << failure->message;
       } else {
@@ -423,7 +423,7 @@ TEST(SigV4Suite, PresignProducesThePublishedQuerySignaturesAndVerifies) {
     EXPECT_EQ(query_param(request.target, "X-Amz-Signature"), c.query_signature);
     EXPECT_EQ(query_param(request.target, "X-Amz-Expires"), "3600");
     const auto failure =
-        internal::verify(request.view(), &credentials, "us-east-1", "service", kSuiteTime);
+        internal::verify(request.view(), &credentials, Regions("us-east-1"), "service", kSuiteTime);
     EXPECT_FALSE(failure) << failure->code << ": " << failure->message;
   }
 }
@@ -437,10 +437,10 @@ TEST(SigV4Suite, ThePublishedPresignedRequestVerifiesAsWritten) {
                   "e93c787ed7f371d5c6b165c1b38ede9550f4dce4144713e844b25b7192d3865d",
                   {{"Host", std::string(kHost)}},
                   ""};
-  EXPECT_FALSE(internal::verify(request.view(), &credentials, "us-east-1", "service", kSuiteTime));
+  EXPECT_FALSE(internal::verify(request.view(), &credentials, Regions("us-east-1"), "service", kSuiteTime));
   request.target.back() = '0';  // ...865d -> ...8650
   const auto failure =
-      internal::verify(request.view(), &credentials, "us-east-1", "service", kSuiteTime);
+      internal::verify(request.view(), &credentials, Regions("us-east-1"), "service", kSuiteTime);
   ASSERT_TRUE(failure);
   EXPECT_EQ(failure->code, "SignatureDoesNotMatch");
 }
@@ -484,7 +484,7 @@ TEST(SigV4Suite, AHeaderAddedAfterSigningIsNotPartOfTheSignature) {
         "SignedHeaders=host;x-amz-date, "
         "Signature=5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"}},
       ""};
-  EXPECT_FALSE(internal::verify(request.view(), &credentials, "us-east-1", "service", kSuiteTime));
+  EXPECT_FALSE(internal::verify(request.view(), &credentials, Regions("us-east-1"), "service", kSuiteTime));
 }
 
 // --- What the SQS clients send
@@ -743,18 +743,18 @@ TEST(SigV4, PrecheckRefusesWhatTheHeadersAloneShowAndLeavesTheRest) {
   const Credentials credentials = test_credentials();
   Request request = signed_json_request(kNow);
   request.body = "{}";  // not what was signed: only verify() can tell
-  EXPECT_FALSE(precheck(request.view(), &credentials, "us-east-1", kNow));
+  EXPECT_FALSE(precheck(request.view(), &credentials, Regions("us-east-1"), kNow));
   expect_failure(request, &credentials, "SignatureDoesNotMatch", 403);
   const auto unknown = precheck(
       signed_json_request(kNow, SigningKey{.access_key = "AKIDUNKNOWN", .secret = kSecret}).view(),
-      &credentials, "us-east-1", kNow);
+      &credentials, Regions("us-east-1"), kNow);
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->code, "InvalidClientTokenId");
-  const auto late = precheck(request.view(), &credentials, "us-east-1", kNow + std::chrono::hours(1));
+  const auto late = precheck(request.view(), &credentials, Regions("us-east-1"), kNow + std::chrono::hours(1));
   ASSERT_TRUE(late);
   EXPECT_EQ(late->code, "RequestExpired");
   Request unsigned_request{"POST", "/", {{"Host", "127.0.0.1:9324"}}, ""};
-  const auto missing = precheck(unsigned_request.view(), nullptr, "us-east-1", kNow);
+  const auto missing = precheck(unsigned_request.view(), nullptr, Regions("us-east-1"), kNow);
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->code, "MissingAuthenticationToken");
 }
@@ -903,6 +903,62 @@ TEST(SigV4, DateMustBePresentAndWellFormed) {
   Request two_dates = good;
   two_dates.headers.emplace_back("x-amz-date", "20261123T120000Z");
   expect_failure(two_dates, &credentials, "IncompleteSignature", 400);
+}
+
+TEST(SigV4, AServerOfSeveralRegionsChecksEachInItsOwn) {
+  const Credentials credentials = test_credentials();
+  const Regions two = Regions::parse("us-east-1, eu-west-1");
+  const Regions any = Regions::parse("*");
+  for (const Credentials* keys : {&credentials, static_cast<const Credentials*>(nullptr)}) {
+    for (const char* name : {"us-east-1", "eu-west-1"}) {
+      std::string region;
+      EXPECT_FALSE(verify(signed_json_request(
+                              kNow, SigningKey{.access_key = kKey, .secret = kSecret, .region = name})
+                              .view(),
+                          keys, two, kNow, region));
+      EXPECT_EQ(region, name);
+    }
+    std::string region = "unchanged";
+    const auto other = verify(
+        signed_json_request(
+            kNow, SigningKey{.access_key = kKey, .secret = kSecret, .region = "ap-south-1"})
+            .view(),
+        keys, two, kNow, region);
+    ASSERT_TRUE(other);
+    EXPECT_EQ(other->code, "SignatureDoesNotMatch");
+    EXPECT_NE(other->message.find("'us-east-1,eu-west-1'"), std::string::npos) << other->message;
+    EXPECT_EQ(region, "unchanged");
+    EXPECT_FALSE(verify(signed_json_request(
+                            kNow, SigningKey{.access_key = kKey, .secret = kSecret,
+                                             .region = "ap-south-1"})
+                            .view(),
+                        keys, any, kNow, region));
+    EXPECT_EQ(region, "ap-south-1");
+  }
+  // A signature made for one region does not pass as another's: the region is in the key.
+  Request forged = signed_json_request(
+      kNow, SigningKey{.access_key = kKey, .secret = kSecret, .region = "eu-west-1"});
+  std::string* authorization = forged.header("Authorization");
+  ASSERT_NE(authorization, nullptr);
+  const std::size_t at = authorization->find("/eu-west-1/");
+  ASSERT_NE(at, std::string::npos);
+  authorization->replace(at, 11, "/us-east-1/");
+  std::string region;
+  const auto failure = verify(forged.view(), &credentials, two, kNow, region);
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failure->code, "SignatureDoesNotMatch");
+}
+
+TEST(SigV4, RegionListsAreCheckedWhenRead) {
+  EXPECT_EQ(Regions::parse("eu-west-1").primary(), "eu-west-1");
+  EXPECT_EQ(Regions::parse("eu-west-1,us-east-1").primary(), "eu-west-1");
+  EXPECT_EQ(Regions::parse("*").primary(), "us-east-1");
+  EXPECT_TRUE(Regions::parse("*").allows("me-central-1"));
+  EXPECT_FALSE(Regions::parse("*").allows("Bad Region"));
+  for (const char* bad : {"", ",", "us-east-1,", "US-EAST-1", "us east 1", "a,a", "*,us-east-1",
+                          "us-east-1;eu-west-1"}) {
+    EXPECT_THROW(Regions::parse(bad), std::invalid_argument) << bad;
+  }
 }
 
 TEST(SigV4, BothFormsAtOnceAreRefused) {
