@@ -304,7 +304,7 @@ TEST(Wire, QueryInputRefusals) {
   EXPECT_EQ(code_of("SendMessageBatch", {{"SendMessageBatchRequestEntry.x.Id", "a"}}),
             "InvalidParameterValue");
   EXPECT_EQ(code_of("CreateQueue", {{"Attribute.1.Value", "1"}}), "MissingParameter");
-  EXPECT_EQ(code_of("AddPermission", {}), "InvalidAction");
+  EXPECT_EQ(code_of("PublishMessage", {}), "InvalidAction");  // not an SQS action
   EXPECT_EQ(code_of("ListQueues", {}), "none");
   try {
     query_action({{"QueueUrl", "u"}});
