@@ -373,6 +373,13 @@ std::shared_ptr<const QueueInfo> QueueCatalog::load(std::string_view name) {
     q->group = r.rows[0].as_string(6);
   });
   if (q) read_settings(*q);
+  if (q && !q->fifo) {
+    try {
+      q->fair = client_.topic(q->topic).options.fair;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;  // a queue being made or removed
+    }
+  }
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
   // Entries live a second: past the bound, the stale ones go, so that a flood of lookups of
@@ -577,11 +584,15 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
     if (!dlq) bad_value("RedrivePolicy", "Dead letter target does not exist");
     dlq_topic = dlq->topic;
   }
-  const TopicOptions options = topic_options(q, dlq_topic);
+  TopicOptions options = topic_options(q, dlq_topic);
+  // Standard queues are fair, as SQS's: MessageGroupId names a tenant (send_actions.cc). A
+  // queue made before topics could be fair stays as it was.
+  options.fair = !q.fifo;
   try {
     client_.create_topic(q.topic, options);
   } catch (const Error& e) {
     if (e.code() != Errc::kAlreadyExists) throw;
+    options.fair = client_.topic(q.topic).options.fair;
     client_.update_topic(q.topic, options);  // a set that was cut short: finish it
   }
 }

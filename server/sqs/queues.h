@@ -44,6 +44,7 @@ struct QueueInfo {
   std::string group;
   std::optional<std::string> source_queue;
   bool fifo = false;
+  bool fair = false;  // its topic is fair: MessageGroupId names a tenant (standard queues)
   // The settable attributes as set (SQS's names, string values), without defaults.
   std::map<std::string, std::string> attributes;
   std::map<std::string, std::string> tags;

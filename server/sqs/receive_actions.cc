@@ -85,7 +85,9 @@ json SqsService::message_json(const Poll& poll, const Message& m) {
     }
   }
   if (q.fifo) {
-    if (wanted("MessageGroupId") && m.key) attributes["MessageGroupId"] = *m.key;
+    if (wanted("MessageGroupId") && (m.key || m.tenant)) {
+      attributes["MessageGroupId"] = m.key ? *m.key : *m.tenant;
+    }
     if (auto it = m.attributes.find(kDedupIdAttribute);
         it != m.attributes.end() && wanted("MessageDeduplicationId")) {
       attributes["MessageDeduplicationId"] = it->second.value;

@@ -102,6 +102,8 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q) {
     fail("InvalidParameterValue",
          "The request include parameter MessageDeduplicationId that is not valid for this "
          "queue type");
+  } else if (!group.empty() && q.fair) {
+    m.tenant = group;  // a fair queue's tenant (docs/sqs.md, "Fair queues")
   }
   return m;
 }
