@@ -339,6 +339,31 @@ class Bench {
     const double unfair =
         add("fair.off", "no fairness, the same load",
             noisy_neighbour(client, off, true, false, kRate, seconds, kConsumers, kCostMs), alone);
+    // What fairness costs messages without a tenant (an SQS standard queue's topic is fair
+    // whether or not its senders give MessageGroupId): sends and drains, a fair topic against a
+    // plain one, in alternating rounds.
+    Measured plain_send, fair_send, plain_drain, fair_drain;
+    const double round_seconds = sizes_.timed_seconds / sizes_.rounds;
+    const auto backlog = static_cast<std::uint64_t>(options_.quick ? 20000 : 50000);
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      for (const std::string& t : {off, on}) {
+        client.purge(t);
+        accumulate(t == on ? fair_send : plain_send, send_rate(client, t, 4, round_seconds, kSmall));
+        client.purge(t);
+        fill(client, t, static_cast<int>(backlog), kSmall);
+        accumulate(t == on ? fair_drain : plain_drain,
+                   drain(client, t, 4, 10, backlog, sizes_.timed_seconds));
+      }
+    }
+    report_.add(row("fair.plain.send", "no tenants: send, plain topic, 4 threads"),
+                std::move(plain_send));
+    report_.add(row("fair.fair.send", "no tenants: send, fair topic, 4 threads", "fair.plain.send"),
+                std::move(fair_send));
+    report_.add(row("fair.plain.drain", "no tenants: receive 10 + ack, plain topic, 4 threads"),
+                std::move(plain_drain));
+    report_.add(row("fair.fair.drain", "no tenants: receive 10 + ack, fair topic, 4 threads",
+                    "fair.plain.drain"),
+                std::move(fair_drain));
     report_.attach("fair", {{"quiet_p95_ms_alone", alone},
                             {"quiet_p95_ms_beside_noisy", beside},
                             {"quiet_p95_ms_without_fairness", unfair},

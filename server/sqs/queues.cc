@@ -585,9 +585,7 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
     dlq_topic = dlq->topic;
   }
   TopicOptions options = topic_options(q, dlq_topic);
-  // Standard queues are fair, as SQS's: MessageGroupId names a tenant (send_actions.cc). A
-  // queue made before topics could be fair stays as it was.
-  options.fair = !q.fifo;
+  // A standard queue's topic becomes fair with its first MessageGroupId (make_fair), and stays so.
   try {
     client_.create_topic(q.topic, options);
   } catch (const Error& e) {
@@ -595,6 +593,18 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
     options.fair = client_.topic(q.topic).options.fair;
     client_.update_topic(q.topic, options);  // a set that was cut short: finish it
   }
+}
+
+std::shared_ptr<const QueueInfo> QueueCatalog::make_fair(std::string_view name) {
+  auto q = get(name);
+  if (q->fifo || q->fair) return q;
+  TopicOptions options = client_.topic(q->topic).options;
+  if (!options.fair) {
+    options.fair = true;
+    client_.update_topic(q->topic, options);
+  }
+  forget(name);
+  return get(name);
 }
 
 std::shared_ptr<const QueueInfo> QueueCatalog::create(

@@ -334,10 +334,9 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
     if (!layout) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
-    if (options.fair != layout->info.options.fair) {
+    if (layout->info.options.fair && !options.fair) {
       throw Error(Errc::kInvalidArgument,
-                  fmt::format("topic '{}' is {}fair: fairness is set when a topic is created", name,
-                              layout->info.options.fair ? "" : "not "));
+                  fmt::format("topic '{}' is fair: a fair topic stays fair", name));
     }
     const int had = layout->info.options.partitions;
     if (options.partitions < had) {
@@ -363,6 +362,17 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
         "layout = layout + IF(partitions = ?, 0, 1), "
         "partitions = ? WHERE name = ?",
         params);
+    if (options.fair && !layout->info.options.fair) {
+      // Its tables first (new partitions' above have them), then the flag; the new layout
+      // version makes every client read it again.
+      for (int p = 0; p < had; ++p) {
+        if (!layout->is_placed(static_cast<unsigned>(p))) continue;
+        for (const GroupEntry& g : layout->groups) {
+          make_fair(c, topic_tables(name, g.number, static_cast<unsigned>(p)));
+        }
+      }
+      c.execute("UPDATE txmq_topics SET fair = 1, layout = layout + 1 WHERE name = ?", {name});
+    }
     if (placed) {
       const Param mask = *placed == kAllPartitions ? Param(nullptr) : Param(*placed);
       c.execute("UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "

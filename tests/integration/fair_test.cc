@@ -1,6 +1,7 @@
 // Fair topics (TopicOptions::fair): tenants served in turn, with every other guarantee kept.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -111,6 +112,40 @@ TEST(Fair, TenantsAreRefusedWhereTheyHaveNoMeaning) {
   again.max_attempts = 7;
   c->update_topic(fair, again);  // other settings still change
   EXPECT_EQ(c->topic(fair).options.max_attempts, 7);
+}
+
+// A topic becomes fair later (an SQS standard queue at its first MessageGroupId): its tables
+// gain their columns, messages already there are served first, and fairness holds from then on.
+TEST(Fair, APlainTopicBecomesFairAndStaysSo) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  TopicOptions o;
+  c->create_topic(topic, o);
+  c->create_group(topic, "audit");
+  std::vector<OutgoingMessage> old(20);
+  for (int i = 0; i < 20; ++i) old[static_cast<std::size_t>(i)].payload = fmt::format("old {}", i);
+  c->send_batch(topic, old);
+  std::vector<Message> leased = c->receive(topic, {.max_messages = 2});
+  ASSERT_EQ(leased.size(), 2u);
+  o.fair = true;
+  c->update_topic(topic, o);
+  EXPECT_TRUE(c->topic(topic).options.fair);
+  c->update_topic(topic, o);  // again: nothing to do
+  c->send_batch(topic, of_tenant("noisy", 200));
+  c->send(topic, "quiet", {.tenant = "quiet"});
+  for (const Message& m : leased) EXPECT_EQ(c->ack(topic, m.receipt), Settle::kOk);
+  for (const std::string group : {"default", "audit"}) {
+    // The old messages (place 0), then one of each tenant: the quiet one is not behind the 200.
+    std::vector<std::string> order;
+    for (const Message& m : c->receive(topic, {.max_messages = 25, .group = group})) {
+      order.push_back(m.payload);
+      EXPECT_EQ(c->ack(topic, m.receipt), Settle::kOk);
+    }
+    EXPECT_NE(std::find(order.begin(), order.end(), "quiet"), order.end()) << group;
+    EXPECT_NE(std::find(order.begin(), order.end(), "old 19"), order.end()) << group;
+  }
+  o.fair = false;
+  EXPECT_THROW(c->update_topic(topic, o), Error);
 }
 
 // Messages without a tenant, keyed messages and tenants' messages mix on a fair topic; every one
