@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "chaos.h"
+#include "fair.h"
 #include "child_process.h"
 #include "db/connection.h"
 #include "db/dsn.h"
@@ -104,7 +105,7 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions", "serve", "sql", "chaos", "pressure"};
+                                            "partitions", "serve", "sql", "fair", "chaos", "pressure"};
 // Sections that take many minutes and stop the server: run only when named with --only.
 const std::vector<std::string> kNamedOnly = {"chaos", "pressure"};
 
@@ -253,6 +254,7 @@ class Bench {
     if (wanted("partitions")) partitions(client);
     if (wanted("serve")) serve(client);
     if (wanted("sql")) sql(client);
+    if (wanted("fair")) fair(client);
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;
     for (const std::string& s : options_.sections) {
@@ -288,7 +290,87 @@ class Bench {
                                             "txmq_bench_depth", "txmq_bench_claim",
                                             "txmq_bench_keys",  "txmq_bench_wake",
                                             "txmq_bench_idle",  "txmq_bench_partitions",
-                                            "txmq_bench_sql",   "txmq_bench_sql_wake"};
+                                            "txmq_bench_sql",   "txmq_bench_sql_wake",
+                                            "txmq_bench_fair",  "txmq_bench_fair_off"};
+
+  // A noisy neighbour: ten tenants send 400 messages/s, one of them 90 %, to consumers that
+  // take 320/s (4 threads, 12.5 ms of work per message), so that a backlog builds. The quiet
+  // tenants' dwell (send to receive) on a fair topic, alone and beside the noisy tenant, and the
+  // same load on a topic without fairness.
+  void fair(Client& client) {
+    report_.section("Fair topics: quiet tenants' dwell time (send to receive) beside a noisy "
+                    "one, 400 msgs/s offered to consumers that take 320/s");
+    const std::string on = "txmq_bench_fair";
+    const std::string off = "txmq_bench_fair_off";
+    TopicOptions fair_options = topic_options_;
+    fair_options.fair = true;
+    fresh_topic(client, on, fair_options);
+    fresh_topic(client, off);
+    const double seconds = options_.quick ? 8 : 20;
+    constexpr double kRate = 400;
+    constexpr int kConsumers = 4;
+    constexpr double kCostMs = 12.5;
+    const auto add = [&](const std::string& id, const std::string& name, TenantDwell d,
+                         double alone_p95) {
+      Row r = row(id, name);
+      r.messages = d.quiet.size();
+      r.seconds = d.seconds;
+      r.rate = static_cast<double>(d.quiet.size()) / d.seconds;
+      r.p50_ms = d.quiet.percentile(50);
+      r.p99_ms = d.quiet.percentile(99);
+      const double p95 = d.quiet.percentile(95);
+      r.note = fmt::format("quiet p95 {:.1f} ms", p95);
+      if (alone_p95 > 0) r.note += fmt::format(" = {:.2f}x alone (target <= 2x)", p95 / alone_p95);
+      if (d.noisy.size() > 0) {
+        r.note += fmt::format("; noisy p50 {:.0f} ms, {} received", d.noisy.percentile(50),
+                              d.noisy.size());
+      }
+      if (d.quiet_unreceived > 0) r.note += fmt::format("; {} quiet never received", d.quiet_unreceived);
+      report_.add_row(r);
+      return p95;
+    };
+    const double alone =
+        add("fair.alone", "fair topic, the 9 quiet tenants alone (40/s)",
+            noisy_neighbour(client, on, false, true, kRate, seconds, kConsumers, kCostMs), 0);
+    client.purge(on);
+    const double beside =
+        add("fair.noisy", "fair topic, beside the noisy tenant (360/s)",
+            noisy_neighbour(client, on, true, true, kRate, seconds, kConsumers, kCostMs), alone);
+    const double unfair =
+        add("fair.off", "no fairness, the same load",
+            noisy_neighbour(client, off, true, false, kRate, seconds, kConsumers, kCostMs), alone);
+    // What fairness costs messages without a tenant (an SQS standard queue's topic is fair
+    // whether or not its senders give MessageGroupId): sends and drains, a fair topic against a
+    // plain one, in alternating rounds.
+    Measured plain_send, fair_send, plain_drain, fair_drain;
+    const double round_seconds = sizes_.timed_seconds / sizes_.rounds;
+    const auto backlog = static_cast<std::uint64_t>(options_.quick ? 20000 : 50000);
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      for (const std::string& t : {off, on}) {
+        client.purge(t);
+        accumulate(t == on ? fair_send : plain_send, send_rate(client, t, 4, round_seconds, kSmall));
+        client.purge(t);
+        fill(client, t, static_cast<int>(backlog), kSmall);
+        accumulate(t == on ? fair_drain : plain_drain,
+                   drain(client, t, 4, 10, backlog, sizes_.timed_seconds));
+      }
+    }
+    report_.add(row("fair.plain.send", "no tenants: send, plain topic, 4 threads"),
+                std::move(plain_send));
+    report_.add(row("fair.fair.send", "no tenants: send, fair topic, 4 threads", "fair.plain.send"),
+                std::move(fair_send));
+    report_.add(row("fair.plain.drain", "no tenants: receive 10 + ack, plain topic, 4 threads"),
+                std::move(plain_drain));
+    report_.add(row("fair.fair.drain", "no tenants: receive 10 + ack, fair topic, 4 threads",
+                    "fair.plain.drain"),
+                std::move(fair_drain));
+    report_.attach("fair", {{"quiet_p95_ms_alone", alone},
+                            {"quiet_p95_ms_beside_noisy", beside},
+                            {"quiet_p95_ms_without_fairness", unfair},
+                            {"ratio", alone > 0 ? beside / alone : 0.0}});
+    drop_if_exists(client, on);
+    drop_if_exists(client, off);
+  }
 
   // txmq serve in this process, driven over HTTP (JSON protocol, SigV4-signed, keep-alive), against
   // the library doing the same batches, and single calls against raw autocommit INSERTs, all

@@ -88,6 +88,10 @@ struct TopicOptions {
   // Empty: the client's own database. Set at creation; partitions added
   // later are placed the same way; Client::move_partition moves one.
   std::vector<std::string> servers;
+  // Fair delivery between tenants (SendOptions::tenant): while consumers cannot keep up, a
+  // tenant with a backlog does not hold the others up; claims take each tenant's messages in
+  // turn (docs/library.md, "Fair topics"). Set at creation; topics without it refuse tenants.
+  bool fair = false;
 
   bool operator==(const TopicOptions&) const = default;
 };
@@ -167,6 +171,9 @@ struct SendOptions {
   std::optional<std::string> dedup_key;
   // Stored with the message and handed to its receivers (AttributeValue).
   Attributes attributes;
+  // On a fair topic (TopicOptions::fair), 1 to 255 bytes naming whose message it is: tenants are
+  // served in turn, without the key's one-at-a-time order. Not with a key.
+  std::optional<std::string> tenant;
 };
 
 struct OutgoingMessage {
@@ -175,6 +182,7 @@ struct OutgoingMessage {
   Micros delay{0};
   std::optional<std::string> dedup_key;  // as SendOptions::dedup_key; also within one batch
   Attributes attributes;
+  std::optional<std::string> tenant;  // as SendOptions::tenant
 };
 
 struct ReceiveOptions {
@@ -208,6 +216,8 @@ struct Message {
   Clock::time_point first_received_at;
   // Set when dead-lettering from another topic sent it (TopicOptions::dead_letter_topic).
   std::optional<MessageOrigin> dead_lettered_from;
+  // Its sender's SendOptions::tenant (a fair topic's; not kept by dead-lettering).
+  std::optional<std::string> tenant;
 };
 
 // The outcome of ack, nack and extend. Expected outcomes are values, not exceptions.

@@ -415,6 +415,13 @@ std::shared_ptr<const QueueInfo> QueueCatalog::load(std::string_view name) {
     q->group = r.rows[0].as_string(6);
   });
   if (q) read_settings(*q);
+  if (q && !q->fifo) {
+    try {
+      q->fair = client_.topic(q->topic).options.fair;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kNotFound) throw;  // a queue being made or removed
+    }
+  }
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
   // Entries live a second: past the bound, the stale ones go, so that a flood of lookups of
@@ -642,13 +649,27 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
     if (!dlq) bad_value("RedrivePolicy", "Dead letter target does not exist");
     dlq_topic = dlq->topic;
   }
-  const TopicOptions options = topic_options(q, dlq_topic);
+  TopicOptions options = topic_options(q, dlq_topic);
+  // A standard queue's topic becomes fair with its first MessageGroupId (make_fair), and stays so.
   try {
     client_.create_topic(q.topic, options);
   } catch (const Error& e) {
     if (e.code() != Errc::kAlreadyExists) throw;
+    options.fair = client_.topic(q.topic).options.fair;
     client_.update_topic(q.topic, options);  // a set that was cut short: finish it
   }
+}
+
+std::shared_ptr<const QueueInfo> QueueCatalog::make_fair(std::string_view name) {
+  auto q = get(name);
+  if (q->fifo || q->fair) return q;
+  TopicOptions options = client_.topic(q->topic).options;
+  if (!options.fair) {
+    options.fair = true;
+    client_.update_topic(q->topic, options);
+  }
+  forget(name);
+  return get(name);
 }
 
 std::shared_ptr<const QueueInfo> QueueCatalog::create(

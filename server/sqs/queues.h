@@ -45,6 +45,7 @@ struct QueueInfo {
   std::string group;
   std::optional<std::string> source_queue;
   bool fifo = false;
+  bool fair = false;  // its topic is fair: MessageGroupId names a tenant (standard queues)
   // The settable attributes as set (SQS's names, string values), without defaults.
   std::map<std::string, std::string> attributes;
   std::map<std::string, std::string> tags;
@@ -111,6 +112,9 @@ class QueueCatalog {
                                           const std::map<std::string, std::string>& attributes,
                                           const std::map<std::string, std::string>& tags);
   void set_attributes(std::string_view name, const std::map<std::string, std::string>& attributes);
+  // Makes a standard queue's topic fair (TopicOptions::fair), as its first MessageGroupId does
+  // (docs/sqs.md, "Fair queues"); returns the queue as it is then.
+  std::shared_ptr<const QueueInfo> make_fair(std::string_view name);
   void set_tags(std::string_view name, const std::map<std::string, std::string>& add,
                 const std::vector<std::string>& remove);
   // Deletes a queue; a consumer-group queue's group goes with it. Refused for a queue that is a

@@ -84,8 +84,10 @@ json SqsService::message_json(const Poll& poll, const Message& m) {
       attributes["DeadLetterQueueSourceArn"] = queue_arn(poll.call->region, options_.account, *source);
     }
   }
+  if (wanted("MessageGroupId") && (m.key || m.tenant)) {
+    attributes["MessageGroupId"] = m.key ? *m.key : *m.tenant;  // a fair queue's tenant
+  }
   if (q.fifo) {
-    if (wanted("MessageGroupId") && m.key) attributes["MessageGroupId"] = *m.key;
     if (auto it = m.attributes.find(kDedupIdAttribute);
         it != m.attributes.end() && wanted("MessageDeduplicationId")) {
       attributes["MessageDeduplicationId"] = it->second.value;

@@ -27,6 +27,18 @@ void check_sendable(const QueueInfo& q) {
                    q.name, *q.source_queue, *q.source_queue));
 }
 
+bool names_group(const json& entry) {
+  const auto group = entry.find("MessageGroupId");
+  return group != entry.end() && group->is_string() &&
+         !group->get_ref<const std::string&>().empty();
+}
+
+// A standard queue's first MessageGroupId makes its topic fair (docs/sqs.md, "Fair queues"): a
+// schema change of its tables, once.
+bool becomes_fair(const QueueInfo& q, const json& entry) {
+  return !q.fifo && !q.fair && names_group(entry);
+}
+
 // One message of SendMessage or a batch entry, checked against SQS's rules and the queue's
 // settings; returns the message to send.
 OutgoingMessage outgoing(const json& entry, const QueueInfo& q, bool batch_entry) {
@@ -103,6 +115,8 @@ OutgoingMessage outgoing(const json& entry, const QueueInfo& q, bool batch_entry
     fail("InvalidParameterValue",
          "The request include parameter MessageDeduplicationId that is not valid for this "
          "queue type");
+  } else if (!group.empty() && q.fair) {
+    m.tenant = group;  // a fair queue's tenant (docs/sqs.md, "Fair queues")
   }
   return m;
 }
@@ -155,6 +169,7 @@ json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
 void SqsService::send_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);
   check_sendable(*q);
+  if (becomes_fair(*q, call->input)) q = catalog_.make_fair(q->name);
   OutgoingMessage m = outgoing(call->input, *q, false);
   // The digests are made here, on this call's worker, not by the drain, which answers the calls
   // of its group commit one after another (and the message is not copied for them).
@@ -172,6 +187,9 @@ json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
   check_sendable(*q);
   const json& entries = batch_entries(c.input, max_entries, "SendMessageBatchRequestEntry");
   if (q->fifo) check_fifo_batch(entries, *q);
+  for (const auto& e : entries) {
+    if (becomes_fair(*q, e)) q = catalog_.make_fair(q->name);
+  }
   std::size_t total = 0;
   for (const auto& e : entries) total += entry_bytes(e);
   if (max_entries == 10 && total > kMaxBatchBytes) {

@@ -98,7 +98,7 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     std::vector<TopicTables> fresh;
     for (unsigned p = 0; p < partitions; ++p) {
       fresh.push_back(topic_tables(topic, number, p));
-      create_queue_tables(c, fresh.back(), first_id_of(p));
+      create_queue_tables(c, fresh.back(), first_id_of(p), layout->info.options.fair);
     }
     // Still this change's claim (waiting for the fences may have outlasted it): no other change
     // can take it before the fenced transaction commits, which is short.

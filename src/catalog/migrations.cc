@@ -224,4 +224,11 @@ void migrate_from_12(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 13, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
+// Version 13 -> 14: topics may be fair (TopicOptions::fair); existing ones are not, and their
+// tables stay as they are.
+void migrate_from_13(Connection& c) {
+  add_columns(c, "txmq_topics", {{"fair", "TINYINT UNSIGNED NOT NULL DEFAULT 0"}});
+  c.execute("UPDATE txmq_schema SET version = 14, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
 }  // namespace txmq::internal

@@ -82,7 +82,8 @@ void TopicCatalog::bootstrap() {
         " retention_us BIGINT UNSIGNED NOT NULL DEFAULT 0,"
         " layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
         " layout_claimed_until DATETIME(6) NULL,"
-        " placed BIGINT UNSIGNED NULL) ENGINE=InnoDB");
+        " placed BIGINT UNSIGNED NULL,"
+        " fair TINYINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB");
     // Servers that topics may be sharded over, and where each sharded topic's partitions live
     // (shard_map.cc). Passwords are never stored: a DSN names a password file or variable.
     c.query(
@@ -188,6 +189,7 @@ void TopicCatalog::bootstrap() {
       step(10, migrate_from_10);
       step(11, migrate_from_11);
       step(12, migrate_from_12);
+      step(13, migrate_from_13);
     } catch (...) {
       release_row_lock(c, kSchemaLock, key, token);
       throw;

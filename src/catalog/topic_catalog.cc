@@ -46,7 +46,7 @@ constexpr std::string_view kSelectTopic =
     "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
     "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
     "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout, "
-    "dead_letter_topic, retention_us, placed FROM txmq_topics";
+    "dead_letter_topic, retention_us, placed, fair FROM txmq_topics";
 
 TopicInfo topic_from_row(const Row& row) {
   TopicInfo info;
@@ -64,6 +64,7 @@ TopicInfo topic_from_row(const Row& row) {
   info.options.archive = Micros(row.i64(11));
   info.options.dead_letter_topic = row.null(13) ? "" : row.bytes(13);
   info.options.retention = Micros(row.i64(14));
+  info.options.fair = row.i64(16) != 0;
   return info;
 }
 
@@ -202,19 +203,21 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
     for (int p = 0; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
-      create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition));
+      create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition),
+                          options.fair);
     }
     create_shared_tables(c, topic_tables(name));
     std::vector<Param> params = option_params(options);
     params.insert(params.begin(), name);
     params.push_back(static_cast<std::int64_t>(options.partitions));
     params.push_back(placed == kAllPartitions ? Param(nullptr) : Param(placed));
+    params.push_back(static_cast<std::int64_t>(options.fair));
     c.begin();
     Result r = c.execute(
         "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
         "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
-        "archive_us, dead_letter_topic, retention_us, partitions, placed, created_at) VALUES (?, "
-        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        "archive_us, dead_letter_topic, retention_us, partitions, placed, fair, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
         params);
     if (r.affected_rows == 1) {
       c.execute("INSERT IGNORE INTO txmq_groups (topic, name, number, created_at) "
@@ -331,6 +334,10 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     LayoutLock held(c, name);
     std::optional<TopicLayout> layout = load(c, name);
     if (!layout) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+    if (layout->info.options.fair && !options.fair) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' is fair: a fair topic stays fair", name));
+    }
     const int had = layout->info.options.partitions;
     if (options.partitions < had) {
       throw Error(Errc::kInvalidArgument,
@@ -344,7 +351,8 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     for (int p = had; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
       for (const GroupEntry& g : layout->groups) {
-        create_queue_tables(c, topic_tables(name, g.number, partition), first_id_of(partition));
+        create_queue_tables(c, topic_tables(name, g.number, partition), first_id_of(partition),
+                            layout->info.options.fair);
       }
     }
     c.execute(
@@ -354,6 +362,17 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
         "layout = layout + IF(partitions = ?, 0, 1), "
         "partitions = ? WHERE name = ?",
         params);
+    if (options.fair && !layout->info.options.fair) {
+      // Its tables first (new partitions' above have them), then the flag; the new layout
+      // version makes every client read it again.
+      for (int p = 0; p < had; ++p) {
+        if (!layout->is_placed(static_cast<unsigned>(p))) continue;
+        for (const GroupEntry& g : layout->groups) {
+          make_fair(c, topic_tables(name, g.number, static_cast<unsigned>(p)));
+        }
+      }
+      c.execute("UPDATE txmq_topics SET fair = 1, layout = layout + 1 WHERE name = ?", {name});
+    }
     if (placed) {
       const Param mask = *placed == kAllPartitions ? Param(nullptr) : Param(*placed);
       c.execute("UPDATE txmq_topics SET placed = ?, layout = layout + 1 WHERE name = ? AND NOT "

@@ -5,8 +5,25 @@
 #include "db/sql.h"
 
 namespace txmq::internal {
+namespace {
 
-void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id) {
+// A fair topic's queue table's own columns and indexes (create_queue_tables, make_fair). A
+// claim walks fair_order; a send reads its tenant's last place from tenant_order. Neither
+// changes once a message is inserted.
+constexpr std::string_view kTenantColumns[] = {
+    "tenant VARBINARY(255) NULL", "fair_seq BIGINT UNSIGNED NOT NULL DEFAULT 0",
+    "KEY fair_order (fair_seq)", "KEY tenant_order (tenant, fair_seq)"};
+
+std::string tenant_columns(std::string_view each) {
+  std::string out;
+  for (std::string_view column : kTenantColumns) out += fmt::format(" {}{},", each, column);
+  return out;
+}
+
+}  // namespace
+
+void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id,
+                         bool fair) {
   // The claim walks the primary key in id order and filters on visible_at: no secondary index
   // (one on visible_at cost 60% of the drain rate, bench/). The lease columns are fixed-width
   // and NOT NULL so that a claim rewrites the row in place (+40% drain rate at batch 100).
@@ -22,8 +39,9 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " payload LONGBLOB NOT NULL,"
                   " attributes LONGBLOB NULL,"
                   " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
+                  " {}"
                   " PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
-                  t.queue, first_id));
+                  t.queue, fair ? tenant_columns("") : std::string(), first_id));
   c.query(
       fmt::format("CREATE TABLE IF NOT EXISTS {} ("
                   " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
@@ -80,6 +98,19 @@ void create_shared_tables(Connection& c, const TopicTables& t) {
                   " attributes LONGBLOB NULL,"
                   " KEY (acked_at)) ENGINE=InnoDB",
                   t.archive));
+}
+
+void make_fair(Connection& c, const TopicTables& t) {
+  Result have = c.execute(
+      "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = ? AND INDEX_NAME = 'tenant_order'",
+      {std::string_view(unquoted(t.queue))});
+  if (have.rows.at(0).i64(0) > 0) return;
+  // One statement, so that a table has all of them or none; online: sends and claims go on
+  // while the indexes are built (a table holding many messages takes a while).
+  std::string changes = tenant_columns("ADD ");
+  changes.pop_back();  // the last comma
+  c.query(fmt::format("ALTER TABLE {}{}, ALGORITHM=INPLACE, LOCK=NONE", t.queue, changes));
 }
 
 void create_topic_tables(Connection& c, const TopicTables& t) {

@@ -47,6 +47,7 @@ Message message_from_row(Row& row) {
   if (!row.null(6)) m.attributes = decode_attributes(row.bytes(6), &m.dead_lettered_from);
   // A first delivery is this claim's (whose statement stamps it); NOW(6) is column 3.
   m.first_received_at = time_from_micros(m.attempt == 1 ? row.i64(3) : row.i64(7));
+  m.tenant = row.opt_bytes(9);
   return m;
 }
 
@@ -74,7 +75,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
           ClaimResult result;
           c.begin();
-          Result r = select_claimable(q, c, t, max_messages);
+          Result r = select_claimable(q, c, t, max_messages, topic.options.fair);
           if (r.rows.empty()) {
             c.commit();
             return result;
@@ -151,18 +152,32 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
 
 }  // namespace
 
-Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages) {
+Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages,
+                        bool fair) {
+  const auto limit = static_cast<std::int64_t>(max_messages);
+  if (fair) {
+    // Fair order (send.cc, fair_places), walked as the primary key is below. Places are not
+    // sent in increasing order (a tenant's first message goes to the head), so there is no
+    // scan hint: the walk starts at the head, passing over the messages in flight there.
+    return c.execute(
+        fmt::format("SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, "
+                    "lease_token <> 0, tenant FROM {} FORCE INDEX (fair_order) WHERE visible_at "
+                    "<= NOW(6) ORDER BY fair_seq, id LIMIT ? FOR UPDATE SKIP LOCKED",
+                    micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"),
+                    t.queue),
+        {limit});
+  }
   const std::string& hint_key = t.queue;  // scan hints are per queue table
   // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
   // are taken; a plan that sorted a range first would lock every row it sorted.
   const std::string sql = fmt::format(
-      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0 FROM {} "
+      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0, NULL "
+      "FROM {} "
       "FORCE INDEX "
       "(PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP "
       "LOCKED",
       micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
   ScanHints::Start start = q.hints.start(hint_key);
-  const auto limit = static_cast<std::int64_t>(max_messages);
   Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
   if (r.rows.empty() && !start.sweep) {
     start.sweep = true;

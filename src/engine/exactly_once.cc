@@ -49,7 +49,7 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
 ClaimedBatch claim_batch(QueueContext& q, Connection& c, const TopicInfo& topic,
                          const TopicTables& t, int max_messages, std::vector<Param>& handed) {
   ClaimedBatch batch;
-  Result r = select_claimable(q, c, t, max_messages);
+  Result r = select_claimable(q, c, t, max_messages, topic.options.fair);
   std::vector<Param> dead_ids;
   for (const Row& row : r.rows) {
     if (past_max_attempts(topic.options, row.i64(1))) dead_ids.push_back(row.u64(0));

@@ -52,6 +52,22 @@ void check_message(const TopicInfo& topic, std::string_view payload, const Outgo
                 fmt::format("{}key of {} bytes is over the limit of {} bytes", where(), m.key->size(),
                             kMaxKeyBytes));
   }
+  if (m.tenant) {
+    if (!topic.options.fair) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("{}topic '{}' is not fair: only a fair topic's messages have a "
+                              "tenant (TopicOptions::fair, set at creation)",
+                              where(), topic.name));
+    }
+    if (m.tenant->empty() || m.tenant->size() > kMaxKeyBytes) {
+      throw Error(Errc::kInvalidArgument, fmt::format("{}tenant must be 1 to {} bytes (got {})",
+                                                      where(), kMaxKeyBytes, m.tenant->size()));
+    }
+    if (m.key) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("{}a message has a key or a tenant, not both", where()));
+    }
+  }
   if (m.dedup_key && (m.dedup_key->empty() || m.dedup_key->size() > kMaxKeyBytes)) {
     throw Error(Errc::kInvalidArgument, fmt::format("{}dedup key must be 1 to {} bytes (got {})",
                                                     where(), kMaxKeyBytes, m.dedup_key->size()));
@@ -73,6 +89,7 @@ struct RowShape {
   bool delay = false;
   bool key = false;
   bool attributes = false;
+  bool tenant = false;  // and its place in the fair order
 };
 
 RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
@@ -81,6 +98,7 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
     shape.delay = shape.delay || m->delay != Micros{0};
     shape.key = shape.key || m->key.has_value();
     shape.attributes = shape.attributes || !m->attributes.empty();
+    shape.tenant = shape.tenant || m->tenant.has_value();
   }
   return shape;
 }
@@ -91,14 +109,15 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
 std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape,
                        std::string_view first_payload = "?", bool fenced = false) {
   std::string sql =
-      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}{}) VALUES ", table,
-                  shape.attributes ? ", attributes" : "",
+      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}{}{}) VALUES ", table,
+                  shape.attributes ? ", attributes" : "", shape.tenant ? ", tenant, fair_seq" : "",
                   fenced ? fmt::format(", {}", kSendFence) : std::string());
   auto row = [&](std::string_view payload) {
     return fmt::format(
-        "({}, UTC_TIMESTAMP(6), {}, {}{}{})",
+        "({}, UTC_TIMESTAMP(6), {}, {}{}{}{})",
         shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
-        shape.key ? "?" : "NULL", payload, shape.attributes ? ", ?" : "", fenced ? ", NULL" : "");
+        shape.key ? "?" : "NULL", payload, shape.attributes ? ", ?" : "",
+        shape.tenant ? ", ?, ?" : "", fenced ? ", NULL" : "");
   };
   const std::string first = row(first_payload);
   const std::string next = row("?");
@@ -111,15 +130,70 @@ std::string insert_sql(const std::string& table, std::size_t rows, RowShape shap
 }
 
 // Binds one row's parameters; the payload apart, as in check_message. `attributes` is the
-// message's encoded attributes (empty: NULL), bound when the shape has them.
+// message's encoded attributes (empty: NULL), bound when the shape has them; `fair_seq` its
+// place in a fair topic's order, when the shape has tenants.
 void bind_row(std::vector<Param>& params, RowShape shape, const OutgoingMessage& m,
-              std::string_view payload, std::string_view attributes) {
+              std::string_view payload, std::string_view attributes,
+              std::uint64_t fair_seq = 0) {
   if (shape.delay) params.push_back(static_cast<std::int64_t>(m.delay.count()));
   if (shape.key) params.push_back(optional_param(m.key));
   params.push_back(payload);
   if (shape.attributes) {
     params.push_back(attributes.empty() ? Param(nullptr) : Param(attributes));
   }
+  if (shape.tenant) {
+    params.push_back(optional_param(m.tenant));
+    params.push_back(fair_seq);
+  }
+}
+
+// Fair order (TopicOptions::fair): claims take a fair topic's messages by fair_seq, then id.
+// Messages without a tenant get 0 (as SQS, each is a tenant of its own: none waits behind a
+// backlog). A tenant's messages get consecutive places from the later of its last message
+// still in the table and the lowest place taken there (the head of the line): a tenant sending
+// faster than it is served runs ahead into later places, and one that comes back, or sends
+// slowly, starts at the head. So while consumers fall behind, each tenant with messages waiting
+// is served in turn (start-time fair queueing, with the table's head as its virtual time); when
+// they keep up, the order is the order of sends. Two senders of one tenant racing may give
+// equal places (ties go by id): fair order is a priority, never a lock.
+std::vector<std::uint64_t> fair_places(Connection& c, const std::string& table,
+                                       const std::vector<const OutgoingMessage*>& messages) {
+  std::map<std::string_view, std::uint64_t> next;  // tenant -> its next place
+  for (const OutgoingMessage* m : messages) {
+    if (m->tenant) next.emplace(*m->tenant, 0);
+  }
+  std::vector<std::uint64_t> places(messages.size(), 0);
+  if (next.empty()) return places;
+  std::vector<std::string_view> tenants;
+  for (const auto& [tenant, place] : next) tenants.push_back(tenant);
+  std::uint64_t head = 1;
+  // A plain read (no locks): chunks of the IN list, the head read with the first.
+  for (std::size_t from = 0; from < tenants.size(); from += kMaxRowsPerStatement) {
+    const std::size_t to = std::min(tenants.size(), from + kMaxRowsPerStatement);
+    const std::size_t n = in_list_size(to - from);
+    std::vector<Param> params(tenants.begin() + from, tenants.begin() + to);
+    pad_ids(params, 0, n);
+    Result r = c.execute(
+        fmt::format("SELECT NULL, MIN(fair_seq) FROM {0} WHERE fair_seq > 0 UNION ALL "
+                    "SELECT tenant, MAX(fair_seq) + 1 FROM {0} WHERE tenant IN {1} GROUP BY tenant",
+                    table, placeholders(n)),
+        params);
+    for (const Row& row : r.rows) {
+      if (row.null(1)) continue;
+      if (row.null(0)) {
+        head = std::max(head, row.u64(1));
+      } else if (auto it = next.find(row.bytes(0)); it != next.end()) {
+        it->second = row.u64(1);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i]->tenant) continue;
+    std::uint64_t& place = next.at(*messages[i]->tenant);
+    place = std::max(place, head);
+    places[i] = place++;
+  }
+  return places;
 }
 
 // Inserts the messages with multi-row INSERTs, cut by rows and bytes; returns their ids in order
@@ -131,6 +205,8 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
   std::vector<std::uint64_t> ids;
   ids.reserve(messages.size());
   const RowShape shape = shape_of(messages);
+  const std::vector<std::uint64_t> places =
+      shape.tenant ? fair_places(c, table, messages) : std::vector<std::uint64_t>();
   std::vector<Param> params;
   std::vector<std::string> encoded;  // the statement's attributes, alive while it is bound
   std::size_t begin = 0;
@@ -140,6 +216,7 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
     while (end < messages.size() && end - begin < kMaxRowsPerStatement) {
       const OutgoingMessage& m = *messages[end];
       std::size_t row = m.payload.size() + (m.key ? m.key->size() : 0) +
+                        (m.tenant ? m.tenant->size() : 0) +
                         attributes_size(m.attributes) + 4 * m.attributes.size() +
                         kRowOverheadBytes;
       if (end > begin && bytes + row > max_statement_bytes) break;
@@ -156,7 +233,8 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
     }
     for (std::size_t i = begin; i < end; ++i) {
       bind_row(params, shape, *messages[i], messages[i]->payload,
-               shape.attributes ? std::string_view(encoded[i - begin]) : std::string_view());
+               shape.attributes ? std::string_view(encoded[i - begin]) : std::string_view(),
+               shape.tenant ? places[i] : 0);
     }
     for (std::uint64_t id :
          insert_returning_ids(c, insert_sql(table, end - begin, shape), params, end - begin)) {
@@ -180,14 +258,16 @@ TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topi
   return q.catalog.reload(c, topic);
 }
 
-// Copies messages just inserted into the allocating group's queue table into another group's.
+// Copies messages just inserted into the allocating group's queue table into another group's
+// (a fair topic's with their tenants and places).
 void copy_to_group(Connection& c, const TopicTables& from, const TopicTables& to,
-                   const std::vector<std::uint64_t>& ids) {
+                   const std::vector<std::uint64_t>& ids, bool fair) {
+  const std::string_view columns = fair ? ", tenant, fair_seq" : "";
   in_lists(c,
-           fmt::format("INSERT INTO {} (id, visible_at, enqueued_at, msg_key, payload, "
-                       "attributes) SELECT id, visible_at, enqueued_at, msg_key, payload, "
-                       "attributes FROM {} WHERE id IN {{}}",
-                       to.queue, from.queue),
+           fmt::format("INSERT INTO {0} (id, visible_at, enqueued_at, msg_key, payload, "
+                       "attributes{2}) SELECT id, visible_at, enqueued_at, msg_key, payload, "
+                       "attributes{2} FROM {1} WHERE id IN {{}}",
+                       to.queue, from.queue, columns),
            std::vector<Param>(ids.begin(), ids.end()));
 }
 
@@ -211,7 +291,7 @@ std::vector<std::uint64_t> insert_fresh(QueueContext& q, Connection& c, const To
   std::vector<std::uint64_t> ids = insert_rows(c, from.queue, rows, q.max_statement_bytes);
   for (const GroupEntry& g : layout.groups) {
     if (g.number != layout.allocator().number) {
-      copy_to_group(c, from, topic_tables(topic, g.number, p), ids);
+      copy_to_group(c, from, topic_tables(topic, g.number, p), ids, layout.info.options.fair);
     }
   }
   for (const GroupEntry& g : layout.groups) order_fresh(c, topic_tables(topic, g.number, p), rows, ids);
@@ -534,20 +614,21 @@ const std::string& single_send_sql(std::string_view topic, unsigned group, unsig
 
 std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view payload,
                        const SendOptions& options) {
-  if (options.dedup_key || options.key || !options.attributes.empty()) {
-    // Key bookkeeping needs a transaction; attributes take the batch path's statement.
+  if (options.dedup_key || options.key || !options.attributes.empty() || options.tenant) {
+    // Key bookkeeping needs a transaction; attributes take the batch path's statement; a
+    // tenant's place is read first.
     OutgoingMessage m{std::string(payload), options.key, options.delay, options.dedup_key,
-                      options.attributes};
+                      options.attributes, options.tenant};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   const TopicLayout layout = q.catalog.layout(topic);
   if (layout.groups.size() > 1) {  // copies for the other groups need a transaction
-    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
+    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}, std::nullopt};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   // Otherwise one INSERT in autocommit, guarded as above: one round trip, and the payload is
   // not copied.
-  const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt, {}};
+  const OutgoingMessage fields{{}, std::nullopt, options.delay, std::nullopt, {}, std::nullopt};
   check_message(layout.info, payload, fields, 0, false);
   const RowShape shape{options.delay != Micros{0}, false};
   const unsigned p = unkeyed_partition(q, layout);
@@ -565,7 +646,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
       },
       layout.send_fences ? &single_send_sql(topic, layout.allocator().number, p, shape) : nullptr);
   if (!id) {  // the layout changed: the transaction path reads it again
-    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}};
+    OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}, std::nullopt};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
   if (options.delay == Micros{0}) announce(q, layout, 1);
@@ -584,7 +665,7 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   if (messages.size() > kMaxRowsPerStatement) return std::nullopt;
   std::size_t bytes = 0;
   for (const OutgoingMessage& m : messages) {
-    if (m.key || m.dedup_key) return std::nullopt;
+    if (m.key || m.dedup_key || m.tenant) return std::nullopt;
     bytes += m.payload.size() + attributes_size(m.attributes) + 4 * m.attributes.size() +
              kRowOverheadBytes;
   }

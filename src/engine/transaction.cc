@@ -50,7 +50,7 @@ std::vector<std::uint64_t> send_on(internal::QueueContext& q, Connection& c, std
 
 OutgoingMessage one_message(std::string_view payload, const SendOptions& options) {
   return OutgoingMessage{std::string(payload), options.key, options.delay, options.dedup_key,
-                         options.attributes};
+                         options.attributes, options.tenant};
 }
 
 }  // namespace

@@ -1356,5 +1356,30 @@ class ShardedTopicTest(SqsTestCase):
                               QueueName=self.name("refused"))
 
 
+
+class FairQueueTest(SqsTestCase):
+    """Standard queues are fair: MessageGroupId names a tenant (docs/sqs.md, "Fair queues")."""
+
+    def test_a_quiet_tenant_is_not_held_behind_a_noisy_backlog(self):
+        url = self.create("fair")
+        for b in range(30):
+            self.sqs.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": f"n{i}", "MessageBody": f"noisy {b * 10 + i}", "MessageGroupId": "noisy"}
+                for i in range(10)])
+        self.sqs.send_message(QueueUrl=url, MessageBody="quiet", MessageGroupId="quiet")
+        self.sqs.send_message(QueueUrl=url, MessageBody="no group")
+        got = self.receive(url, MaxNumberOfMessages=10, AttributeNames=["All"])
+        groups = {m["Body"]: m.get("Attributes", {}).get("MessageGroupId") for m in got}
+        self.assertEqual(groups.get("quiet"), "quiet", "the quiet tenant waited behind the backlog")
+        self.assertIn("no group", groups)
+        self.assertIsNone(groups["no group"])
+        self.assertEqual(groups.get("noisy 0"), "noisy")
+        # Nothing is lost or held: the rest drains in the noisy tenant's order.
+        rest = self.drain(url, 300 - sum(1 for b in groups if b.startswith("noisy")))
+        bodies = [m["Body"] for m in rest]
+        self.assertEqual(sorted(bodies, key=lambda b: int(b.split()[1])), bodies)
+        self.assertEqual(len(bodies) + len(got), 302)
+
+
 if __name__ == "__main__":
     unittest.main()
