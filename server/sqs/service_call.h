@@ -4,6 +4,7 @@
 // server/sqs/).
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,13 @@ struct SqsService::Call : SqsRequest {
   // When it gets 503 if not answered by then (ServiceOptions::request_timeout), as
   // steady_clock ticks; a long poll moves it past its wait.
   std::atomic<std::chrono::steady_clock::rep> deadline{0};
+  // Read (read_request) on the HTTP thread already: its worker goes straight to dispatch.
+  bool read = false;
+  // Dispatched on the HTTP thread, which must not block: a group commit it starts runs on a
+  // worker (SqsService::enqueue).
+  bool on_http_thread = false;
+  // The queue it names, when found in the catalog's cache on the HTTP thread.
+  std::shared_ptr<const QueueInfo> queue;
 };
 
 }  // namespace txmq::server
