@@ -34,12 +34,13 @@ void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {
   enqueue(sends_, &SqsService::drain_sends, topic, std::move(pending));
 }
 
-// Group commit: the first sender of a topic sends, in one transaction, every single send that
-// arrived for it meanwhile, and again until none is left; a failed batch is retried one message
-// at a time, so that one message's error stays its own.
-// One drain at a time per topic (CommitGroups::add): two measured slower on 2 cores (txmq bench
-// --only serve: SendMessage at 16 clients 0.58-0.62x of raw INSERT with one, 0.51-0.54x with
-// two), the cost being CPU, not commits.
+// Group commit: a drain of a topic sends, in one transaction, every single send that arrived
+// for it meanwhile, and again until none is left; a failed batch is retried one message at a
+// time, so that one message's error stays its own.
+// Several drains at a time per topic (CommitGroups): while one waits for its commit, the next
+// takes the calls that arrived meanwhile, and the database commits them together (txmq bench
+// --only serve, SendMessage at 16 clients on 2 cores: about 4,000 calls/s with one drain, 7,000
+// to 9,000 with 8; 4 were in between and 16 no better than 8).
 void SqsService::drain_sends(const std::string& topic) {
   for (;;) {
     std::vector<PendingSend> group = sends_.next(topic);
