@@ -18,7 +18,7 @@ namespace txmq::server {
 // the database commits both together. Thread-safe.
 template <typename Pending>
 struct CommitGroups {
-  explicit CommitGroups(int drains) : drains(drains) {}
+  explicit CommitGroups(int most_drains) : drains(most_drains) {}
   // Queues a call; true when the caller must drain the topic (fewer drains run for it than
   // allowed).
   bool add(const std::string& topic, Pending pending) {
