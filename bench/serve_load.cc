@@ -270,8 +270,8 @@ LongPollFigures hold_long_polls(std::uint16_t port, const std::string& queue_url
   for (int i = 0; i < count; ++i) {
     auto s = std::make_unique<asio::ip::tcp::socket>(io);
     s->connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    const std::string request = signed_request(host, "AmazonSQS.ReceiveMessage", body,
-                                               std::chrono::system_clock::now());
+    const std::string request =
+        signed_request(host, "AmazonSQS.ReceiveMessage", body, std::chrono::system_clock::now());
     asio::write(*s, asio::buffer(request));
     s->non_blocking(true);
     sockets.push_back(std::move(s));

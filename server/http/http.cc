@@ -336,9 +336,8 @@ class Session : public std::enable_shared_from_this<Session> {
     response.prepare_payload();
     beast::error_code ec;
     http::write(stream_.socket(), answer->serializer, ec);
-    asio::post(stream_.get_executor(), [self = shared_from_this(), answer, ec] {
-      self->finish_write(answer, ec);
-    });
+    asio::post(stream_.get_executor(),
+               [self = shared_from_this(), answer, ec] { self->finish_write(answer, ec); });
   }
 
   void finish_write(const std::shared_ptr<Answer>& answer, beast::error_code ec) {
@@ -346,10 +345,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       // A client that does not read its answer is cut off like an idle one.
       stream_.expires_after(options_.idle_timeout);
-      http::async_write(stream_, answer->serializer,
-                        [self = shared_from_this(), answer](beast::error_code write_ec, std::size_t) {
-                          self->after_write(write_ec, answer->response.keep_alive());
-                        });
+      http::async_write(
+          stream_, answer->serializer,
+          [self = shared_from_this(), answer](beast::error_code write_ec, std::size_t) {
+            self->after_write(write_ec, answer->response.keep_alive());
+          });
       return;
     }
     after_write(ec, answer->response.keep_alive());

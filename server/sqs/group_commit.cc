@@ -17,8 +17,9 @@ namespace txmq::server {
 // the drain to a worker (one hop per group, not per call), under the lock that shutdown() stops
 // the workers under, so that a drain is never posted to workers that have ended.
 template <typename Pending>
-void SqsService::enqueue(CommitGroups<Pending>& groups, void (SqsService::*drain)(const std::string&),
-                         const std::string& topic, Pending pending) {
+void SqsService::enqueue(CommitGroups<Pending>& groups,
+                         void (SqsService::*drain)(const std::string&), const std::string& topic,
+                         Pending pending) {
   if (!pending.call || !pending.call->on_http_thread) {
     if (groups.add(topic, std::move(pending))) (this->*drain)(topic);
     return;
