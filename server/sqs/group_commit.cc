@@ -38,10 +38,10 @@ void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {
 // Group commit: a drain of a topic sends, in one transaction, every single send that arrived
 // for it meanwhile, and again until none is left; a failed batch is retried one message at a
 // time, so that one message's error stays its own.
-// Several drains at a time per topic (CommitGroups): while one waits for its commit, the next
-// takes the calls that arrived meanwhile, and the database commits them together (txmq bench
-// --only serve, SendMessage at 16 clients on 2 cores: about 4,000 calls/s with one drain, 7,000
-// to 9,000 with 8; 4 were in between and 16 no better than 8).
+// One drain at a time per topic (CommitGroups). More let the database commit their groups
+// together, but cost a statement per smaller group: on 2 cores (txmq bench --only serve,
+// SendMessage at 16 clients) 8 drains beat one in short runs on a machine loaded by other work
+// (about 7,000 calls/s against 4,000) and lost in full runs (6,700-8,100 against 11,400-15,000).
 void SqsService::drain_sends(const std::string& topic) {
   for (;;) {
     std::vector<PendingSend> group = sends_.next(topic);

@@ -11,7 +11,6 @@
 // actions by family (queue_actions.cc, attribute_actions.cc, send_actions.cc,
 // receive_actions.cc, receipt_actions.cc; their input readers in inputs.h and messages.h) and
 // the group commit (group_commit.h).
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -234,10 +233,9 @@ class SqsService {
   boost::asio::steady_timer deadline_timer_;
   std::mutex polls_mutex_;
   std::set<std::shared_ptr<Poll>> polls_;
-  // Up to half the workers drain a topic's sends (and as many its deletes) at once; the others
-  // stay for the other calls.
-  CommitGroups<PendingSend> sends_{std::max(1, options_.workers / 2)};
-  CommitGroups<PendingDelete> deletes_{std::max(1, options_.workers / 2)};
+  // One drain at a time per topic for its sends, one for its deletes (group_commit.cc).
+  CommitGroups<PendingSend> sends_{1};
+  CommitGroups<PendingDelete> deletes_{1};
   // FIFO ReceiveRequestAttemptId: the answer given, for retries within 5 minutes.
   std::mutex attempts_mutex_;
   struct Attempt {
