@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +25,8 @@ class SqsHttpClient {
   // Calls AmazonSQS.<action> (or `target` in full when it has a dot); throws std::runtime_error
   // with the error's body for anything but 200.
   nlohmann::json call(const std::string& action, const nlohmann::json& input);
+  // As call, with the input as JSON text; returns the answer's body unparsed.
+  std::string post(const std::string& action, const std::string& body);
 
  private:
   struct Impl;

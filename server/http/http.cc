@@ -77,7 +77,11 @@ class Session : public std::enable_shared_from_this<Session> {
   enum Phase : int { kIdle, kActive, kEvicted };
 
   Session(tcp::socket socket, HttpServer& server)
-      : stream_(std::move(socket)), server_(server), options_(server.options_) {}
+      : stream_(std::move(socket)), server_(server), options_(server.options_) {
+    // For write() on the answering thread; asynchronous operations are not affected.
+    beast::error_code ignored;
+    stream_.socket().non_blocking(true, ignored);
+  }
 
   void start() {
     asio::dispatch(stream_.get_executor(),
@@ -260,10 +264,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // requests answered early (a deadline) but still queued keep counting.
     auto hold = std::make_shared<BodyHold>(server_.body_bytes_reserved_, body_bytes_reserved_);
     body_bytes_reserved_ = 0;
-    server_.handler_(std::move(request), [self, hold](HttpResponse response) {
-      asio::post(self->stream_.get_executor(),
-                 [self, r = std::move(response)]() mutable { self->write(std::move(r)); });
-    });
+    server_.handler_(std::move(request),
+                     [self, hold](HttpResponse response) { self->write(std::move(response)); });
   }
 
   // A dispatched body's reservation, released when the last responder copy goes.
@@ -309,28 +311,57 @@ class Session : public std::enable_shared_from_this<Session> {
     write(std::move(r));
   }
 
+  // An answer being written, and how far.
+  struct Answer {
+    http::response<http::string_body> response;
+    http::serializer<false, http::string_body> serializer{response};
+  };
+
+  // Writes an answer; called once per request, from any thread (the handler answers from
+  // whichever thread has it). While a request is in progress nothing else uses the socket (no
+  // read, no timer, no other write), so the answering thread writes what the socket takes at
+  // once, without blocking (the socket is non-blocking): the client has its answer without
+  // waiting for an HTTP thread to wake. The rest, if any, and what comes next (the next
+  // request, or closing) are the strand's.
   void write(HttpResponse r) {
+    auto answer = std::make_shared<Answer>();
+    http::response<http::string_body>& response = answer->response;
+    response.version(version_);
+    response.result(r.status);
+    response.set(http::field::server, "txmq");
+    response.set(http::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) response.set(name, value);
+    response.body() = std::move(r.body);
+    response.keep_alive(keep_alive_ && !stopping_.load());
+    response.prepare_payload();
+    beast::error_code ec;
+    http::write(stream_.socket(), answer->serializer, ec);
+    asio::post(stream_.get_executor(),
+               [self = shared_from_this(), answer, ec] { self->finish_write(answer, ec); });
+  }
+
+  void finish_write(const std::shared_ptr<Answer>& answer, beast::error_code ec) {
     release_body_memory();  // the handler has answered: done with the body
-    auto response = std::make_shared<http::response<http::string_body>>();
-    response->version(version_);
-    response->result(r.status);
-    response->set(http::field::server, "txmq");
-    response->set(http::field::content_type, r.content_type);
-    for (auto& [name, value] : r.headers) response->set(name, value);
-    response->body() = std::move(r.body);
-    response->keep_alive(keep_alive_ && !stopping_);
-    response->prepare_payload();
-    // A client that does not read its answer is cut off like an idle one.
-    stream_.expires_after(options_.idle_timeout);
-    http::async_write(stream_, *response,
-                      [self = shared_from_this(), response](beast::error_code ec, std::size_t) {
-                        self->busy_ = false;
-                        if (ec) return self->close();
-                        if (self->refused_) return self->linger();
-                        if (!response->keep_alive()) return self->close();
-                        self->first_request_ = false;
-                        self->wait_for_request();
-                      });
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      // A client that does not read its answer is cut off like an idle one.
+      stream_.expires_after(options_.idle_timeout);
+      http::async_write(
+          stream_, answer->serializer,
+          [self = shared_from_this(), answer](beast::error_code write_ec, std::size_t) {
+            self->after_write(write_ec, answer->response.keep_alive());
+          });
+      return;
+    }
+    after_write(ec, answer->response.keep_alive());
+  }
+
+  void after_write(beast::error_code ec, bool keep_alive) {
+    busy_ = false;
+    if (ec) return close();
+    if (refused_) return linger();
+    if (!keep_alive) return close();
+    first_request_ = false;
+    wait_for_request();
   }
 
   // After a refusal: no more sending; what the client still sends is read and dropped for a
@@ -381,7 +412,7 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
   bool busy_ = false;
   bool refused_ = false;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // also read by write() on the answering thread
   bool closed_ = false;
 };
 

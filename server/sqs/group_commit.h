@@ -3,25 +3,32 @@
 // Group commit of the SQS service: single SendMessage and DeleteMessage calls of one topic that
 // arrive together are settled in one transaction (SqsService::drain_sends and drain_deletes,
 // group_commit.cc). This is the queue of calls waiting for their topic's next transaction.
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace txmq::server {
 
-// Calls waiting for a topic's next group commit, with one drain at a time per topic.
-// Thread-safe.
+// Calls waiting for a topic's next group commit, with up to `drains` drains at a time per
+// topic: while one waits for its commit, the next takes the calls that arrived meanwhile, and
+// the database commits both together. Thread-safe.
 template <typename Pending>
 struct CommitGroups {
-  // Queues a call; true when the caller must drain the topic (no drain runs for it).
+  explicit CommitGroups(int most_drains) : drains(most_drains) {}
+  // Queues a call; true when the caller must drain the topic (fewer drains run for it than
+  // allowed).
   bool add(const std::string& topic, Pending pending) {
     std::lock_guard lock(mutex);
-    waiting[topic].push_back(std::move(pending));
-    return running.insert(topic).second;
+    auto it = waiting.find(topic);
+    if (it == waiting.end()) it = waiting.emplace(topic, Topic{}).first;
+    it->second.calls.push_back(std::move(pending));
+    if (it->second.running >= drains) return false;
+    ++it->second.running;
+    return true;
   }
   // The calls to settle together next (up to 500); empty when none is left, which ends the
   // caller's drain.
@@ -29,22 +36,29 @@ struct CommitGroups {
     std::lock_guard lock(mutex);
     std::vector<Pending> group;
     auto it = waiting.find(topic);
-    if (it == waiting.end() || it->second.empty()) {
-      if (it != waiting.end()) waiting.erase(it);
-      running.erase(topic);
+    if (it == waiting.end()) return group;
+    std::deque<Pending>& calls = it->second.calls;
+    if (calls.empty()) {
+      if (--it->second.running == 0) waiting.erase(it);
       return group;
     }
-    while (!it->second.empty() && group.size() < 500) {
-      group.push_back(std::move(it->second.front()));
-      it->second.pop_front();
+    const std::size_t n = std::min<std::size_t>(calls.size(), 500);
+    group.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      group.push_back(std::move(calls.front()));
+      calls.pop_front();
     }
     return group;
   }
 
  private:
+  struct Topic {
+    std::deque<Pending> calls;
+    int running = 0;  // drains
+  };
+  const int drains;
   std::mutex mutex;
-  std::map<std::string, std::deque<Pending>, std::less<>> waiting;
-  std::set<std::string, std::less<>> running;
+  std::map<std::string, Topic, std::less<>> waiting;
 };
 
 }  // namespace txmq::server

@@ -434,15 +434,18 @@ std::shared_ptr<const QueueInfo> QueueCatalog::load(std::string_view name) {
   return q;
 }
 
+std::shared_ptr<const QueueInfo> QueueCatalog::cached(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = cache_.find(name);
+  if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.loaded < kCacheFor) {
+    return it->second.queue;
+  }
+  return nullptr;
+}
+
 std::shared_ptr<const QueueInfo> QueueCatalog::find(std::string_view name) {
   if (!valid_name(name)) return nullptr;  // never stored: nothing to look up or remember
-  {
-    std::lock_guard lock(mutex_);
-    auto it = cache_.find(name);
-    if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.loaded < kCacheFor) {
-      return it->second.queue;
-    }
-  }
+  if (auto q = cached(name)) return q;
   return load(name);
 }
 

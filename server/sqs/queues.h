@@ -103,6 +103,8 @@ class QueueCatalog {
   // The queue, from a cache of about a second (bounded); null when it does not exist or the
   // name is not a valid queue name.
   std::shared_ptr<const QueueInfo> find(std::string_view name);
+  // As find, from the cache only (never the database): null when not cached or stale.
+  std::shared_ptr<const QueueInfo> cached(std::string_view name);
   // As find, but throws QueueDoesNotExist.
   std::shared_ptr<const QueueInfo> get(std::string_view name);
 

@@ -33,12 +33,6 @@ bool names_group(const json& entry) {
          !group->get_ref<const std::string&>().empty();
 }
 
-// A standard queue's first MessageGroupId makes its topic fair (docs/sqs.md, "Fair queues"): a
-// schema change of its tables, once.
-bool becomes_fair(const QueueInfo& q, const json& entry) {
-  return !q.fifo && !q.fair && names_group(entry);
-}
-
 // One message of SendMessage or a batch entry, checked against SQS's rules and the queue's
 // settings; returns the message to send.
 OutgoingMessage outgoing(const json& entry, const QueueInfo& q, bool batch_entry) {
@@ -165,6 +159,10 @@ json sent_json(const QueueInfo& q, const OutgoingMessage& m, std::uint64_t id) {
 }
 
 }  // namespace
+
+bool becomes_fair(const QueueInfo& q, const json& entry) {
+  return !q.fifo && !q.fair && names_group(entry);
+}
 
 void SqsService::send_message(const std::shared_ptr<Call>& call) {
   auto q = queue_of(*call);

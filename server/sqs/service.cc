@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "server/auth/web_guard.h"
+#include "server/sqs/inputs.h"
 #include "server/sqs/move_tasks.h"
 #include "server/sqs/service_call.h"
 #include "server/sqs/wire.h"
@@ -230,22 +231,61 @@ void SqsService::start_move_tasks() { move_tasks_->start(); }
 
 void SqsService::handle(HttpRequest&& request, Responder respond) {
   counters_.requests.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(posting_mutex_);
-  if (stopping_) {
-    HttpResponse r;
-    r.status = 503;
-    r.body = "txmq serve is stopping\n";
-    respond(std::move(r));
-    return;
-  }
-  if (options_.web) {
-    if (options_.web(request, respond, current_credentials())) return;
+  {
+    std::lock_guard lock(posting_mutex_);
+    if (stopping_) {
+      HttpResponse r;
+      r.status = 503;
+      r.body = "txmq serve is stopping\n";
+      respond(std::move(r));
+      return;
+    }
+    if (options_.web) {
+      if (options_.web(request, respond, current_credentials())) return;
+    }
   }
   auto call = std::make_shared<Call>();
   call->request = std::move(request);
   call->respond = std::move(respond);
   track(call);
+  Call& c = *call;
+  // A small request is read here, on the HTTP thread (no database: only hashing and parsing of
+  // a bounded body), so that a call that needs no worker does not wait for one. A large one
+  // would hold up this thread's other connections: it is read on its worker.
+  if (c.request.body().size() <= kReadOnHttpThread) {
+    try {
+      read_request(c.request, current_credentials().get(), options_.regions,
+                   std::chrono::system_clock::now(), c);
+      c.read = true;
+      if (dispatch_on_http_thread(call)) return;
+    } catch (...) {
+      reply_error(c, std::current_exception());
+      return;
+    }
+  }
+  // Under the lock shutdown() stops the workers under: a call posted runs before they end.
+  std::lock_guard lock(posting_mutex_);
+  if (stopping_) {
+    return reply_error(c, std::make_exception_ptr(SqsError::of(
+                              "ServiceUnavailable", "txmq serve is stopping; retry the call.")));
+  }
   asio::post(workers_, [this, call] { execute(call); });
+}
+
+// Single sends and deletes of a queue in the catalog's cache: checked and queued for their
+// group commit on the HTTP thread. Nothing else blocks on the way; a cache miss (a database
+// read) or any other action goes to a worker.
+bool SqsService::dispatch_on_http_thread(const std::shared_ptr<Call>& call) {
+  Call& c = *call;
+  if (c.txmq_action || (c.action != "SendMessage" && c.action != "DeleteMessage")) return false;
+  const auto url = c.input.find("QueueUrl");
+  if (url == c.input.end() || !url->is_string()) return false;  // its worker says what is wrong
+  c.queue = catalog_.cached(queue_name_of_url(url->get_ref<const std::string&>()));
+  if (!c.queue || (c.action == "SendMessage" && becomes_fair(*c.queue, c.input))) return false;
+  c.on_http_thread = true;
+  if (c.action == "SendMessage") send_message(call);
+  else delete_message(call);
+  return true;
 }
 
 void read_request(const HttpRequest& r, const Credentials* credentials, const Regions& regions,
@@ -362,8 +402,10 @@ void SqsService::execute(const std::shared_ptr<Call>& call) {
   Call& c = *call;
   if (c.answered) return;  // its deadline passed while it waited for a worker
   try {
-    read_request(c.request, current_credentials().get(), options_.regions, std::chrono::system_clock::now(),
-                 c);
+    if (!c.read) {
+      read_request(c.request, current_credentials().get(), options_.regions,
+                   std::chrono::system_clock::now(), c);
+    }
     dispatch(call);
   } catch (...) {
     reply_error(c, std::current_exception());

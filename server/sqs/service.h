@@ -136,8 +136,12 @@ class SqsService {
   // admit_body() as the HTTP layer's AdmissionCheck (HttpServerOptions::admission).
   Admission admit(const RequestHeader& header) const;
 
-  // Every HTTP request (from the HTTP threads; the work is posted to the workers).
+  // Every HTTP request (from the HTTP threads). A request of up to kReadOnHttpThread bytes is
+  // read and checked there; a single SendMessage or DeleteMessage of a queue in the catalog's
+  // cache is then queued for its group commit there too, without a hop to a worker (the group
+  // commit itself runs on a worker). The rest is posted to the workers.
   void handle(HttpRequest&& request, Responder respond);
+  static constexpr std::size_t kReadOnHttpThread = 64u << 10;
   // Re-reads the credentials file (SIGHUP); keeps the old keys when the new file is broken.
   void reload_credentials();
   // Starts running dead-letter redrive tasks (StartMessageMoveTask) on a thread of the
@@ -159,6 +163,8 @@ class SqsService {
 
  private:
   void execute(const std::shared_ptr<Call>& call);
+  // Runs a read call on the HTTP thread when nothing it does blocks; false: post it to a worker.
+  bool dispatch_on_http_thread(const std::shared_ptr<Call>& call);
   void dispatch(const std::shared_ptr<Call>& call);
   void reply(Call& call, const nlohmann::json& output);
   void reply_error(Call& call, std::exception_ptr error);
@@ -231,6 +237,9 @@ class SqsService {
   void drain_sends(const std::string& topic);
   void enqueue_delete(const std::string& topic, PendingDelete pending);
   void drain_deletes(const std::string& topic);
+  template <typename Pending>
+  void enqueue(CommitGroups<Pending>& groups, void (SqsService::*drain)(const std::string&),
+               const std::string& topic, Pending pending);
 
   Client& client_;
   boost::asio::io_context& io_;
@@ -247,8 +256,9 @@ class SqsService {
   boost::asio::steady_timer deadline_timer_;
   std::mutex polls_mutex_;
   std::set<std::shared_ptr<Poll>> polls_;
-  CommitGroups<PendingSend> sends_;
-  CommitGroups<PendingDelete> deletes_;
+  // One drain at a time per topic for its sends, one for its deletes (group_commit.cc).
+  CommitGroups<PendingSend> sends_{1};
+  CommitGroups<PendingDelete> deletes_{1};
   // FIFO ReceiveRequestAttemptId: the answer given, for retries within 5 minutes.
   std::mutex attempts_mutex_;
   struct Attempt {

@@ -4,6 +4,7 @@
 // server/sqs/).
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -15,6 +16,10 @@ namespace txmq::server {
 
 std::string new_request_id();
 
+// A standard queue's first MessageGroupId makes its topic fair (docs/sqs.md, "Fair queues"): a
+// schema change of its tables, once, which only a worker may wait for.
+bool becomes_fair(const QueueInfo& q, const nlohmann::json& entry);
+
 struct SqsService::Call : SqsRequest {
   HttpRequest request;
   std::string request_id = new_request_id();
@@ -24,6 +29,13 @@ struct SqsService::Call : SqsRequest {
   // When it gets 503 if not answered by then (ServiceOptions::request_timeout), as
   // steady_clock ticks; a long poll moves it past its wait.
   std::atomic<std::chrono::steady_clock::rep> deadline{0};
+  // Read (read_request) on the HTTP thread already: its worker goes straight to dispatch.
+  bool read = false;
+  // Dispatched on the HTTP thread, which must not block: a group commit it starts runs on a
+  // worker (SqsService::enqueue).
+  bool on_http_thread = false;
+  // The queue it names, when found in the catalog's cache on the HTTP thread.
+  std::shared_ptr<const QueueInfo> queue;
 };
 
 }  // namespace txmq::server
