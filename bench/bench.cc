@@ -17,6 +17,7 @@
 #include "db/dsn.h"
 #include "reference.h"
 #include "report.h"
+#include "queues.h"
 #include "serve_load.h"
 #include "sql.h"
 #include "server/sqs/queues.h"
@@ -104,9 +105,11 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions", "serve", "sql", "chaos", "pressure"};
-// Sections that take many minutes and stop the server: run only when named with --only.
-const std::vector<std::string> kNamedOnly = {"chaos", "pressure"};
+                                            "partitions", "serve", "sql", "queues", "chaos",
+                                            "pressure"};
+// Sections that take many minutes (and chaos and pressure stop the server): run only when named
+// with --only.
+const std::vector<std::string> kNamedOnly = {"queues", "chaos", "pressure"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -253,6 +256,11 @@ class Bench {
     if (wanted("partitions")) partitions(client);
     if (wanted("serve")) serve(client);
     if (wanted("sql")) sql(client);
+    if (wanted("queues")) {
+      queues_section(report_, {.dsn = options_.dsn,
+                               .queues = options_.quick ? 1000 : 10000,
+                               .calls = options_.quick ? 200 : 500});
+    }
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;
     for (const std::string& s : options_.sections) {
@@ -1130,6 +1138,10 @@ class Bench {
         {"sql.drain.4x100", "sql.lib.drain.4x100", K::kRateAtLeast, 0.7},
         {"sql.wake", "", K::kP50AtMostMs, 50},
         {"sql.wake", "", K::kP99AtMostMs, 250},
+        {"queues.create", "", K::kP50AtMostMs, 20},
+        {"queues.metrics", "", K::kP50AtMostMs, 1000},
+        {"queues.send.many", "queues.send.one", K::kP50RatioAtMost, 1.2},
+        {"queues.receive.many", "queues.receive.one", K::kP50RatioAtMost, 1.2},
     };
   }
 

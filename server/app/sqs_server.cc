@@ -197,7 +197,7 @@ struct Server::Impl {
             HealthOptions{
                 .check = [this] { client.transact([](Transaction& t) { t.execute("SELECT 1"); }); },
                 .log = log}),
-        metrics(client, server_metrics(), kDefaultExactUpTo),
+        metrics(client, server_metrics(), kDefaultExactUpTo, options.metrics_topics),
         dashboard(client, DashboardOptions{.log = log}),
         service(client, io,
                 with_web(service_options(options, log), health, metrics, dashboard, requests)),

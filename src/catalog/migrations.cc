@@ -224,4 +224,12 @@ void migrate_from_12(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 13, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
+// Version 13 -> 14: a topic may be created without its tables, which the library makes at the
+// topic's first use (TopicCatalog::make_tables). Nothing in an existing database changes: the
+// version rises so that a version-13 client, which would take such a topic for a dropped one,
+// refuses the database. Migrations from here on meet topics without tables (has_tables).
+void migrate_from_13(Connection& c) {
+  c.execute("UPDATE txmq_schema SET version = 14, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
 }  // namespace txmq::internal

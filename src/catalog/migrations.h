@@ -49,5 +49,6 @@ void migrate_from_9(Connection& c);
 void migrate_from_10(Connection& c);
 void migrate_from_11(Connection& c);
 void migrate_from_12(Connection& c);
+void migrate_from_13(Connection& c);
 
 }  // namespace txmq::internal

@@ -188,6 +188,7 @@ void TopicCatalog::bootstrap() {
       step(10, migrate_from_10);
       step(11, migrate_from_11);
       step(12, migrate_from_12);
+      step(13, migrate_from_13);
     } catch (...) {
       release_row_lock(c, kSchemaLock, key, token);
       throw;

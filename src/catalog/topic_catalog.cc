@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_set>
+
 #include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
@@ -128,6 +130,46 @@ std::vector<Param> option_params(const TopicOptions& options) {
 
 }  // namespace
 
+bool has_tables(Connection& c, const TopicLayout& layout) {
+  const std::string queue = unquoted(topic_tables(layout.info.name, layout.allocator().number).queue);
+  return !c.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND TABLE_NAME = ?",
+                    {std::string_view(queue)})
+              .rows.empty();
+}
+
+void create_all_tables(Connection& c, const TopicLayout& layout) {
+  const std::string& name = layout.info.name;
+  create_shared_tables(c, topic_tables(name));
+  for (const GroupEntry& g : layout.groups) {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      create_queue_tables(c, topic_tables(name, g.number, p), first_id_of(p));
+    }
+  }
+}
+
+bool TopicCatalog::make_tables(std::string_view name) {
+  check_topic_name(name);
+  const bool exists = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    LayoutLock held(c, name);
+    const std::optional<TopicLayout> layout = load(c, name);
+    if (!layout) return false;
+    create_all_tables(c, *layout);
+    if (held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    return true;
+  });
+  forget(name);
+  return exists;
+}
+
+bool TopicCatalog::made_missing_tables(const Error& error, std::string_view topic) {
+  constexpr unsigned kNoSuchTable = 1146;
+  if (error.server_errno() != kNoSuchTable || !make_tables(topic)) return false;
+  const std::string dead_letters = get(topic).options.dead_letter_topic;
+  if (!dead_letters.empty()) make_tables(dead_letters);
+  return true;
+}
+
 std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view name) {
   // The version first: a group changed between the two reads then shows as a stale version,
   // which a send's check catches, never as a current version with old groups.
@@ -194,17 +236,19 @@ void TopicCatalog::no_send_fences(std::string_view name) {
 }
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
-                          std::uint64_t placed) {
+                          std::uint64_t placed, bool tables_now) {
   check_options(options);
   check_dead_letter_topic(name, options);
   check_topic_name(name);
   bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
-    for (int p = 0; p < options.partitions; ++p) {
-      const auto partition = static_cast<unsigned>(p);
-      create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition));
+    if (tables_now) {
+      create_shared_tables(c, topic_tables(name));
+      for (int p = 0; p < options.partitions; ++p) {
+        const auto partition = static_cast<unsigned>(p);
+        create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition));
+      }
     }
-    create_shared_tables(c, topic_tables(name));
     std::vector<Param> params = option_params(options);
     params.insert(params.begin(), name);
     params.push_back(static_cast<std::int64_t>(options.partitions));
@@ -225,6 +269,7 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     return r.affected_rows == 1;
   });
   forget(name);
+  if (created && !tables_now) return true;
   if (created) {
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       LayoutLock held(c, name);
@@ -277,6 +322,13 @@ void TopicCatalog::drop(std::string_view name) {
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
     c.commit();
     if (!layout) return r.affected_rows == 1;
+    // A topic never used has no tables to drop (make_tables waits for this layout lock, then
+    // finds no topic).
+    if (!has_tables(c, *layout)) {
+      c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, 0)});
+      c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
+      return r.affected_rows == 1;
+    }
     for (const GroupEntry& g : layout->groups) {
       c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, g.number)});
       for (unsigned p = 0; p < layout->partitions(); ++p) {
@@ -340,8 +392,10 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     }
     const bool moves = placed && *placed != layout->placed;
     if (moves) drop_send_fences(c, *layout, [&] { return held.renew(); });
-    // New partitions get their tables in every group before sends may use them.
-    for (int p = had; p < options.partitions; ++p) {
+    // New partitions get their tables in every group before sends may use them (a topic
+    // without tables gets them all at first use).
+    const bool tables = has_tables(c, *layout);
+    for (int p = tables ? had : options.partitions; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
       for (const GroupEntry& g : layout->groups) {
         create_queue_tables(c, topic_tables(name, g.number, partition), first_id_of(partition));
@@ -368,11 +422,26 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
 }
 
 std::vector<TopicInfo> TopicCatalog::list() {
+  std::unordered_set<std::string> with_tables;  // topics that have a queue table
   Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // Names only: information_schema reads no table's statistics for them, so this stays one
+    // cheap statement beside thousands of tables.
+    Result names = c.execute(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+        "TABLE_NAME LIKE 'txmq\\_q\\_%'",
+        {});
+    with_tables.clear();
+    for (const Row& row : names.rows) {  // txmq_q_NAME or txmq_q_NAME$GROUP_PARTITION
+      const std::string name = row.bytes(0).substr(std::string_view("txmq_q_").size());
+      with_tables.insert(name.substr(0, name.find('$')));
+    }
     return c.execute(fmt::format("{} ORDER BY name", kSelectTopic), {});
   });
   std::vector<TopicInfo> topics;
-  for (const Row& row : r.rows) topics.push_back(topic_from_row(row));
+  for (const Row& row : r.rows) {
+    topics.push_back(topic_from_row(row));
+    topics.back().has_tables = with_tables.contains(topics.back().name);
+  }
   return topics;
 }
 

@@ -18,7 +18,7 @@
 
 namespace txmq::internal {
 
-constexpr int kSchemaVersion = 13;
+constexpr int kSchemaVersion = 14;
 constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 
 // A topic's group, by the number its tables carry.
@@ -71,8 +71,18 @@ class TopicCatalog {
   // Reads the layout through c (inside the caller's transaction) and caches it.
   TopicLayout reload(Connection& c, std::string_view name);
   // `placed`: the partitions that live on this server (a sharded topic's member, shard_map.h).
+  // `tables_now` false: only the catalog rows; make_tables makes the tables at first use.
   bool create(std::string_view name, const TopicOptions& options,
-              std::uint64_t placed = ~std::uint64_t{0});
+              std::uint64_t placed = ~std::uint64_t{0}, bool tables_now = true);
+  // Makes every table of the topic's groups and partitions that is missing (a topic created
+  // without them, or a make cut short), with its send fences, under the topic's layout lock:
+  // several clients may make them at once. False when the topic does not exist. Runs DDL on a
+  // connection of its own: never inside a caller's transaction.
+  bool make_tables(std::string_view name);
+  // Whether `error` says a table is missing (1146) and the topic (and its dead-letter topic,
+  // whose queue table its claims write) exists, its tables now made: the caller runs its
+  // statement again, once.
+  bool made_missing_tables(const Error& error, std::string_view topic);
   void update(std::string_view name, const TopicOptions& options,
               std::optional<std::uint64_t> placed = std::nullopt);
   // Changes which partitions live on this server, fenced against sends in progress (they hold
@@ -117,6 +127,13 @@ struct PartitionQueue {
   std::string channel;  // where the group's waiting consumers register
 };
 PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition);
+
+// Whether the topic has its tables: a topic created without them (TopicCatalog::create) gets
+// them at first use.
+bool has_tables(Connection& c, const TopicLayout& layout);
+// Every table of the topic's groups and partitions that is missing. REQUIRES: the topic's
+// layout lock (LayoutLock) is held.
+void create_all_tables(Connection& c, const TopicLayout& layout);
 
 // Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
 // naming the topic, after forgetting the topic's cached settings.

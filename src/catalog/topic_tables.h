@@ -8,11 +8,12 @@
 
 namespace txmq::internal {
 
-// A group's partition's queue, dead-letter and parked tables, its ids starting at first_id.
+// A group's partition's dead-letter, keys, parked and queue tables (the queue table last), its
+// ids starting at first_id.
 void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id);
 // The tables a topic's groups share (its keys' dedup and archive tables).
 void create_shared_tables(Connection& c, const TopicTables& t);
-// Both, for a topic's first group and partition.
+// Both, for a topic's first group and partition (the queue table last).
 void create_topic_tables(Connection& c, const TopicTables& t);
 
 }  // namespace txmq::internal
