@@ -130,22 +130,46 @@ std::vector<Param> option_params(const TopicOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// Which of the topic's first table (its dedup keys', made first) and last (the allocating
+// group's first queue table, made last) exist.
+std::pair<bool, bool> first_and_last_tables(Connection& c, const TopicLayout& layout) {
+  const std::string first = unquoted(topic_tables(layout.info.name).dedup);
+  const std::string last =
+      unquoted(topic_tables(layout.info.name, layout.allocator().number).queue);
+  Result r = c.execute(
+      "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME IN (?, ?)",
+      {std::string_view(first), std::string_view(last)});
+  std::pair<bool, bool> found;
+  for (const Row& row : r.rows) (row.bytes(0) == first ? found.first : found.second) = true;
+  return found;
+}
+
+}  // namespace
+
 bool has_tables(Connection& c, const TopicLayout& layout) {
-  const std::string queue = unquoted(topic_tables(layout.info.name, layout.allocator().number).queue);
-  return !c.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
-                    "AND TABLE_NAME = ?",
-                    {std::string_view(queue)})
-              .rows.empty();
+  return first_and_last_tables(c, layout).second;
+}
+
+bool has_some_tables(Connection& c, const TopicLayout& layout) {
+  const auto [first, last] = first_and_last_tables(c, layout);
+  return first || last;
 }
 
 void create_all_tables(Connection& c, const TopicLayout& layout) {
   const std::string& name = layout.info.name;
+  const unsigned allocator = layout.allocator().number;
   create_shared_tables(c, topic_tables(name));
   for (const GroupEntry& g : layout.groups) {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
+      if (g.number == allocator && p == 0) continue;
       create_queue_tables(c, topic_tables(name, g.number, p), first_id_of(p));
     }
   }
+  // Last: that it exists says the others do (has_tables), also after a make cut short.
+  create_queue_tables(c, topic_tables(name, allocator, 0), first_id_of(0));
 }
 
 bool TopicCatalog::make_tables(std::string_view name) {
@@ -324,7 +348,7 @@ void TopicCatalog::drop(std::string_view name) {
     if (!layout) return r.affected_rows == 1;
     // A topic never used has no tables to drop (make_tables waits for this layout lock, then
     // finds no topic).
-    if (!has_tables(c, *layout)) {
+    if (!has_some_tables(c, *layout)) {
       c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, 0)});
       c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
       return r.affected_rows == 1;

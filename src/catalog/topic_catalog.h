@@ -128,11 +128,14 @@ struct PartitionQueue {
 };
 PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition);
 
-// Whether the topic has its tables: a topic created without them (TopicCatalog::create) gets
-// them at first use.
+// Whether the topic has all its tables (for its layout when they were made): a topic created
+// without them (TopicCatalog::create) gets them at first use, the allocating group's first
+// queue table last.
 bool has_tables(Connection& c, const TopicLayout& layout);
-// Every table of the topic's groups and partitions that is missing. REQUIRES: the topic's
-// layout lock (LayoutLock) is held.
+// Whether it has any: the first made (its dedup table) or the last.
+bool has_some_tables(Connection& c, const TopicLayout& layout);
+// Every table of the topic's groups and partitions that is missing, the allocating group's
+// first queue table last. REQUIRES: the topic's layout lock (LayoutLock) is held.
 void create_all_tables(Connection& c, const TopicLayout& layout);
 
 // Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
