@@ -192,14 +192,6 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& 
   return {{"machine", machine}, {"server", server}};
 }
 
-Row row(std::string id, std::string name, std::string basis = {}) {
-  Row r;
-  r.id = std::move(id);
-  r.name = std::move(name);
-  r.basis = std::move(basis);
-  return r;
-}
-
 void accumulate(Measured& total, Measured part) {
   total.messages += part.messages;
   total.seconds += part.seconds;

@@ -97,14 +97,6 @@ std::pair<Measured, Measured> one_queue_calls(SqsHttpClient& sqs, const std::str
   return {std::move(sent), std::move(received)};
 }
 
-Row make_row(std::string id, std::string name, std::string basis = {}) {
-  Row r;
-  r.id = std::move(id);
-  r.name = std::move(name);
-  r.basis = std::move(basis);
-  return r;
-}
-
 }  // namespace
 
 void queues_section(Report& report, const QueuesOptions& options) {
@@ -137,9 +129,9 @@ void queues_section(Report& report, const QueuesOptions& options) {
   created.messages = static_cast<std::uint64_t>(options.queues);
   created.seconds = seconds_between(start, SteadyClock::now());
   const DiskUse after = disk_use(options.dsn);
-  report.add(make_row("queues.create", "CreateQueue, one client (queues/s)"), std::move(created));
+  report.add(row("queues.create", "CreateQueue, one client (queues/s)"), std::move(created));
 
-  Row disk = make_row("queues.disk", "disk per empty queue");
+  Row disk = row("queues.disk", "disk per empty queue");
   if (before.known && after.known) {
     const double n = options.queues;
     disk.note = fmt::format("{:.1f} KiB and {:.2f} files per queue ({} files, {:.1f} MiB for {})",
@@ -161,7 +153,7 @@ void queues_section(Report& report, const QueuesOptions& options) {
     scrape_bytes = http_get(srv.port(), "/metrics").size();
     scrapes.add_since(at);
   }
-  Row scrape = make_row("queues.metrics", "GET /metrics (p50 of 3 scrapes)");
+  Row scrape = row("queues.metrics", "GET /metrics (p50 of 3 scrapes)");
   scrape.p50_ms = scrapes.percentile(50);
   scrape.p99_ms = scrapes.percentile(99);
   scrape.note = fmt::format("{:.2f} MB a scrape", static_cast<double>(scrape_bytes) / 1e6);
@@ -178,22 +170,22 @@ void queues_section(Report& report, const QueuesOptions& options) {
     http_get(srv.port(), "/ui/api/overview");
   }
   const double view_seconds = seconds_between(view_start, SteadyClock::now());
-  Row view = make_row("queues.dashboard", "dashboard viewed (statements/s on the database)");
+  Row view = row("queues.dashboard", "dashboard viewed (statements/s on the database)");
   view.rate = static_cast<double>(questions(options.dsn) - q0) / view_seconds;
   view.seconds = view_seconds;
   view.note = "the overview polled once a second; SHOW GLOBAL STATUS Questions";
   report.add_row(std::move(view));
 
   auto [sent_many, received_many] = one_queue_calls(sqs, one_url, options.calls);
-  report.add(make_row("queues.send.one", "SendMessage, one queue alone"), std::move(sent_alone));
-  Row send_many = make_row("queues.send.many",
+  report.add(row("queues.send.one", "SendMessage, one queue alone"), std::move(sent_alone));
+  Row send_many = row("queues.send.many",
                            fmt::format("SendMessage, one queue of {}", with_commas(options.queues)),
                            "queues.send.one");
   send_many.latency_ratio = true;
   report.add(std::move(send_many), std::move(sent_many));
-  report.add(make_row("queues.receive.one", "ReceiveMessage + DeleteMessage, one queue alone"),
+  report.add(row("queues.receive.one", "ReceiveMessage + DeleteMessage, one queue alone"),
              std::move(received_alone));
-  Row receive_many = make_row(
+  Row receive_many = row(
       "queues.receive.many",
       fmt::format("ReceiveMessage + DeleteMessage, one queue of {}", with_commas(options.queues)),
       "queues.receive.one");
@@ -210,7 +202,7 @@ void queues_section(Report& report, const QueuesOptions& options) {
   sqs.call("DeleteQueue", {{"QueueUrl", one_url}});
   deleted.messages = urls.size();
   deleted.seconds = seconds_between(delete_start, SteadyClock::now());
-  report.add(make_row("queues.delete", "DeleteQueue, one client (queues/s)"), std::move(deleted));
+  report.add(row("queues.delete", "DeleteQueue, one client (queues/s)"), std::move(deleted));
   srv.stop();
 }
 

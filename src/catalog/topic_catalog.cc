@@ -172,9 +172,21 @@ void create_all_tables(Connection& c, const TopicLayout& layout) {
   create_queue_tables(c, topic_tables(name, allocator, 0), first_id_of(0));
 }
 
-bool TopicCatalog::make_tables(std::string_view name) {
+bool TopicCatalog::make_tables(std::string_view name, bool in_transaction) {
   check_topic_name(name);
   const bool exists = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    const std::optional<TopicLayout> before = load(c, name);
+    if (!before) return false;
+    if (has_tables(c, *before)) return true;  // another client made them meanwhile
+    if (in_transaction) {
+      // The caller's transaction holds the topic row's shared lock (its send's layout check),
+      // which the layout lock's row write would wait for: the tables only, no fences (sends
+      // take the checked statement until a change of groups or partitions adds them).
+      const std::optional<TopicLayout> layout = load(c, name);
+      if (!layout) return false;
+      create_all_tables(c, *layout);
+      return true;
+    }
     LayoutLock held(c, name);
     const std::optional<TopicLayout> layout = load(c, name);
     if (!layout) return false;
@@ -186,12 +198,10 @@ bool TopicCatalog::make_tables(std::string_view name) {
   return exists;
 }
 
-bool TopicCatalog::made_missing_tables(const Error& error, std::string_view topic) {
+bool TopicCatalog::made_missing_tables(const Error& error, std::string_view topic,
+                                       bool in_transaction) {
   constexpr unsigned kNoSuchTable = 1146;
-  if (error.server_errno() != kNoSuchTable || !make_tables(topic)) return false;
-  const std::string dead_letters = get(topic).options.dead_letter_topic;
-  if (!dead_letters.empty()) make_tables(dead_letters);
-  return true;
+  return error.server_errno() == kNoSuchTable && make_tables(topic, in_transaction);
 }
 
 std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view name) {
@@ -293,6 +303,9 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     return r.affected_rows == 1;
   });
   forget(name);
+  // A dead-letter topic gets its tables when a topic names it: claims move messages into it
+  // inside their transaction, where none can be made.
+  if (!options.dead_letter_topic.empty()) make_tables(options.dead_letter_topic);
   if (created && !tables_now) return true;
   if (created) {
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
@@ -443,6 +456,7 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     }
   });
   forget(name);
+  if (!options.dead_letter_topic.empty()) make_tables(options.dead_letter_topic);
 }
 
 std::vector<TopicInfo> TopicCatalog::list() {

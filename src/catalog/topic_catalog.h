@@ -77,12 +77,14 @@ class TopicCatalog {
   // Makes every table of the topic's groups and partitions that is missing (a topic created
   // without them, or a make cut short), with its send fences, under the topic's layout lock:
   // several clients may make them at once. False when the topic does not exist. Runs DDL on a
-  // connection of its own: never inside a caller's transaction.
-  bool make_tables(std::string_view name);
-  // Whether `error` says a table is missing (1146) and the topic (and its dead-letter topic,
-  // whose queue table its claims write) exists, its tables now made: the caller runs its
-  // statement again, once.
-  bool made_missing_tables(const Error& error, std::string_view topic);
+  // connection of its own: never inside a caller's transaction. `in_transaction`: the caller
+  // holds a transaction that sent to the topic (and so its row's shared lock): the tables
+  // without the lock and the fences.
+  bool make_tables(std::string_view name, bool in_transaction = false);
+  // Whether `error` says a table is missing (1146) and the topic exists, its tables now made:
+  // the caller runs its statement again, once.
+  bool made_missing_tables(const Error& error, std::string_view topic,
+                           bool in_transaction = false);
   void update(std::string_view name, const TopicOptions& options,
               std::optional<std::uint64_t> placed = std::nullopt);
   // Changes which partitions live on this server, fenced against sends in progress (they hold
