@@ -106,6 +106,7 @@ void queues_section(Report& report, const QueuesOptions& options) {
   server::ServeOptions so;
   so.dsn = options.dsn;
   so.listen = "127.0.0.1:0";
+  so.tables_at_first_use = true;
   server::Server srv(so);
   SqsHttpClient sqs(srv.port());
   const std::string prefix = "txmq-bench-queues-";

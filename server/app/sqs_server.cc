@@ -153,6 +153,7 @@ ServiceOptions service_options(const ServeOptions& options, const Log& log) {
   o.account = options.account;
   o.credentials_file = options.credentials_file;
   o.workers = options.workers;
+  o.tables_at_first_use = options.tables_at_first_use;
   o.log = log;
   return o;
 }

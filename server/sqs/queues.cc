@@ -226,8 +226,12 @@ TopicOptions topic_options(const QueueInfo& q, const std::string& dead_letter_to
   return o;
 }
 
-QueueCatalog::QueueCatalog(Client& client, std::string region, std::string account)
-    : client_(client), region_(std::move(region)), account_(std::move(account)) {
+QueueCatalog::QueueCatalog(Client& client, std::string region, std::string account,
+                           bool tables_at_first_use)
+    : client_(client),
+      region_(std::move(region)),
+      account_(std::move(account)),
+      tables_at_first_use_(tables_at_first_use) {
   make_table_if_missing("txmq_sqs_queues",
                         "CREATE TABLE IF NOT EXISTS txmq_sqs_queues ("
                         " name VARBINARY(80) NOT NULL PRIMARY KEY,"
@@ -579,9 +583,10 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
   }
   const TopicOptions options = topic_options(q, dlq_topic);
   try {
-    // An empty queue is its catalog rows only: its tables come with its first use (thousands
-    // of idle queues would otherwise be thousands of files each).
-    client_.create_topic(q.topic, options, TableCreation::kAtFirstUse);
+    // With tables at first use, an empty queue is its catalog rows only (thousands of idle
+    // queues would otherwise be thousands of files each).
+    client_.create_topic(q.topic, options,
+                         tables_at_first_use_ ? TableCreation::kAtFirstUse : TableCreation::kNow);
   } catch (const Error& e) {
     if (e.code() != Errc::kAlreadyExists) throw;
     client_.update_topic(q.topic, options);  // a set that was cut short: finish it

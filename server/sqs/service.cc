@@ -130,7 +130,7 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
     : client_(client),
       io_(io),
       options_(std::move(options)),
-      catalog_(client, options_.region, options_.account),
+      catalog_(client, options_.region, options_.account, options_.tables_at_first_use),
       workers_(static_cast<std::size_t>(options_.workers)),
       deadline_timer_(io) {
   if (!options_.credentials_file.empty()) {
