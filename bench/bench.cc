@@ -18,6 +18,7 @@
 #include "db/dsn.h"
 #include "reference.h"
 #include "report.h"
+#include "queues.h"
 #include "serve_load.h"
 #include "sql.h"
 #include "server/sqs/queues.h"
@@ -105,9 +106,11 @@ constexpr std::size_t kLarge = 4096;
 
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
-                                            "partitions", "serve", "sql", "fair", "chaos", "pressure"};
-// Sections that take many minutes and stop the server: run only when named with --only.
-const std::vector<std::string> kNamedOnly = {"chaos", "pressure"};
+                                            "partitions", "serve", "sql", "fair", "queues",
+                                            "chaos", "pressure"};
+// Sections that take many minutes (and chaos and pressure stop the server): run only when named
+// with --only.
+const std::vector<std::string> kNamedOnly = {"queues", "chaos", "pressure"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -190,14 +193,6 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& 
   return {{"machine", machine}, {"server", server}};
 }
 
-Row row(std::string id, std::string name, std::string basis = {}) {
-  Row r;
-  r.id = std::move(id);
-  r.name = std::move(name);
-  r.basis = std::move(basis);
-  return r;
-}
-
 void accumulate(Measured& total, Measured part) {
   total.messages += part.messages;
   total.seconds += part.seconds;
@@ -255,6 +250,11 @@ class Bench {
     if (wanted("serve")) serve(client);
     if (wanted("sql")) sql(client);
     if (wanted("fair")) fair(client);
+    if (wanted("queues")) {
+      queues_section(report_, {.dsn = options_.dsn,
+                               .queues = options_.quick ? 1000 : 10000,
+                               .calls = options_.quick ? 200 : 500});
+    }
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;
     for (const std::string& s : options_.sections) {
@@ -1212,6 +1212,10 @@ class Bench {
         {"sql.drain.4x100", "sql.lib.drain.4x100", K::kRateAtLeast, 0.7},
         {"sql.wake", "", K::kP50AtMostMs, 50},
         {"sql.wake", "", K::kP99AtMostMs, 250},
+        {"queues.create", "", K::kP50AtMostMs, 20},
+        {"queues.metrics", "", K::kP50AtMostMs, 1000},
+        {"queues.send.many", "queues.send.one", K::kP50RatioAtMost, 1.2},
+        {"queues.receive.many", "queues.receive.one", K::kP50RatioAtMost, 1.2},
     };
   }
 

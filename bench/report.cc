@@ -7,6 +7,14 @@
 
 namespace txmq::bench {
 
+Row row(std::string id, std::string name, std::string basis) {
+  Row r;
+  r.id = std::move(id);
+  r.name = std::move(name);
+  r.basis = std::move(basis);
+  return r;
+}
+
 std::string with_commas(double value) {
   std::string digits = fmt::format("{:.0f}", value);
   std::string out;

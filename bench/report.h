@@ -64,6 +64,9 @@ class Report {
   std::vector<Row> rows_;
 };
 
+// A row to fill: its id, its name for people, and the id of the row its ratio divides by.
+Row row(std::string id, std::string name, std::string basis = {});
+
 std::string with_commas(double value);
 
 }  // namespace txmq::bench

@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <regex>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@ void add_metrics_command(CLI::App& app, Globals& g) {
   struct Args {
     std::uint64_t exact_up_to = server::kDefaultExactUpTo;
     std::string output;
+    std::string topics;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -27,8 +31,20 @@ void add_metrics_command(CLI::App& app, Globals& g) {
   cmd->add_option("--output", a->output,
                   "write to FILE instead, atomically (a temporary file renamed over it), as "
                   "node_exporter's textfile collector wants");
+  cmd->add_option("--topics", a->topics,
+                  "regular expression of the topics whose series are printed, matched against "
+                  "whole names (default: all; topics never used have none either way)");
   cmd->callback([&g, a] {
-    const std::string text = server::render_metrics(*connect(g), a->exact_up_to);
+    std::optional<std::regex> topics;
+    try {
+      if (!a->topics.empty()) topics = server::metrics_topics(a->topics);
+    } catch (const std::invalid_argument& e) {
+      print_error(e.what());
+      g.exit_code = kExitUsage;
+      return;
+    }
+    const std::string text =
+        server::render_metrics(*connect(g), a->exact_up_to, nullptr, topics ? &*topics : nullptr);
     if (a->output.empty()) {
       std::cout << text << std::flush;
       return;

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "server/app/config.h"
 #include "server/app/sqs_server.h"
+#include "server/web/metrics.h"
 
 namespace txmq::cli {
 
@@ -67,8 +68,17 @@ void add_serve_command(CLI::App& app, Globals& g) {
                       "time, level, msg and the event's fields) on stderr; the listening line "
                       "stays on stdout")
           ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_flag("--tables-at-first-use", o.tables_at_first_use,
+                "make a queue's tables at its first use, not at CreateQueue: an empty queue is "
+                "then only its catalog rows (for many queues), but the SQL interface cannot send "
+                "to it before its first SendMessage or ReceiveMessage");
+  CLI::Option* metrics_topics =
+      cmd->add_option("--metrics-topics", o.metrics_topics,
+                      "regular expression of the topics whose series /metrics exports, matched "
+                      "against whole names (SQS queues' topics are sqs_NAME_HASH; default: all; "
+                      "topics never used have none either way)");
   cmd->callback([&g, a, config, listen, credentials, region, account, workers, max_connections,
-                 max_body_memory, log_format] {
+                 max_body_memory, log_format, metrics_topics] {
     server::ServeOptions options = a->options;
     try {
       options.log_format = *server::parse_log_format(a->log_format);
@@ -89,6 +99,9 @@ void add_serve_command(CLI::App& app, Globals& g) {
         }
         if (file->max_body_memory_mib && max_body_memory->count() == 0) {
           options.max_body_memory_mib = *file->max_body_memory_mib;
+        }
+        if (file->metrics_topics && metrics_topics->count() == 0) {
+          options.metrics_topics = *file->metrics_topics;
         }
       }
       // --dsn, then TXMQ_DSN, then the file's dsn, then the local server: the environment over
@@ -116,6 +129,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
       } else {
         options.dsn_source = "the local server";
       }
+      if (!options.metrics_topics.empty()) server::metrics_topics(options.metrics_topics);
       if (options.dsn.empty()) options.dsn = resolve_dsn(g);
       g.exit_code = server::serve(options);
     } catch (const std::invalid_argument& e) {

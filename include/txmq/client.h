@@ -33,7 +33,9 @@ class Client {
   // Creates the topic. Returns true when it was created, false when it existed with the same
   // settings. Throws kAlreadyExists when it exists with other settings, kInvalidArgument for a bad
   // name ([a-z][a-z0-9_]{0,47}) or settings.
-  bool create_topic(std::string_view name, const TopicOptions& options = {});
+  // `tables`: when the topic's tables are made (a sharded topic's: now).
+  bool create_topic(std::string_view name, const TopicOptions& options = {},
+                    TableCreation tables = TableCreation::kNow);
   // Drops the topic with its messages and dead letters. Throws kNotFound when there is none.
   void drop_topic(std::string_view name);
   // Changes a topic's settings (all of them: read them with topic(), change some, pass them back).

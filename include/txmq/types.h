@@ -46,6 +46,18 @@ struct RetryPolicy {
   bool operator==(const RetryPolicy&) const = default;
 };
 
+// When Client::create_topic makes a topic's tables.
+enum class TableCreation {
+  // With the topic: the SQL interface (txmq_send, ...) can use it at once.
+  kNow,
+  // At the topic's first use through this library (a send, a receive, a group, ...): until
+  // then the topic is only its catalog rows, which is what makes thousands of idle topics cheap
+  // (each table is a file of its own on disk). The SQL interface's calls fail on the topic
+  // until its tables exist; the first call through the library inside an application's
+  // Transaction needs a second connection of the pool to make them.
+  kAtFirstUse,
+};
+
 // A topic's settings. Stored in the catalog; a second create must match them. Client::update_topic
 // changes them later; other clients see a change within 5 seconds.
 struct TopicOptions {
@@ -104,6 +116,9 @@ struct TopicInfo {
   // and its epoch, which every change of placement raises.
   std::vector<std::string> placement;
   std::uint64_t placement_epoch = 0;
+  // False for a topic created with TableCreation::kAtFirstUse and not used yet: it holds no
+  // messages (Client::list_topics; always true elsewhere).
+  bool has_tables = true;
 };
 
 // A server that topics may be sharded over (Client::add_server).

@@ -66,7 +66,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 const std::vector<std::string_view>& serve_config_keys() {
   static const std::vector<std::string_view> keys{
       "listen",     "credentials",     "region",          "account-id", "workers",
-      "log-format", "max-connections", "max-body-memory", "dsn"};
+      "log-format", "max-connections", "max-body-memory", "dsn",        "metrics-topics"};
   return keys;
 }
 
@@ -158,6 +158,8 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
       config.max_body_memory_mib = static_cast<std::size_t>(integer_value(4, 1 << 20, " (MiB)"));
     } else if (name == "dsn") {
       config.dsn = string_value();
+    } else if (name == "metrics-topics") {
+      config.metrics_topics = string_value();
     } else {
       const std::string_view near = nearest_serve_config_key(name);
       std::string hint;

@@ -11,6 +11,7 @@
 //   max-connections = 4096             # 1 to 1,000,000
 //   max-body-memory = 256              # MiB, 4 to 1,048,576
 //   dsn = "mysql://txmq@db/txmq"       # allowed; TXMQ_DSN keeps passwords out of the file
+//   metrics-topics = "sqs_orders_.*"   # topics /metrics exports (a regular expression)
 // A key left out keeps the command line's value or default; options given on the command line
 // win over the file (cli/serve_command.cc).
 #include <cstddef>
@@ -34,6 +35,7 @@ struct ServeConfig {
   std::optional<std::size_t> max_connections;
   std::optional<std::size_t> max_body_memory_mib;
   std::optional<std::string> dsn;
+  std::optional<std::string> metrics_topics;
 };
 
 // The keys, in the order the documentation gives them.

@@ -149,6 +149,7 @@ ServiceOptions service_options(const ServeOptions& options, const Log& log) {
   o.account = options.account;
   o.credentials_file = options.credentials_file;
   o.workers = options.workers;
+  o.tables_at_first_use = options.tables_at_first_use;
   o.log = log;
   return o;
 }
@@ -193,7 +194,7 @@ struct Server::Impl {
             HealthOptions{
                 .check = [this] { client.transact([](Transaction& t) { t.execute("SELECT 1"); }); },
                 .log = log}),
-        metrics(client, server_metrics(), kDefaultExactUpTo),
+        metrics(client, server_metrics(), kDefaultExactUpTo, options.metrics_topics),
         dashboard(client, DashboardOptions{.log = log}),
         service(client, io,
                 with_web(service_options(options, log), health, metrics, dashboard, requests)),

@@ -87,7 +87,9 @@ TopicOptions topic_options(const QueueInfo& queue, const std::string& dead_lette
 class QueueCatalog {
  public:
   // Creates txmq_sqs_queues when missing (a user without CREATE must find it made).
-  QueueCatalog(Client& client, Regions regions, std::string account);
+  // `tables_at_first_use`: ServiceOptions::tables_at_first_use.
+  QueueCatalog(Client& client, Regions regions, std::string account,
+               bool tables_at_first_use = false);
 
   // A ReceiptHandle: the library's receipt with a MAC that binds it to the queue's name, so
   // that a forged handle, or one of another queue, is told apart from a stale one.
@@ -156,6 +158,7 @@ class QueueCatalog {
   Client& client_;
   const Regions regions_;
   const std::string account_;
+  const bool tables_at_first_use_;
   std::string receipt_key_;  // set by the constructor, then read-only
   std::mutex mutex_;
   struct Cached {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <string_view>
 
@@ -45,16 +46,25 @@ struct ServerMetrics {
 };
 
 // The whole exposition (text format 0.0.4). Gauges count exactly up to `exact_up_to` rows per
-// table, then estimate (Client::stats). Throws txmq::Error when the database cannot be read.
+// table, then estimate (Client::stats). Topics not used yet (TopicInfo::has_tables false) have
+// no series; `exported`, when given, leaves out the topics whose whole name it does not match.
+// Throws txmq::Error when the database cannot be read.
 std::string render_metrics(Client& client, std::uint64_t exact_up_to,
-                           const ServerMetrics* server = nullptr);
+                           const ServerMetrics* server = nullptr,
+                           const std::regex* exported = nullptr);
+
+// The pattern of txmq serve --metrics-topics and txmq metrics --topics (ECMAScript, matched
+// against whole topic names). Throws std::invalid_argument for a bad or overlong one.
+std::regex metrics_topics(const std::string& pattern);
 
 // GET /metrics on txmq serve: protected as the dashboard (server/auth/web_guard.h: Basic auth
 // with --credentials, else loopback Host names only); rendered on a thread of its own, one
 // scrape at a time.
 class MetricsEndpoint final : public WebEndpoint {
  public:
-  MetricsEndpoint(Client& client, ServerMetrics server, std::uint64_t exact_up_to);
+  // `topics`: --metrics-topics (empty: every topic).
+  MetricsEndpoint(Client& client, ServerMetrics server, std::uint64_t exact_up_to,
+                  const std::string& topics = {});
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

@@ -83,6 +83,8 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
       } catch (const Error&) {
       }
     });
+    // A topic created without tables gets them first: the new group's copies read them.
+    if (!has_tables(c, *layout)) create_all_tables(c, *layout);
     drop_send_fences(c, *layout, [&] { return held.renew(); });
     Result n = c.execute(
         "UPDATE txmq_topics SET next_group = LAST_INSERT_ID(next_group) + 1 WHERE name = ?",

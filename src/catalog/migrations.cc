@@ -225,7 +225,10 @@ void migrate_from_12(Connection& c) {
 }
 
 // Version 13 -> 14: topics may be fair (TopicOptions::fair); existing ones are not, and their
-// tables stay as they are.
+// tables stay as they are. And a topic may be created without its tables, which the library
+// makes at the topic's first use (TopicCatalog::make_tables): the version rises also so that a
+// version-13 client, which would take such a topic for a dropped one, refuses the database.
+// Migrations from here on meet topics without tables (has_tables).
 void migrate_from_13(Connection& c) {
   add_columns(c, "txmq_topics", {{"fair", "TINYINT UNSIGNED NOT NULL DEFAULT 0"}});
   c.execute("UPDATE txmq_schema SET version = 14, updated_at = NOW(6) WHERE singleton = 1", {});

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_set>
+
 #include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
@@ -129,6 +131,81 @@ std::vector<Param> option_params(const TopicOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// Which of the topic's first table (its dedup keys', made first) and last (the allocating
+// group's first queue table, made last) exist.
+std::pair<bool, bool> first_and_last_tables(Connection& c, const TopicLayout& layout) {
+  const std::string first = unquoted(topic_tables(layout.info.name).dedup);
+  const std::string last =
+      unquoted(topic_tables(layout.info.name, layout.allocator().number).queue);
+  Result r = c.execute(
+      "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME IN (?, ?)",
+      {std::string_view(first), std::string_view(last)});
+  std::pair<bool, bool> found;
+  for (const Row& row : r.rows) (row.bytes(0) == first ? found.first : found.second) = true;
+  return found;
+}
+
+}  // namespace
+
+bool has_tables(Connection& c, const TopicLayout& layout) {
+  return first_and_last_tables(c, layout).second;
+}
+
+bool has_some_tables(Connection& c, const TopicLayout& layout) {
+  const auto [first, last] = first_and_last_tables(c, layout);
+  return first || last;
+}
+
+void create_all_tables(Connection& c, const TopicLayout& layout) {
+  const std::string& name = layout.info.name;
+  const unsigned allocator = layout.allocator().number;
+  const bool fair = layout.info.options.fair;
+  create_shared_tables(c, topic_tables(name));
+  for (const GroupEntry& g : layout.groups) {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      if (g.number == allocator && p == 0) continue;
+      create_queue_tables(c, topic_tables(name, g.number, p), first_id_of(p), fair);
+    }
+  }
+  // Last: that it exists says the others do (has_tables), also after a make cut short.
+  create_queue_tables(c, topic_tables(name, allocator, 0), first_id_of(0), fair);
+}
+
+bool TopicCatalog::make_tables(std::string_view name, bool in_transaction) {
+  check_topic_name(name);
+  const bool exists = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    const std::optional<TopicLayout> before = load(c, name);
+    if (!before) return false;
+    if (has_tables(c, *before)) return true;  // another client made them meanwhile
+    if (in_transaction) {
+      // The caller's transaction holds the topic row's shared lock (its send's layout check),
+      // which the layout lock's row write would wait for: the tables only, no fences (sends
+      // take the checked statement until a change of groups or partitions adds them).
+      const std::optional<TopicLayout> layout = load(c, name);
+      if (!layout) return false;
+      create_all_tables(c, *layout);
+      return true;
+    }
+    LayoutLock held(c, name);
+    const std::optional<TopicLayout> layout = load(c, name);
+    if (!layout) return false;
+    create_all_tables(c, *layout);
+    if (held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    return true;
+  });
+  forget(name);
+  return exists;
+}
+
+bool TopicCatalog::made_missing_tables(const Error& error, std::string_view topic,
+                                       bool in_transaction) {
+  constexpr unsigned kNoSuchTable = 1146;
+  return error.server_errno() == kNoSuchTable && make_tables(topic, in_transaction);
+}
+
 std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view name) {
   // The version first: a group changed between the two reads then shows as a stale version,
   // which a send's check catches, never as a current version with old groups.
@@ -195,18 +272,20 @@ void TopicCatalog::no_send_fences(std::string_view name) {
 }
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
-                          std::uint64_t placed) {
+                          std::uint64_t placed, bool tables_now) {
   check_options(options);
   check_dead_letter_topic(name, options);
   check_topic_name(name);
   bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
-    for (int p = 0; p < options.partitions; ++p) {
-      const auto partition = static_cast<unsigned>(p);
-      create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition),
-                          options.fair);
+    if (tables_now) {
+      create_shared_tables(c, topic_tables(name));
+      for (int p = 0; p < options.partitions; ++p) {
+        const auto partition = static_cast<unsigned>(p);
+        create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition),
+                            options.fair);
+      }
     }
-    create_shared_tables(c, topic_tables(name));
     std::vector<Param> params = option_params(options);
     params.insert(params.begin(), name);
     params.push_back(static_cast<std::int64_t>(options.partitions));
@@ -228,6 +307,10 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     return r.affected_rows == 1;
   });
   forget(name);
+  // A dead-letter topic gets its tables when a topic names it: claims move messages into it
+  // inside their transaction, where none can be made.
+  if (!options.dead_letter_topic.empty()) make_tables(options.dead_letter_topic);
+  if (created && !tables_now) return true;
   if (created) {
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       LayoutLock held(c, name);
@@ -280,6 +363,13 @@ void TopicCatalog::drop(std::string_view name) {
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
     c.commit();
     if (!layout) return r.affected_rows == 1;
+    // A topic never used has no tables to drop (make_tables waits for this layout lock, then
+    // finds no topic).
+    if (!has_some_tables(c, *layout)) {
+      c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, 0)});
+      c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
+      return r.affected_rows == 1;
+    }
     for (const GroupEntry& g : layout->groups) {
       c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, g.number)});
       for (unsigned p = 0; p < layout->partitions(); ++p) {
@@ -347,8 +437,10 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     }
     const bool moves = placed && *placed != layout->placed;
     if (moves) drop_send_fences(c, *layout, [&] { return held.renew(); });
-    // New partitions get their tables in every group before sends may use them.
-    for (int p = had; p < options.partitions; ++p) {
+    // New partitions get their tables in every group before sends may use them (a topic
+    // without tables gets them all at first use).
+    const bool tables = has_tables(c, *layout);
+    for (int p = tables ? had : options.partitions; p < options.partitions; ++p) {
       const auto partition = static_cast<unsigned>(p);
       for (const GroupEntry& g : layout->groups) {
         create_queue_tables(c, topic_tables(name, g.number, partition), first_id_of(partition),
@@ -384,14 +476,30 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     }
   });
   forget(name);
+  if (!options.dead_letter_topic.empty()) make_tables(options.dead_letter_topic);
 }
 
 std::vector<TopicInfo> TopicCatalog::list() {
+  std::unordered_set<std::string> with_tables;  // topics that have a queue table
   Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    // Names only: information_schema reads no table's statistics for them, so this stays one
+    // cheap statement beside thousands of tables.
+    Result names = c.execute(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+        "TABLE_NAME LIKE 'txmq\\_q\\_%'",
+        {});
+    with_tables.clear();
+    for (const Row& row : names.rows) {  // txmq_q_NAME or txmq_q_NAME$GROUP_PARTITION
+      const std::string name = row.bytes(0).substr(std::string_view("txmq_q_").size());
+      with_tables.insert(name.substr(0, name.find('$')));
+    }
     return c.execute(fmt::format("{} ORDER BY name", kSelectTopic), {});
   });
   std::vector<TopicInfo> topics;
-  for (const Row& row : r.rows) topics.push_back(topic_from_row(row));
+  for (const Row& row : r.rows) {
+    topics.push_back(topic_from_row(row));
+    topics.back().has_tables = with_tables.contains(topics.back().name);
+  }
   return topics;
 }
 

@@ -71,8 +71,20 @@ class TopicCatalog {
   // Reads the layout through c (inside the caller's transaction) and caches it.
   TopicLayout reload(Connection& c, std::string_view name);
   // `placed`: the partitions that live on this server (a sharded topic's member, shard_map.h).
+  // `tables_now` false: only the catalog rows; make_tables makes the tables at first use.
   bool create(std::string_view name, const TopicOptions& options,
-              std::uint64_t placed = ~std::uint64_t{0});
+              std::uint64_t placed = ~std::uint64_t{0}, bool tables_now = true);
+  // Makes every table of the topic's groups and partitions that is missing (a topic created
+  // without them, or a make cut short), with its send fences, under the topic's layout lock:
+  // several clients may make them at once. False when the topic does not exist. Runs DDL on a
+  // connection of its own: never inside a caller's transaction. `in_transaction`: the caller
+  // holds a transaction that sent to the topic (and so its row's shared lock): the tables
+  // without the lock and the fences.
+  bool make_tables(std::string_view name, bool in_transaction = false);
+  // Whether `error` says a table is missing (1146) and the topic exists, its tables now made:
+  // the caller runs its statement again, once.
+  bool made_missing_tables(const Error& error, std::string_view topic,
+                           bool in_transaction = false);
   void update(std::string_view name, const TopicOptions& options,
               std::optional<std::uint64_t> placed = std::nullopt);
   // Changes which partitions live on this server, fenced against sends in progress (they hold
@@ -117,6 +129,16 @@ struct PartitionQueue {
   std::string channel;  // where the group's waiting consumers register
 };
 PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition);
+
+// Whether the topic has all its tables (for its layout when they were made): a topic created
+// without them (TopicCatalog::create) gets them at first use, the allocating group's first
+// queue table last.
+bool has_tables(Connection& c, const TopicLayout& layout);
+// Whether it has any: the first made (its dedup table) or the last.
+bool has_some_tables(Connection& c, const TopicLayout& layout);
+// Every table of the topic's groups and partitions that is missing, the allocating group's
+// first queue table last. REQUIRES: the topic's layout lock (LayoutLock) is held.
+void create_all_tables(Connection& c, const TopicLayout& layout);
 
 // Rethrows `error`; when it says the topic's table is gone (the topic was dropped), as kNotFound
 // naming the topic, after forgetting the topic's cached settings.

@@ -8,15 +8,16 @@
 
 namespace txmq::internal {
 
-// A group's partition's queue, dead-letter and parked tables, its ids starting at first_id; a
-// fair topic's queue table has its tenants' columns (fair order, engine/send.cc).
+// A group's partition's dead-letter, keys, parked and queue tables (the queue table last), its
+// ids starting at first_id; a fair topic's queue table has its tenants' columns (fair order,
+// engine/send.cc).
 void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id,
                          bool fair = false);
 // Gives an existing queue table a fair topic's columns and indexes (unless it has them).
 void make_fair(Connection& c, const TopicTables& t);
 // The tables a topic's groups share (its keys' dedup and archive tables).
 void create_shared_tables(Connection& c, const TopicTables& t);
-// Both, for a topic's first group and partition.
+// Both, for a topic's first group and partition (the queue table last).
 void create_topic_tables(Connection& c, const TopicTables& t);
 
 }  // namespace txmq::internal

@@ -257,7 +257,8 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(o
 
 Client::~Client() = default;
 
-bool Client::create_topic(std::string_view name, const TopicOptions& options) {
+bool Client::create_topic(std::string_view name, const TopicOptions& options,
+                          TableCreation tables) {
   Impl& i = *impl_;
   if (!options.servers.empty()) return i.router.create_topic(name, options);
   if (i.registry.reload(name)) {
@@ -265,7 +266,8 @@ bool Client::create_topic(std::string_view name, const TopicOptions& options) {
                 fmt::format("topic '{}' exists, sharded over servers (txmq topic show {})", name,
                             name));
   }
-  return i.queue.catalog.create(name, options);
+  return i.queue.catalog.create(name, options, internal::kAllPartitions,
+                                tables == TableCreation::kNow);
 }
 void Client::drop_topic(std::string_view name) {
   Impl& i = *impl_;

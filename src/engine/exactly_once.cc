@@ -182,7 +182,8 @@ std::size_t process_units(QueueContext& q, std::string_view topic, const Process
         outcome = once(layout, unit, handler_failed);
       } catch (const Error& e) {
         if (handler_failed) throw;
-        rethrow_for_topic(q.catalog, e, topic);
+        if (!q.catalog.made_missing_tables(e, topic)) rethrow_for_topic(q.catalog, e, topic);
+        continue;  // the topic's tables made at its first use: nothing was there to process
       }
       made_claimable(q, unit, outcome.promoted);
       const std::string& group = layout.group(options.group).name;

@@ -103,8 +103,21 @@ struct QueueContext {
 };
 
 // Runs fn() on the topic's tables, turning "table does not exist" into "topic does not exist".
+// A topic created without its tables gets them here, at its first use, and fn() runs again:
+// whatever fn() did before it met the missing table is undone or harmless to repeat (its
+// transaction rolled back, or, in a caller's transaction, statements on tables made before the
+// queue table: none of a send's rows but a dedup key, which a repeat finds as its own).
+// `in_transaction`: fn() runs in the caller's transaction (TopicCatalog::make_tables).
 template <typename F>
-auto on_topic(QueueContext& q, std::string_view topic, F&& fn) -> decltype(fn()) {
+auto on_topic(QueueContext& q, std::string_view topic, F&& fn, bool in_transaction = false)
+    -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (!q.catalog.made_missing_tables(e, topic, in_transaction)) {
+      rethrow_for_topic(q.catalog, e, topic);
+    }
+  }
   try {
     return fn();
   } catch (const Error& e) {

@@ -44,8 +44,8 @@ SqlResult to_sql_result(internal::Result r) {
 std::vector<std::uint64_t> send_on(internal::QueueContext& q, Connection& c, std::string_view topic,
                                    std::span<const OutgoingMessage> messages) {
   const TopicInfo info = internal::check_send(q, topic, messages, &c);
-  return internal::on_topic(q, topic,
-                            [&] { return internal::insert_messages(q, c, info, messages); });
+  return internal::on_topic(
+      q, topic, [&] { return internal::insert_messages(q, c, info, messages); }, true);
 }
 
 OutgoingMessage one_message(std::string_view payload, const SendOptions& options) {
