@@ -958,13 +958,15 @@ std::optional<std::string> QueueCatalog::name_of_topic(std::string_view topic) {
 
 std::vector<std::string> QueueCatalog::dead_letter_sources(std::string_view target) {
   std::vector<std::string> names;
+  // The end of the target's ARN in any region (the rows are then read exactly).
+  const std::string arn_end = fmt::format(":{}:{}", account_, target);
   client_.transact([&](Transaction& t) {
     // Only rows whose attributes hold the ARN at all: with thousands of queues, reading and
     // parsing every row made each DeleteQueue slower than the rest of it.
     SqlResult r = t.execute(
         "SELECT name, attributes FROM txmq_sqs_queues WHERE INSTR(attributes, ?) > 0 ORDER BY "
         "name",
-        {arn});
+        {arn_end});
     names.clear();
     for (const auto& row : r.rows) {
       auto attributes = from_json(row.as_string(1));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "db/sql.h"
+#include "txmq/error.h"
 
 namespace txmq::internal {
 namespace {
