@@ -68,7 +68,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
                       "time, level, msg and the event's fields) on stderr; the listening line "
                       "stays on stdout")
           ->check(CLI::IsMember({"text", "json"}));
-  cmd->add_flag("--tables-at-first-use", o.tables_at_first_use,
+  CLI::Option* tables_at_first_use = cmd->add_flag("--tables-at-first-use", o.tables_at_first_use,
                 "make a queue's tables at its first use, not at CreateQueue: an empty queue is "
                 "then only its catalog rows (for many queues), but the SQL interface cannot send "
                 "to it before its first SendMessage or ReceiveMessage");
@@ -78,7 +78,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
                       "against whole names (SQS queues' topics are sqs_NAME_HASH; default: all; "
                       "topics never used have none either way)");
   cmd->callback([&g, a, config, listen, credentials, region, account, workers, max_connections,
-                 max_body_memory, log_format, metrics_topics] {
+                 max_body_memory, log_format, metrics_topics, tables_at_first_use] {
     server::ServeOptions options = a->options;
     try {
       options.log_format = *server::parse_log_format(a->log_format);
@@ -102,6 +102,9 @@ void add_serve_command(CLI::App& app, Globals& g) {
         }
         if (file->metrics_topics && metrics_topics->count() == 0) {
           options.metrics_topics = *file->metrics_topics;
+        }
+        if (file->tables_at_first_use && tables_at_first_use->count() == 0) {
+          options.tables_at_first_use = *file->tables_at_first_use;
         }
       }
       // --dsn, then TXMQ_DSN, then the file's dsn, then the local server: the environment over

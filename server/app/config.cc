@@ -66,7 +66,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 const std::vector<std::string_view>& serve_config_keys() {
   static const std::vector<std::string_view> keys{
       "listen",     "credentials",     "region",          "account-id", "workers",
-      "log-format", "max-connections", "max-body-memory", "dsn",        "metrics-topics"};
+      "log-format", "max-connections", "max-body-memory", "dsn",        "metrics-topics",
+      "tables-at-first-use"};
   return keys;
 }
 
@@ -160,6 +161,13 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
       config.dsn = string_value();
     } else if (name == "metrics-topics") {
       config.metrics_topics = string_value();
+    } else if (name == "tables-at-first-use") {
+      const std::optional<bool> v = node.value_exact<bool>();
+      if (!v) {
+        throw std::invalid_argument(
+            fmt::format("{}: {} must be true or false, not {}", where, name, a_type(node)));
+      }
+      config.tables_at_first_use = *v;
     } else {
       const std::string_view near = nearest_serve_config_key(name);
       std::string hint;

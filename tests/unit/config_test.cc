@@ -33,6 +33,8 @@ log-format = "json"
 max-connections = 10000
 max-body-memory = 512
 dsn = "mysql://txmq@db.example/txmq"
+metrics-topics = "sqs_orders.*"
+tables-at-first-use = true
 )",
                                            "/etc/txmq/serve.conf");
   EXPECT_EQ(c.path, "/etc/txmq/serve.conf");
@@ -45,6 +47,10 @@ dsn = "mysql://txmq@db.example/txmq"
   EXPECT_EQ(c.max_connections, 10000u);
   EXPECT_EQ(c.max_body_memory_mib, 512u);
   EXPECT_EQ(c.dsn, "mysql://txmq@db.example/txmq");
+  EXPECT_EQ(c.metrics_topics, "sqs_orders.*");
+  EXPECT_EQ(c.tables_at_first_use, true);
+  EXPECT_EQ(error_of("tables-at-first-use = \"yes\"\n"),
+            "/etc/txmq/serve.conf:1: tables-at-first-use must be true or false, not a string");
 }
 
 TEST(ServeConfig, KeysLeftOutAreUnset) {
@@ -90,11 +96,12 @@ TEST(ServeConfig, UnknownKeysSuggestTheNearestKnownOne) {
             "/etc/txmq/serve.conf:1: unknown key 'Region' (did you mean 'region'?)");
   EXPECT_EQ(error_of("port = 9324\n"),
             "/etc/txmq/serve.conf:1: unknown key 'port' (known keys: listen, credentials, "
-            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn)");
+            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn, "
+            "metrics-topics, tables-at-first-use)");
   EXPECT_EQ(error_of("workers = 2\n[serve]\nlisten = \"127.0.0.1:1\"\n"),
             "/etc/txmq/serve.conf:2: unknown key 'serve' (known keys: listen, credentials, "
-            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn; the "
-            "file has no [tables]: keys go at its top)");
+            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn, "
+            "metrics-topics, tables-at-first-use; the file has no [tables]: keys go at its top)");
 }
 
 TEST(ServeConfig, WrongTypesNameTheKeyAndWhatItGot) {
