@@ -46,11 +46,10 @@ bool install_routines(Connection& c, std::string* why) {
 }
 
 void forget_takes(Connection& c, const std::string& queue_table) {
-  constexpr unsigned kNoSuchTable = 1146;  // no SQL interface installed
   try {
     c.execute("DELETE FROM txmq_takes WHERE queue = ?", {queue_table});
   } catch (const Error& e) {
-    if (e.server_errno() != kNoSuchTable) throw;
+    if (!is_missing_table(e.server_errno())) throw;  // none: no SQL interface installed
   }
 }
 

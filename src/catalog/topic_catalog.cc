@@ -202,8 +202,7 @@ bool TopicCatalog::make_tables(std::string_view name, bool in_transaction) {
 
 bool TopicCatalog::made_missing_tables(const Error& error, std::string_view topic,
                                        bool in_transaction) {
-  constexpr unsigned kNoSuchTable = 1146;
-  return error.server_errno() == kNoSuchTable && make_tables(topic, in_transaction);
+  return is_missing_table(error.server_errno()) && make_tables(topic, in_transaction);
 }
 
 std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view name) {

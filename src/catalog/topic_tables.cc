@@ -117,7 +117,7 @@ void make_fair(Connection& c, const TopicTables& t) {
     c.query(fmt::format("ALTER TABLE {}{}, ALGORITHM=INPLACE, LOCK=NONE", t.queue, changes));
   } catch (const Error& e) {
     // A topic whose tables are made at first use: they will be made fair (the catalog says so).
-    if (e.server_errno() != 1146) throw;
+    if (!is_missing_table(e.server_errno())) throw;
   }
 }
 

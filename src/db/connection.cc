@@ -81,6 +81,8 @@ bool is_node_unavailable(unsigned e) noexcept {
   return e == ER_UNKNOWN_COM_ERROR || e == ER_ERROR_DURING_COMMIT;
 }
 
+bool is_missing_table(unsigned e) noexcept { return e == ER_NO_SUCH_TABLE; }
+
 bool is_transient_conflict(unsigned e) noexcept {
   return e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT;
 }

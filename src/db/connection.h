@@ -193,6 +193,8 @@ bool is_transient_conflict(unsigned server_errno) noexcept;  // deadlock, lock w
 // A Galera node that cannot take statements now (not synced, not in the primary component): the
 // statement did nothing, and another node may serve it.
 bool is_node_unavailable(unsigned server_errno) noexcept;
+// "Table doesn't exist" (1146): a topic's tables not made yet, or dropped.
+bool is_missing_table(unsigned server_errno) noexcept;
 
 // Why a server of this VERSION() cannot hold txmq's queues, or empty when it can: txmq needs
 // FOR UPDATE SKIP LOCKED, which MariaDB has since 10.6 and MySQL since 8.0.1.

@@ -151,12 +151,11 @@ std::pair<KeySample, bool> count_keys(Connection& c, const std::string& table,
 // leave them as cheap as they are. `empty`: the result then.
 template <typename F, typename T>
 T read_on_topic(QueueContext& q, std::string_view topic, F&& fn, T empty) {
-  constexpr unsigned kNoSuchTable = 1146;
   q.catalog.get(topic);
   try {
     return q.pool.run(OnLostConnection::kRetry, fn);
   } catch (const Error& e) {
-    if (e.server_errno() != kNoSuchTable) rethrow_for_topic(q.catalog, e, topic);
+    if (!is_missing_table(e.server_errno())) rethrow_for_topic(q.catalog, e, topic);
   }
   q.catalog.forget(topic);
   q.catalog.get(topic);  // kNotFound when it was dropped meanwhile
