@@ -609,9 +609,7 @@ std::map<std::string, std::string> QueueCatalog::checked(
           }
           if (!allowed) bad_value(key, "The dead-letter queue's RedriveAllowPolicy refuses it");
         }
-        // Stored in the first region's ARN, whatever region the request came in (answers show
-        // the caller's), so that the same policy set in two regions compares equal.
-        json normal = {{"deadLetterTargetArn", queue_arn(regions_.primary(), account_, *target)},
+        json normal = {{"deadLetterTargetArn", p["deadLetterTargetArn"]},
                        {"maxReceiveCount", *n}};
         out[key] = normal.dump();
         continue;
@@ -644,7 +642,9 @@ std::map<std::string, std::string> QueueCatalog::checked(
     }
     out["SqsManagedSseEnabled"] = "false";
   }
-  // ARNs kept in the first region's form, as RedrivePolicy's above.
+  // The ARNs of RedrivePolicy and RedriveAllowPolicy are stored in the first region's form,
+  // whatever region the request came in (answers show the caller's), so that the same policy
+  // set in two regions compares equal.
   answer_arns_in(regions_.primary(), account_, out);
   return out;
 }
