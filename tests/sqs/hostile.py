@@ -528,6 +528,36 @@ class UnboundedGrowth(ServeCase):
         self.assertEqual((a.status, code_of(a)), (400, "BatchRequestTooLong"), a.body[:500])
         self.assertEqual(counts(self.sqs, url), (0, 0, 0))
 
+    def test_the_redrive_permission_and_region_inputs_are_bounded(self):
+        # A TaskHandle of a mebibyte: refused as unknown (404, as the JSON model gives it),
+        # nothing decoded beyond the bound.
+        a = json_call(self.serve, "CancelMessageMoveTask", {"TaskHandle": "QQ" * (MIB // 2)})
+        self.assertEqual((a.status, code_of(a)), (404, "ResourceNotFoundException"), a.body[:300])
+        # 100,000 principals, and 100,000 actions: OverLimit, and no Policy written.
+        url = self.sqs.create_queue(QueueName="hostile-permissions")["QueueUrl"]
+        for accounts, actions in ((["111122223333"] * 100000, ["SendMessage"]),
+                                  (["111122223333"], ["SendMessage"] * 100000)):
+            a = json_call(self.serve, "AddPermission", {"QueueUrl": url, "Label": "flood",
+                                                        "AWSAccountIds": accounts,
+                                                        "Actions": actions})
+            self.assertEqual((a.status, code_of(a)), (403, "OverLimit"), a.body[:300])
+            self.assertLess(len(a.body), 2000)
+        self.assertNotIn("Policy", self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {}))
+        # A credential scope whose region is 20,000 characters: refused from the header, the
+        # answer naming only its first 40.
+        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        region = "r" * 20000
+        a = raw(self.serve.port, "POST", "/", {
+            "X-Amz-Target": "AmazonSQS.ListQueues", "X-Amz-Date": date,
+            "Content-Type": "application/x-amz-json-1.0",
+            "Authorization": f"AWS4-HMAC-SHA256 Credential={KEY}/{date[:8]}/{region}/sqs/"
+                             "aws4_request, SignedHeaders=host;x-amz-date;x-amz-target, "
+                             "Signature=" + "0" * 64}, b"{}")
+        self.assertEqual((a.status, code_of(a)), (403, "SignatureDoesNotMatch"), a.body[:300])
+        self.assertIn("r" * 40, a.body.decode())
+        self.assertNotIn("r" * 41, a.body.decode())
+
 
 class FrozenDatabase(unittest.TestCase):
     """Finding 8: a database that stops answering (SIGSTOP) gets 503 ServiceUnavailable within
