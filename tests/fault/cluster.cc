@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -236,6 +237,17 @@ std::chrono::seconds GaleraCluster::suspect_timeout() {
   return 5s;  // Galera's default
 }
 
+void GaleraCluster::print_log_tail(int node, std::size_t lines) const {
+  std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(log, line);) {
+    tail.push_back(std::move(line));
+    if (tail.size() > lines) tail.pop_front();
+  }
+  fmt::print("  the last {} lines of node {}'s error.log:\n", tail.size(), node);
+  for (const std::string& line : tail) fmt::print("    {}\n", line);
+}
+
 std::string GaleraCluster::first_error(int node) const {
   std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
   for (std::string line; std::getline(log, line);) {
@@ -389,6 +401,7 @@ void NodeFaults::step(bool may_start) {
 // down with its state, and restarted so that the run can go on.
 void NodeFaults::repair(const std::string& when) {
   int sick = 0;
+  int sick_rank = 0;
   std::string states;
   for (int node = 1; node <= cluster_.size(); ++node) {
     std::optional<NodeStatus> s = cluster_.reachable(node) ? cluster_.status(node) : std::nullopt;
@@ -396,16 +409,23 @@ void NodeFaults::repair(const std::string& when) {
         s ? fmt::format("{} {} of {}", s->state, s->cluster_status, s->cluster_size)
           : std::string("no answer");
     states += fmt::format("{}node {} {}", states.empty() ? "" : ", ", node, state);
-    if (sick == 0 && (!s || !s->synced() || s->cluster_size != std::uint64_t(cluster_.size()))) {
+    // The node out of the cluster first: one that does not answer or is not Synced, before one
+    // that is Synced in a smaller Primary component (it is whole but for the other).
+    const int rank = !s ? 3 : !s->synced() ? 2
+                       : s->cluster_size != std::uint64_t(cluster_.size()) ? 1 : 0;
+    if (rank > sick_rank) {
       sick = node;
+      sick_rank = rank;
     }
   }
   if (sick == 0) sick = node_;
+  const std::string error = cluster_.first_error(sick);
   record_.problems.push_back(
-      fmt::format("the cluster was not whole and Synced {} ({}): node {} restarted; see its "
-                  "error.log",
-                  when, states, sick));
+      fmt::format("the cluster was not whole and Synced {} ({}): node {} restarted; its "
+                  "error.log's first error: {}",
+                  when, states, sick, error.empty() ? "none" : error));
   fmt::print("  the cluster is not Synced {} ({}): restarting node {}\n", when, states, sick);
+  cluster_.print_log_tail(sick, 40);
   node_ = sick;
   restart_async(sick);
 }

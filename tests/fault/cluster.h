@@ -74,6 +74,8 @@ class GaleraCluster {
 
   // The first [ERROR] line of the node's error log, for reports ("" without one).
   std::string first_error(int node) const;
+  // Prints the last `lines` lines of a node's error.log (to see, in CI's output, why it left).
+  void print_log_tail(int node, std::size_t lines) const;
   // Restarts every node that is not Synced in a whole cluster, one after the other, each
   // written down in `problems` with its state and first error. Returns how many.
   int restart_sick_nodes(std::vector<std::string>& problems, std::string_view when);
