@@ -6,11 +6,14 @@
 
 #include <boost/asio/post.hpp>
 
+#include "server/sqs/inputs.h"
 #include "server/sqs/service.h"
 #include "server/sqs/service_call.h"
 #include "server/sqs/wire.h"
 
 namespace txmq::server {
+
+using json = nlohmann::json;
 
 // Queues a call for its topic's next group commit. The call that finds no drain running starts
 // one: on a worker it drains the topic itself; on an HTTP thread, which must not block, it posts
@@ -29,6 +32,31 @@ void SqsService::enqueue(CommitGroups<Pending>& groups,
   if (groups.add(topic, std::move(pending))) {
     boost::asio::post(workers_, [this, drain, topic] { (this->*drain)(topic); });
   }
+}
+
+// Why batches join the group commit: SendMessageBatch and DeleteMessageBatch of concurrent
+// callers then share one transaction, as single calls do, instead of paying one each; and a batch
+// read on an HTTP thread needs no worker of its own (txmq bench --only serve).
+void SqsService::gather(const std::shared_ptr<Call>& call, BatchGather& batch, json success,
+                        std::exception_ptr error) {
+  std::unique_lock lock(batch.mutex);
+  if (error) {
+    if (!batch.first_error) batch.first_error = error;
+    ++batch.errors;
+    batch.failed.push_back(failed_entry(success.at("Id").get<std::string>(), sqs_error_of(error)));
+  } else if (success.contains("Code")) {  // an entry refused by its outcome (a stale handle)
+    batch.failed.push_back(std::move(success));
+  } else {
+    batch.successful.push_back(std::move(success));
+  }
+  if (--batch.left != 0) return;
+  lock.unlock();
+  // Every entry failed in the database (none refused for its input): the call failed, as a
+  // single call would, and the caller's SDK retries it.
+  if (batch.errors != 0 && batch.errors == batch.failed.size() && batch.successful.empty()) {
+    return reply_error(*call, batch.first_error);
+  }
+  reply(*call, {{"Successful", std::move(batch.successful)}, {"Failed", std::move(batch.failed)}});
 }
 
 void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {

@@ -61,36 +61,48 @@ void SqsService::delete_message(const std::shared_ptr<Call>& call) {
                             }});
 }
 
-json SqsService::delete_message_batch(Call& c) {
+// Its entries join the topic's group commit of deletes (gather answers the call).
+void SqsService::delete_message_batch(const std::shared_ptr<Call>& call) {
+  Call& c = *call;
   auto q = queue_of(c);
   const json& entries = batch_entries(c.input, 10, "DeleteMessageBatchRequestEntry");
-  json successful = json::array();
-  json failed = json::array();
-  std::vector<std::string> receipts;
-  std::vector<std::string> ids;
-  std::vector<std::string> handles;
+  auto batch = std::make_shared<BatchGather>();
+  struct Entry {
+    std::string id, handle, receipt;
+  };
+  std::vector<Entry> valid;
   for (const auto& e : entries) {
     const std::string id = e["Id"].get<std::string>();
     try {
       std::string handle = string_member(e, "ReceiptHandle", true);
-      receipts.push_back(receipt_of(catalog_, *q, handle));
-      ids.push_back(id);
-      handles.push_back(std::move(handle));
+      std::string receipt = receipt_of(catalog_, *q, handle);
+      valid.push_back({id, std::move(handle), std::move(receipt)});
     } catch (const SqsError& error) {
-      failed.push_back(failed_entry(id, error));
+      batch->failed.push_back(failed_entry(id, error));
     }
   }
-  if (!receipts.empty()) {
-    const std::vector<Settle> outcomes = client_.ack(q->topic, receipts);
-    for (std::size_t i = 0; i < outcomes.size(); ++i) {
-      if (auto e = delete_outcome(*q, outcomes[i], handles[i])) {
-        failed.push_back(failed_entry(ids[i], *e));
-      } else {
-        successful.push_back({{"Id", ids[i]}});
+  if (valid.empty()) {
+    return reply(c, {{"Successful", json::array()}, {"Failed", std::move(batch->failed)}});
+  }
+  batch->left = valid.size();
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    try {
+      enqueue_delete(q->topic, {call, valid[i].receipt,
+                                [this, call, q, batch, id = valid[i].id, handle = valid[i].handle](
+                                    Settle outcome, std::exception_ptr error) {
+                                  if (error) return gather(call, *batch, {{"Id", id}}, error);
+                                  if (auto e = delete_outcome(*q, outcome, handle)) {
+                                    return gather(call, *batch, failed_entry(id, *e), nullptr);
+                                  }
+                                  gather(call, *batch, {{"Id", id}}, nullptr);
+                                }});
+    } catch (...) {
+      for (std::size_t j = i; j < valid.size(); ++j) {
+        gather(call, *batch, {{"Id", valid[j].id}}, std::current_exception());
       }
+      return;
     }
   }
-  return {{"Successful", successful}, {"Failed", failed}};
 }
 
 namespace {

@@ -221,4 +221,57 @@ json SqsService::send_message_batch(Call& c, std::size_t max_entries) {
   return {{"Successful", successful}, {"Failed", failed}};
 }
 
+void SqsService::send_message_batch_grouped(const std::shared_ptr<Call>& call) {
+  Call& c = *call;
+  auto q = queue_of(c);
+  check_sendable(*q);
+  const json& entries = batch_entries(c.input, 10, "SendMessageBatchRequestEntry");
+  for (const auto& e : entries) {
+    if (becomes_fair(*q, e)) q = catalog_.make_fair(q->name);  // never on an HTTP thread
+  }
+  std::size_t total = 0;
+  for (const auto& e : entries) total += entry_bytes(e);
+  if (total > kMaxBatchBytes) {
+    fail("BatchRequestTooLong",
+         fmt::format("Batch requests cannot be longer than {} bytes. You have sent {} bytes.",
+                     kMaxBatchBytes, total));
+  }
+  auto batch = std::make_shared<BatchGather>();
+  std::vector<std::pair<OutgoingMessage, json>> valid;
+  for (const auto& e : entries) {
+    const std::string id = e["Id"].get<std::string>();
+    try {
+      OutgoingMessage m = outgoing(e, *q, true);
+      json answer = sent_digests(m);
+      answer["Id"] = id;
+      valid.emplace_back(std::move(m), std::move(answer));
+    } catch (const SqsError& error) {
+      batch->failed.push_back(failed_entry(id, error));
+    }
+  }
+  if (valid.empty()) {
+    return reply(c, {{"Successful", json::array()}, {"Failed", std::move(batch->failed)}});
+  }
+  batch->left = valid.size();
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    json id_only = {{"Id", valid[i].second["Id"]}};
+    try {
+      enqueue_send(q->topic,
+                   {call, std::move(valid[i].first),
+                    [this, call, q, batch, answer = std::move(valid[i].second)](
+                        std::uint64_t id, std::exception_ptr error) mutable {
+                      if (!error) sent_ids(answer, *q, id);
+                      gather(call, *batch, std::move(answer), error);
+                    }});
+    } catch (...) {
+      // Not queued (the server is stopping): this entry and the rest fail here.
+      for (std::size_t j = i; j < valid.size(); ++j) {
+        gather(call, *batch, j == i ? std::move(id_only) : json{{"Id", valid[j].second["Id"]}},
+               std::current_exception());
+      }
+      return;
+    }
+  }
+}
+
 }  // namespace txmq::server

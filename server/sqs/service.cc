@@ -277,14 +277,32 @@ void SqsService::handle(HttpRequest&& request, Responder respond) {
 // read) or any other action goes to a worker.
 bool SqsService::dispatch_on_http_thread(const std::shared_ptr<Call>& call) {
   Call& c = *call;
-  if (c.txmq_action || (c.action != "SendMessage" && c.action != "DeleteMessage")) return false;
+  if (c.txmq_action) return false;
+  const bool send = c.action == "SendMessage";
+  const bool send_batch = c.action == "SendMessageBatch";
+  const bool remove = c.action == "DeleteMessage";
+  const bool remove_batch = c.action == "DeleteMessageBatch";
+  if (!send && !send_batch && !remove && !remove_batch) return false;
   const auto url = c.input.find("QueueUrl");
   if (url == c.input.end() || !url->is_string()) return false;  // its worker says what is wrong
-  c.queue = catalog_.cached(queue_name_of_url(url->get_ref<const std::string&>()));
-  if (!c.queue || (c.action == "SendMessage" && becomes_fair(*c.queue, c.input))) return false;
+  std::shared_ptr<const QueueInfo> q =
+      catalog_.cached(queue_name_of_url(url->get_ref<const std::string&>()));
+  if (!q) return false;
+  // Making a queue fair (an ALTER) is a worker's; so is a FIFO batch's one transaction.
+  if (send && becomes_fair(*q, c.input)) return false;
+  if (send_batch) {
+    const auto entries = c.input.find("Entries");
+    if (q->fifo || entries == c.input.end() || !entries->is_array()) return false;
+    for (const json& e : *entries) {
+      if (becomes_fair(*q, e)) return false;
+    }
+  }
+  c.queue = std::move(q);
   c.on_http_thread = true;
-  if (c.action == "SendMessage") send_message(call);
-  else delete_message(call);
+  if (send) send_message(call);
+  else if (send_batch) send_message_batch_grouped(call);
+  else if (remove) delete_message(call);
+  else delete_message_batch(call);
   return true;
 }
 
@@ -430,8 +448,10 @@ void SqsService::dispatch(const std::shared_ptr<Call>& call) {
   else if (a == "GetQueueAttributes") out = get_queue_attributes(c);
   else if (a == "SetQueueAttributes") out = set_queue_attributes(c);
   else if (a == "PurgeQueue") out = purge_queue(c);
-  else if (a == "SendMessageBatch") out = send_message_batch(c, 10);
-  else if (a == "DeleteMessageBatch") out = delete_message_batch(c);
+  else if (a == "SendMessageBatch") {
+    if (!queue_of(c)->fifo) return send_message_batch_grouped(call);
+    out = send_message_batch(c, 10);  // a FIFO batch: one transaction, in order, all or nothing
+  } else if (a == "DeleteMessageBatch") return delete_message_batch(call);
   else if (a == "ChangeMessageVisibility") out = change_message_visibility(c);
   else if (a == "ChangeMessageVisibilityBatch") out = change_message_visibility_batch(c);
   else if (a == "TagQueue") out = tag_queue(c);
@@ -506,6 +526,24 @@ void SqsService::reply(Call& c, const json& output) {
 void SqsService::reply_error(Call& c, std::exception_ptr error) {
   if (c.answered.exchange(true)) return;
   untrack(c);
+  const SqsError e = sqs_error_of(error);
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  count_request(c, e.code);
+  if (options_.log) {
+    const std::string action = c.action.empty() ? "request" : c.action;
+    options_.log(
+        e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning,
+        fmt::format("{} {}: {} {}: {}", action, c.request_id, e.http_status, e.code, e.what()),
+        {{"action", action},
+         {"request_id", c.request_id},
+         {"status", e.http_status},
+         {"code", e.code},
+         {"error", e.what()}});
+  }
+  c.respond(error_response(e, c.protocol == Call::Protocol::kJson, c.request_id));
+}
+
+SqsError SqsService::sqs_error_of(std::exception_ptr error) {
   SqsError e = SqsError::of("InternalError", "internal error");
   try {
     std::rethrow_exception(error);
@@ -534,20 +572,7 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
   } catch (const std::exception& other) {
     e = SqsError::of("InternalError", other.what());
   }
-  counters_.errors.fetch_add(1, std::memory_order_relaxed);
-  count_request(c, e.code);
-  if (options_.log) {
-    const std::string action = c.action.empty() ? "request" : c.action;
-    options_.log(
-        e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning,
-        fmt::format("{} {}: {} {}: {}", action, c.request_id, e.http_status, e.code, e.what()),
-        {{"action", action},
-         {"request_id", c.request_id},
-         {"status", e.http_status},
-         {"code", e.code},
-         {"error", e.what()}});
-  }
-  c.respond(error_response(e, c.protocol == Call::Protocol::kJson, c.request_id));
+  return e;
 }
 
 }  // namespace txmq::server

@@ -40,6 +40,7 @@
 namespace txmq::server {
 
 class MoveTasks;
+struct SqsError;
 
 // Why a request that a browser on another site could have sent is refused when the server has
 // no --credentials (so that any well-formed signature passes): a Host that is not a loopback
@@ -171,6 +172,8 @@ class SqsService {
   void dispatch(const std::shared_ptr<Call>& call);
   void reply(Call& call, const nlohmann::json& output);
   void reply_error(Call& call, std::exception_ptr error);
+  // The SQS error a caller sees for an exception (the database's errors mapped to SQS's).
+  static SqsError sqs_error_of(std::exception_ptr error);
   void count_request(const Call& call, std::string_view outcome);
   // Deadlines: calls not answered yet, looked at every quarter second.
   void track(const std::shared_ptr<Call>& call);
@@ -201,6 +204,8 @@ class SqsService {
   // Sending (send_actions.cc).
   void send_message(const std::shared_ptr<Call>& call);
   nlohmann::json send_message_batch(Call& call, std::size_t max_entries);
+  // SendMessageBatch of a standard queue: its entries join the topic's group commit.
+  void send_message_batch_grouped(const std::shared_ptr<Call>& call);
 
   // Receiving, with the long poll (receive_actions.cc).
   void receive_message(const std::shared_ptr<Call>& call);
@@ -210,7 +215,7 @@ class SqsService {
 
   // Deleting and visibility, by ReceiptHandle (receipt_actions.cc).
   void delete_message(const std::shared_ptr<Call>& call);
-  nlohmann::json delete_message_batch(Call& call);
+  void delete_message_batch(const std::shared_ptr<Call>& call);
   nlohmann::json change_message_visibility(Call& call);
   nlohmann::json change_message_visibility_batch(Call& call);
 
@@ -224,6 +229,12 @@ class SqsService {
   // The queue's policy (permission_actions.cc).
   nlohmann::json add_permission(Call& call);
   nlohmann::json remove_permission(Call& call);
+
+  // A batch call whose entries are settled by group commits (group_commit.cc): each entry's
+  // outcome is gathered here, and the last one answers the call.
+  struct BatchGather;
+  void gather(const std::shared_ptr<Call>& call, BatchGather& batch, nlohmann::json success,
+              std::exception_ptr error);
 
   // Group commit of single sends and deletes, per topic (group_commit.cc).
   struct PendingSend {

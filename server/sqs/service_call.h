@@ -4,7 +4,9 @@
 // server/sqs/).
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -36,6 +38,16 @@ struct SqsService::Call : SqsRequest {
   bool on_http_thread = false;
   // The queue it names, when found in the catalog's cache on the HTTP thread.
   std::shared_ptr<const QueueInfo> queue;
+};
+
+// See SqsService::gather.
+struct SqsService::BatchGather {
+  std::mutex mutex;
+  std::size_t left = 0;  // entries whose outcome has not come yet
+  std::size_t errors = 0;
+  std::exception_ptr first_error;
+  nlohmann::json successful = nlohmann::json::array();
+  nlohmann::json failed = nlohmann::json::array();  // refused entries first
 };
 
 }  // namespace txmq::server

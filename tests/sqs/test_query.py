@@ -302,6 +302,75 @@ class MessagesTest(SqsTestCase):
         self.assertEqual(self.receive(url), [])
         self.assertEqual(self.counts(url), (0, 0, 0))
 
+    def test_concurrent_batches_share_group_commits_and_lose_nothing(self):
+        # The entries of concurrent batches join one group commit (docs/sqs.md): each caller
+        # still gets its own ten answers, with its ids and digests, and every message arrives
+        # once; the deletes of concurrent DeleteMessageBatch calls are grouped the same way.
+        url = self.create("grouped")
+        threads, calls = 8, 10
+        answers, errors = [], []
+
+        def send(t):
+            client = make_client()
+            for c in range(calls):
+                entries = [{"Id": f"e{i}", "MessageBody": f"t{t} c{c} m{i}"} for i in range(10)]
+                entries[7]["MessageAttributes"] = {
+                    "n": {"DataType": "Number", "StringValue": str(t * 100 + c)}}
+                try:
+                    answers.append((entries, client.send_message_batch(QueueUrl=url,
+                                                                       Entries=entries)))
+                except ClientError as e:
+                    errors.append(e)
+
+        workers = [threading.Thread(target=send, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        self.assertEqual(errors, [])
+        ids = set()
+        for entries, answer in answers:
+            self.assertEqual(answer.get("Failed", []), [])
+            by_id = {s["Id"]: s for s in answer["Successful"]}
+            self.assertEqual(sorted(by_id), sorted(e["Id"] for e in entries))
+            for e in entries:
+                self.assertEqual(by_id[e["Id"]]["MD5OfMessageBody"], md5_hex(e["MessageBody"]))
+                ids.add(by_id[e["Id"]]["MessageId"])
+            self.assertEqual(by_id["e7"]["MD5OfMessageAttributes"],
+                             md5_of_attributes(entries[7]["MessageAttributes"]))
+        self.assertEqual(len(ids), threads * calls * 10)
+        got = {}
+        deadline = time.monotonic() + 60
+        while len(got) < len(ids) and time.monotonic() < deadline:
+            batch = self.receive(url, MaxNumberOfMessages=10, VisibilityTimeout=120)
+            for m in batch:
+                self.assertNotIn(m["MessageId"], got)
+                got[m["MessageId"]] = m
+        self.assertEqual(set(got), ids)
+        handles = [m["ReceiptHandle"] for m in got.values()]
+        deleted, delete_errors = [], []
+
+        def delete(part):
+            client = make_client()
+            for i in range(0, len(part), 10):
+                try:
+                    r = client.delete_message_batch(QueueUrl=url, Entries=[
+                        {"Id": f"d{j}", "ReceiptHandle": h} for j, h in enumerate(part[i:i + 10])])
+                    deleted.extend(r["Successful"])
+                    delete_errors.extend(r.get("Failed", []))
+                except ClientError as e:
+                    delete_errors.append(e)
+
+        workers = [threading.Thread(target=delete, args=(handles[t::threads],))
+                   for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        self.assertEqual(delete_errors, [])
+        self.assertEqual(len(deleted), len(ids))
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
     def test_batch_send_and_delete(self):
         url = self.create("batch")
         attrs = {"k": {"DataType": "String", "StringValue": "v"}}
