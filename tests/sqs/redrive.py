@@ -231,7 +231,9 @@ class RedriveTest(unittest.TestCase):
         self.assertEqual(t["Status"], "COMPLETED", t)
         self.assertEqual(t["ApproximateNumberOfMessagesMoved"], 100, t)
         self.assertNotIn("TaskHandle", t)  # only RUNNING tasks show theirs
-        self.assertIn("running here", b.stderr())
+        # Taken over after a's lease ran out: by b, or by the serve of another suite that runs on
+        # this database at the same time (every serve of a database runs its tasks), so b's log
+        # need not say "running here".
         got = drain(b, src)
         self.assertEqual(sorted(got), sorted(bodies))  # each exactly once, none lost
         self.assertEqual(count(b, dlq), 0)
