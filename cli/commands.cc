@@ -118,6 +118,7 @@ json message_json(const Message& m) {
             {"lease_expires_at", iso_time(m.lease_expires_at)},
             {"first_received_at", iso_time(m.first_received_at)},
             {"attributes", attributes_json(m.attributes)}};
+  if (m.tenant) j["tenant"] = is_valid_utf8(*m.tenant) ? *m.tenant : base64(*m.tenant);
   if (is_valid_utf8(m.payload)) {
     j["payload"] = m.payload;
   } else {
@@ -196,6 +197,7 @@ nlohmann::json topic_json(const TopicInfo& t) {
                                     ? nlohmann::json(nullptr)
                                     : nlohmann::json(t.options.dead_letter_topic)},
           {"retention_seconds", t.options.retention.count() / 1e6},
+          {"fair", t.options.fair},
           {"servers", t.options.servers},
           {"placement", t.placement},
           {"placement_epoch", t.placement_epoch},
@@ -219,9 +221,14 @@ void add_topic_commands(CLI::App& app, Globals& g) {
   create->add_option("--servers", *create_servers,
                      "shard the topic over these servers (txmq server add), partition p "
                      "on the (p mod N)-th: a,b,c");
-  create->callback([&g, create_name, create_settings, create_servers] {
+  auto create_fair = std::make_shared<bool>(false);
+  create->add_flag("--fair", *create_fair,
+                   "fair delivery between tenants (txmq send --tenant): a tenant with a backlog "
+                   "does not hold the others up (docs/library.md, \"Fair topics\")");
+  create->callback([&g, create_name, create_settings, create_servers, create_fair] {
     TopicOptions options;
     apply_topic_settings(*create_settings, options);
+    options.fair = *create_fair;
     std::stringstream servers(*create_servers);
     for (std::string s; std::getline(servers, s, ',');) {
       if (!s.empty()) options.servers.push_back(s);
@@ -317,7 +324,7 @@ void add_topic_commands(CLI::App& app, Globals& g) {
 
 void add_message_commands(CLI::App& app, Globals& g) {
   struct SendArgs {
-    std::string topic, key, payload, dedup_key;
+    std::string topic, key, payload, dedup_key, tenant;
     double delay = 0;
     std::vector<std::string> attributes;
   };
@@ -336,9 +343,12 @@ void add_message_commands(CLI::App& app, Globals& g) {
       "--dedup-key", sa->dedup_key,
       "deduplication key: a send with a key seen in the topic's dedup window sends nothing and "
       "prints the first message's id (safe to retry)");
-  send->callback([&g, sa, payload_opt, key_opt, dedup_opt] {
+  CLI::Option* tenant_opt = send->add_option(
+      "--tenant", sa->tenant, "whose message it is, on a fair topic (topic create --fair)");
+  send->callback([&g, sa, payload_opt, key_opt, dedup_opt, tenant_opt] {
     SendOptions options;
     if (key_opt->count() > 0) options.key = sa->key;
+    if (tenant_opt->count() > 0) options.tenant = sa->tenant;
     if (dedup_opt->count() > 0) options.dedup_key = sa->dedup_key;
     options.delay = seconds_to_micros(sa->delay, "--delay");
     options.attributes = parse_attributes(sa->attributes);

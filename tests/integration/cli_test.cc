@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -82,6 +83,31 @@ TEST(Cli, AttributesPurgeAndDeadLetterTopics) {
   EXPECT_EQ(run_txmq({"purge", "no_such_topic_here"}).exit_code, 3);
   EXPECT_EQ(run_txmq({"topic", "set", name, "--dead-letter-topic", ""}).exit_code, 0);
   EXPECT_EQ(run_txmq({"topic", "drop", dlq}).exit_code, 0);
+}
+
+// topic create --fair and send --tenant: the tenant comes back with the message; a plain topic
+// refuses one with a clear error.
+TEST(Cli, FairTopicsTakeTenants) {
+  const std::string name = topic_for_test();
+  const std::string plain = topic_for_test("plain");
+  auto r = run_txmq({"topic", "create", name, "--fair"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(run_txmq({"topic", "create", plain}).exit_code, 0);
+  r = run_txmq({"--json", "topic", "show", name});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["fair"], true);
+  ASSERT_EQ(run_txmq({"send", name, "--tenant", "acme", "one"}).exit_code, 0);
+  ASSERT_EQ(run_txmq({"send", name, "--tenant", "globex", "two"}).exit_code, 0);
+  r = run_txmq({"--json", "receive", name, "--max", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> tenant_of;
+  for (const json& m : json_lines(r.out)) tenant_of[m["payload"]] = m.value("tenant", "");
+  EXPECT_EQ(tenant_of, (std::map<std::string, std::string>{{"one", "acme"}, {"two", "globex"}}));
+  r = run_txmq({"send", plain, "--tenant", "acme", "x"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("fair"), std::string::npos) << r.err;
+  EXPECT_EQ(run_txmq({"topic", "drop", name}).exit_code, 0);
+  EXPECT_EQ(run_txmq({"topic", "drop", plain}).exit_code, 0);
 }
 
 TEST(Cli, TopicLifecycleAndExitCodes) {
