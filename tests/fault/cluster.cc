@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -248,6 +249,22 @@ void GaleraCluster::print_log_tail(int node, std::size_t lines) const {
   for (const std::string& line : tail) fmt::print("    {}\n", line);
 }
 
+std::uintmax_t GaleraCluster::log_size(int node) const {
+  std::error_code error;
+  const std::uintmax_t size =
+      std::filesystem::file_size(fmt::format("{}/node{}/error.log", home_, node), error);
+  return error ? 0 : size;
+}
+
+bool GaleraCluster::log_says_since(int node, std::uintmax_t from, std::string_view text) const {
+  std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
+  if (!log || !log.seekg(static_cast<std::streamoff>(from))) return false;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string GaleraCluster::first_error(int node) const {
   std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
   for (std::string line; std::getline(log, line);) {
@@ -378,7 +395,23 @@ void NodeFaults::step(bool may_start) {
       // The fault in progress; none when a repair came before any fault.
       NodeFault* f = record_.node_faults.empty() ? nullptr : &record_.node_faults.back();
       if (f != nullptr && f->synced_us != 0) f = nullptr;
-      if (cluster_.healthy()) {
+      const bool healthy = cluster_.healthy();
+      if (const int node = healthy ? 0 : gave_up(); node != 0) {
+        // Galera's own words that the node needs a restart (a paused node that could not
+        // rejoin: "failed to form singleton view ... giving up"). It stays up, disconnected,
+        // until restarted: restarted now, as an operator would (docs/faults.md).
+        record_.notes.push_back(fmt::format(
+            "node {}'s group communication gave up after the {} of node {} and it was restarted "
+            "(Galera: \"backend must be restarted\")",
+            node, f != nullptr ? f->kind : std::string("restart"), f != nullptr ? f->node : node));
+        fmt::print("  node {}: Galera gave up on it (\"backend must be restarted\"): restarting it\n",
+                   node);
+        cluster_.print_log_tail(node, 12);
+        node_ = node;
+        restart_async(node);
+        return;
+      }
+      if (healthy) {
         if (f != nullptr) {
           f->synced_us = now_us();
           fmt::print("  node {}: all nodes Synced again {:.1f} s after the {}\n", f->node,
@@ -483,6 +516,18 @@ void NodeFaults::begin_fault() {
   }
   fmt::print("  node {}{}: {}\n", node_, f.writer ? " (the writer)" : "", f.kind);
   record_.node_faults.push_back(std::move(f));
+  log_marks_.assign(static_cast<std::size_t>(n) + 1, 0);
+  for (int node = 1; node <= n; ++node) log_marks_[node] = cluster_.log_size(node);
+}
+
+int NodeFaults::gave_up() {
+  for (int node = 1; node < static_cast<int>(log_marks_.size()); ++node) {
+    if (cluster_.log_says_since(node, log_marks_[node], "backend must be restarted")) {
+      log_marks_[node] = cluster_.log_size(node);  // once per give-up
+      return node;
+    }
+  }
+  return 0;
 }
 
 void NodeFaults::restore() {

@@ -76,6 +76,9 @@ class GaleraCluster {
   std::string first_error(int node) const;
   // Prints the last `lines` lines of a node's error.log (to see, in CI's output, why it left).
   void print_log_tail(int node, std::size_t lines) const;
+  // The size of a node's error.log now, and whether it says `text` after byte `from`.
+  std::uintmax_t log_size(int node) const;
+  bool log_says_since(int node, std::uintmax_t from, std::string_view text) const;
   // Restarts every node that is not Synced in a whole cluster, one after the other, each
   // written down in `problems` with its state and first error. Returns how many.
   int restart_sick_nodes(std::vector<std::string>& problems, std::string_view when);
@@ -133,6 +136,10 @@ class NodeFaults {
   std::vector<std::optional<Counters>> last_;
   std::string writer_uuid_;
   bool writer_row_missing_noted_ = false;
+  // Per node, the size of its error.log when the fault in progress began (see gave_up()).
+  std::vector<std::uintmax_t> log_marks_;
+  // A node whose group communication gave up since the fault began; 0 when none.
+  int gave_up();
 };
 
 }  // namespace txmq::fault
