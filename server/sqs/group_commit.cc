@@ -59,6 +59,26 @@ void SqsService::gather(const std::shared_ptr<Call>& call, BatchGather& batch, j
   reply(*call, {{"Successful", std::move(batch.successful)}, {"Failed", std::move(batch.failed)}});
 }
 
+void SqsService::queue_entries(const std::shared_ptr<Call>& call,
+                               const std::shared_ptr<BatchGather>& batch,
+                               const std::vector<std::string>& ids,
+                               const std::function<void(std::size_t)>& enqueue) {
+  if (ids.empty()) {
+    return reply(*call, {{"Successful", json::array()}, {"Failed", std::move(batch->failed)}});
+  }
+  batch->left = ids.size();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    try {
+      enqueue(i);
+    } catch (...) {
+      for (std::size_t j = i; j < ids.size(); ++j) {
+        gather(call, *batch, {{"Id", ids[j]}}, std::current_exception());
+      }
+      return;
+    }
+  }
+}
+
 void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {
   enqueue(sends_, &SqsService::drain_sends, topic, std::move(pending));
 }

@@ -17,7 +17,7 @@ std::string SqsService::queue_url(const Call& c, std::string_view name) const {
 }
 
 std::shared_ptr<const QueueInfo> SqsService::queue_of(Call& c) {
-  if (c.queue) return c.queue;  // found by handle() in the catalog's cache
+  if (c.queue) return c.queue;  // looked up already (service_call.h)
   const std::string url = string_member(c.input, "QueueUrl", true);
   return catalog_.get(queue_name_of_url(url));
 }

@@ -67,42 +67,31 @@ void SqsService::delete_message_batch(const std::shared_ptr<Call>& call) {
   auto q = queue_of(c);
   const json& entries = batch_entries(c.input, 10, "DeleteMessageBatchRequestEntry");
   auto batch = std::make_shared<BatchGather>();
-  struct Entry {
-    std::string id, handle, receipt;
-  };
-  std::vector<Entry> valid;
+  std::vector<std::string> ids;
+  std::vector<std::string> handles;
+  std::vector<std::string> receipts;
   for (const auto& e : entries) {
-    const std::string id = e["Id"].get<std::string>();
+    std::string id = e["Id"].get<std::string>();
     try {
       std::string handle = string_member(e, "ReceiptHandle", true);
-      std::string receipt = receipt_of(catalog_, *q, handle);
-      valid.push_back({id, std::move(handle), std::move(receipt)});
+      receipts.push_back(receipt_of(catalog_, *q, handle));
+      ids.push_back(std::move(id));
+      handles.push_back(std::move(handle));
     } catch (const SqsError& error) {
       batch->failed.push_back(failed_entry(id, error));
     }
   }
-  if (valid.empty()) {
-    return reply(c, {{"Successful", json::array()}, {"Failed", std::move(batch->failed)}});
-  }
-  batch->left = valid.size();
-  for (std::size_t i = 0; i < valid.size(); ++i) {
-    try {
-      enqueue_delete(q->topic, {call, valid[i].receipt,
-                                [this, call, q, batch, id = valid[i].id, handle = valid[i].handle](
-                                    Settle outcome, std::exception_ptr error) {
-                                  if (error) return gather(call, *batch, {{"Id", id}}, error);
-                                  if (auto e = delete_outcome(*q, outcome, handle)) {
-                                    return gather(call, *batch, failed_entry(id, *e), nullptr);
-                                  }
-                                  gather(call, *batch, {{"Id", id}}, nullptr);
-                                }});
-    } catch (...) {
-      for (std::size_t j = i; j < valid.size(); ++j) {
-        gather(call, *batch, {{"Id", valid[j].id}}, std::current_exception());
-      }
-      return;
-    }
-  }
+  queue_entries(call, batch, ids, [&](std::size_t i) {
+    enqueue_delete(q->topic, {call, std::move(receipts[i]),
+                              [this, call, q, batch, id = ids[i], handle = std::move(handles[i])](
+                                  Settle outcome, std::exception_ptr error) {
+                                if (error) return gather(call, *batch, {{"Id", id}}, error);
+                                if (auto e = delete_outcome(*q, outcome, handle)) {
+                                  return gather(call, *batch, failed_entry(id, *e), nullptr);
+                                }
+                                gather(call, *batch, {{"Id", id}}, nullptr);
+                              }});
+  });
 }
 
 namespace {

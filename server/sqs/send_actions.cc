@@ -237,41 +237,30 @@ void SqsService::send_message_batch_grouped(const std::shared_ptr<Call>& call) {
                      kMaxBatchBytes, total));
   }
   auto batch = std::make_shared<BatchGather>();
-  std::vector<std::pair<OutgoingMessage, json>> valid;
+  std::vector<std::string> ids;
+  std::vector<OutgoingMessage> messages;
+  std::vector<json> answers;
   for (const auto& e : entries) {
-    const std::string id = e["Id"].get<std::string>();
+    std::string id = e["Id"].get<std::string>();
     try {
       OutgoingMessage m = outgoing(e, *q, true);
       json answer = sent_digests(m);
       answer["Id"] = id;
-      valid.emplace_back(std::move(m), std::move(answer));
+      ids.push_back(std::move(id));
+      messages.push_back(std::move(m));
+      answers.push_back(std::move(answer));
     } catch (const SqsError& error) {
       batch->failed.push_back(failed_entry(id, error));
     }
   }
-  if (valid.empty()) {
-    return reply(c, {{"Successful", json::array()}, {"Failed", std::move(batch->failed)}});
-  }
-  batch->left = valid.size();
-  for (std::size_t i = 0; i < valid.size(); ++i) {
-    json id_only = {{"Id", valid[i].second["Id"]}};
-    try {
-      enqueue_send(q->topic,
-                   {call, std::move(valid[i].first),
-                    [this, call, q, batch, answer = std::move(valid[i].second)](
-                        std::uint64_t id, std::exception_ptr error) mutable {
-                      if (!error) sent_ids(answer, *q, id);
-                      gather(call, *batch, std::move(answer), error);
-                    }});
-    } catch (...) {
-      // Not queued (the server is stopping): this entry and the rest fail here.
-      for (std::size_t j = i; j < valid.size(); ++j) {
-        gather(call, *batch, j == i ? std::move(id_only) : json{{"Id", valid[j].second["Id"]}},
-               std::current_exception());
-      }
-      return;
-    }
-  }
+  queue_entries(call, batch, ids, [&](std::size_t i) {
+    enqueue_send(q->topic, {call, std::move(messages[i]),
+                            [this, call, q, batch, answer = std::move(answers[i])](
+                                std::uint64_t id, std::exception_ptr error) mutable {
+                              if (!error) sent_ids(answer, *q, id);
+                              gather(call, *batch, std::move(answer), error);
+                            }});
+  });
 }
 
 }  // namespace txmq::server

@@ -449,7 +449,8 @@ void SqsService::dispatch(const std::shared_ptr<Call>& call) {
   else if (a == "SetQueueAttributes") out = set_queue_attributes(c);
   else if (a == "PurgeQueue") out = purge_queue(c);
   else if (a == "SendMessageBatch") {
-    if (!queue_of(c)->fifo) return send_message_batch_grouped(call);
+    c.queue = queue_of(c);  // looked up once, for both paths
+    if (!c.queue->fifo) return send_message_batch_grouped(call);
     out = send_message_batch(c, 10);  // a FIFO batch: one transaction, in order, all or nothing
   } else if (a == "DeleteMessageBatch") return delete_message_batch(call);
   else if (a == "ChangeMessageVisibility") out = change_message_visibility(c);

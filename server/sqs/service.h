@@ -235,6 +235,12 @@ class SqsService {
   struct BatchGather;
   void gather(const std::shared_ptr<Call>& call, BatchGather& batch, nlohmann::json success,
               std::exception_ptr error);
+  // Queues a batch call's valid entries, entry i (whose Id is ids[i]) by enqueue(i); answers
+  // at once when none is valid (batch->failed holds the refused ones), and fails the entries
+  // not queued when queuing stops (the server is stopping).
+  void queue_entries(const std::shared_ptr<Call>& call, const std::shared_ptr<BatchGather>& batch,
+                     const std::vector<std::string>& ids,
+                     const std::function<void(std::size_t)>& enqueue);
 
   // Group commit of single sends and deletes, per topic (group_commit.cc).
   struct PendingSend {

@@ -36,7 +36,8 @@ struct SqsService::Call : SqsRequest {
   // Dispatched on the HTTP thread, which must not block: a group commit it starts runs on a
   // worker (SqsService::enqueue).
   bool on_http_thread = false;
-  // The queue it names, when found in the catalog's cache on the HTTP thread.
+  // The queue it names, once looked up: on the HTTP thread from the catalog's cache, or by
+  // dispatch for an action that needs it in two places.
   std::shared_ptr<const QueueInfo> queue;
 };
 
