@@ -238,8 +238,12 @@ std::chrono::seconds GaleraCluster::suspect_timeout() {
   return 5s;  // Galera's default
 }
 
+std::string GaleraCluster::log_path(int node) const {
+  return fmt::format("{}/node{}/error.log", home_, node);
+}
+
 void GaleraCluster::print_log_tail(int node, std::size_t lines) const {
-  std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
+  std::ifstream log(log_path(node));
   std::deque<std::string> tail;
   for (std::string line; std::getline(log, line);) {
     tail.push_back(std::move(line));
@@ -251,26 +255,22 @@ void GaleraCluster::print_log_tail(int node, std::size_t lines) const {
 
 std::uintmax_t GaleraCluster::log_size(int node) const {
   std::error_code error;
-  const std::uintmax_t size =
-      std::filesystem::file_size(fmt::format("{}/node{}/error.log", home_, node), error);
+  const std::uintmax_t size = std::filesystem::file_size(log_path(node), error);
   return error ? 0 : size;
 }
 
-bool GaleraCluster::log_says_since(int node, std::uintmax_t from, std::string_view text) const {
-  std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
-  if (!log || !log.seekg(static_cast<std::streamoff>(from))) return false;
+std::string GaleraCluster::first_log_line(int node, std::uintmax_t from,
+                                          std::string_view text) const {
+  std::ifstream log(log_path(node));
+  if (!log || !log.seekg(static_cast<std::streamoff>(from))) return "";
   for (std::string line; std::getline(log, line);) {
-    if (line.find(text) != std::string::npos) return true;
+    if (line.find(text) != std::string::npos) return line;
   }
-  return false;
+  return "";
 }
 
 std::string GaleraCluster::first_error(int node) const {
-  std::ifstream log(fmt::format("{}/node{}/error.log", home_, node));
-  for (std::string line; std::getline(log, line);) {
-    if (line.find("[ERROR]") != std::string::npos) return line;
-  }
-  return "";
+  return first_log_line(node, 0, "[ERROR]");
 }
 
 int GaleraCluster::restart_sick_nodes(std::vector<std::string>& problems, std::string_view when) {
@@ -522,7 +522,7 @@ void NodeFaults::begin_fault() {
 
 int NodeFaults::gave_up() {
   for (int node = 1; node < static_cast<int>(log_marks_.size()); ++node) {
-    if (cluster_.log_says_since(node, log_marks_[node], "backend must be restarted")) {
+    if (!cluster_.first_log_line(node, log_marks_[node], "backend must be restarted").empty()) {
       log_marks_[node] = cluster_.log_size(node);  // once per give-up
       return node;
     }

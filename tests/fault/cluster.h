@@ -76,9 +76,10 @@ class GaleraCluster {
   std::string first_error(int node) const;
   // Prints the last `lines` lines of a node's error.log (to see, in CI's output, why it left).
   void print_log_tail(int node, std::size_t lines) const;
-  // The size of a node's error.log now, and whether it says `text` after byte `from`.
+  // The size of a node's error.log now, and its first line after byte `from` that holds `text`
+  // ("" without one).
   std::uintmax_t log_size(int node) const;
-  bool log_says_since(int node, std::uintmax_t from, std::string_view text) const;
+  std::string first_log_line(int node, std::uintmax_t from, std::string_view text) const;
   // Restarts every node that is not Synced in a whole cluster, one after the other, each
   // written down in `problems` with its state and first error. Returns how many.
   int restart_sick_nodes(std::vector<std::string>& problems, std::string_view when);
@@ -90,6 +91,7 @@ class GaleraCluster {
   std::size_t compare_tables(std::vector<std::string>& mismatches);
 
  private:
+  std::string log_path(int node) const;  // its error.log
   std::string home_, log_, database_;
   std::vector<unsigned> ports_;  // client port per node
   std::vector<bool> reachable_;
