@@ -15,7 +15,7 @@
 //    then runs
 //        SELECT IF(EXISTS(<claimable in channel 1>) OR EXISTS(<channel 2>) ..., 2, SLEEP(1))
 //    in a loop: one statement a second while idle, however many channels and threads wait on
-//    it. (On MariaDB the SLEEP is a wait on a row lock of the watch's holder: see Holder.) Why shared: a thread and a connection per channel cost a server that long-polls 1,000
+//    it. Why shared: a thread and a connection per channel cost a server that long-polls 1,000
 //    queues 1,000 connections, past max_connections.
 //  - When that look returns 2 or is interrupted, a pass of statements
 //        SELECT CONCAT_WS(',', IF(EXISTS(<channel 1>), '0', NULL), IF(..., '1', NULL), ...)
