@@ -23,11 +23,10 @@ bool catalog_is_current(Connection& c) {
     Result r = c.execute(
         "SELECT version, (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
         "DATABASE() AND table_name IN ('txmq_topics', 'txmq_groups', 'txmq_consumers', "
-        "'txmq_waiters', 'txmq_metrics', 'txmq_servers', 'txmq_placements', 'txmq_xa', "
-        "'txmq_wait_holds')) "
+        "'txmq_waiters', 'txmq_metrics', 'txmq_servers', 'txmq_placements', 'txmq_xa')) "
         "FROM txmq_schema WHERE singleton = 1",
         {});
-    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 9;
+    return !r.rows.empty() && r.rows[0].i64(0) == kSchemaVersion && r.rows[0].i64(1) == 8;
   } catch (const Error& e) {
     if (e.code() == Errc::kNotFound) return false;  // a new database
     throw;
@@ -124,13 +123,6 @@ void TopicCatalog::bootstrap() {
         " registered_at DATETIME(6) NOT NULL,"
         " PRIMARY KEY (connection_id, topic),"
         " KEY (topic)) ENGINE=MEMORY");
-    // What a watch's look waits on, on MariaDB (waiters.cc, Holder): each holder connection
-    // keeps an uncommitted row of its own connection id. Never committed, so always empty to
-    // every other reader. Not a new schema version: older clients do not use it, and the
-    // first client of this version adds it to a version-14 catalog.
-    c.query(
-        "CREATE TABLE IF NOT EXISTS txmq_wait_holds ("
-        " id BIGINT UNSIGNED NOT NULL PRIMARY KEY) ENGINE=InnoDB");
     // Totals that every client adds to (metrics.cc): counters, and histograms by bucket.
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_metrics ("

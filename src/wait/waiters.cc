@@ -138,17 +138,12 @@ constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the watch went away
 constexpr unsigned kLockWaitTimeout = 1205;   // ER_LOCK_WAIT_TIMEOUT: a fence's sender is still open
 constexpr unsigned kLockDeadlock = 1213;      // ER_LOCK_DEADLOCK: a fence chosen as the victim
-constexpr unsigned kStatementTimeout = 1969;  // ER_STATEMENT_TIMEOUT: a pause's max_statement_time
-constexpr unsigned kNoSuchTable = 1146;       // a catalog made before txmq_wait_holds
 // ER_CHECKREAD: MariaDB 11.6+ (innodb_snapshot_isolation, on by default) ends a fence that waited
 // for a sender with this at the sender's COMMIT, where older servers return the row: committed.
 constexpr unsigned kRecordChanged = 1020;
 // A fenced look waits at most this long on one uncommitted message, and is then repeated (a
 // look's SLEEP is as long): an open sender never keeps the watch from looking at its channels.
 constexpr int kFenceLockWaitSeconds = 1;
-// A look on MariaDB waits on its holder's row lock (see Holder below) for the session's
-// innodb_lock_wait_timeout, which is kFenceLockWaitSeconds: as long as a look's SLEEP.
-static_assert(std::chrono::seconds(kFenceLockWaitSeconds) == kLook);
 // Fenced looks owed after KILLs: one per KILL, at least two (KILLs that land in one statement
 // count once), at most kMaxFences; none are owed once fencing lasted kFenceFor.
 constexpr int kMaxFences = 8;
@@ -184,66 +179,6 @@ std::string pending(const std::vector<std::string>& tables) {
         table);
   }
   return tables.size() == 1 ? first : "COALESCE(" + first + ")";
-}
-
-// What a look waits on while nothing is claimable. MariaDB's SLEEP() is not safe to KILL: its
-// wait holds a mutex that every SLEEP of the server shares, and when a sleep times out as a KILL
-// QUERY lands, the sleeper blocks on the killer's lock while holding that mutex, and the killer
-// retries it for two seconds (THD::awake): for 2 s no KILL returns, and no SLEEP of any session
-// of the server ends (measured: 5 KILLs of 7,590 took 2.0 s, against SLEEP(0.01) looks; none of
-// 13,500 against row-lock waits). So on MariaDB a look waits on a row lock instead, which a KILL
-// cancels through InnoDB: a second connection per watch, the *holder*, keeps an uncommitted
-// row of txmq_wait_holds (its own connection id), and the look reads that row with a shared
-// lock. The wait ends with 1205 after innodb_lock_wait_timeout (1 s, a look), with 1969 after a
-// pause's max_statement_time, with 1317 at a KILL; the read returns (4) only if the holder's
-// transaction ended. MySQL's KILL takes the sleeper's mutex without that race: SLEEP stays.
-// The holder rolls back and inserts again at each renewal, so that DDL on the table (and DROP
-// DATABASE) waits for it 10 s at most; FLUSH TABLES WITH READ LOCK does not wait for it.
-class Holder {
- public:
-  // Starts holding on a new connection of `pool`; nullptr when the catalog lacks the table.
-  static std::unique_ptr<Holder> start(Pool& pool) {
-    auto holder = std::unique_ptr<Holder>(new Holder(pool.connect()));
-    holder->id_ = holder->c_->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
-    try {
-      holder->hold();
-    } catch (const Error& e) {
-      if (e.server_errno() == kNoSuchTable) return nullptr;
-      throw;
-    }
-    return holder;
-  }
-  // Lets go of the row for a moment (see above).
-  void renew() {
-    c_->query("ROLLBACK");
-    hold();
-  }
-  std::uint64_t id() const { return id_; }
-  Connection& connection() { return *c_; }
-
- private:
-  explicit Holder(std::unique_ptr<Connection> c) : c_(std::move(c)) {}
-  void hold() {
-    c_->query("START TRANSACTION");
-    c_->execute("INSERT INTO txmq_wait_holds (id) VALUES (?)", {id_});
-  }
-
-  std::unique_ptr<Connection> c_;
-  std::uint64_t id_ = 0;
-};
-
-// A look: 2 when any channel has something claimable, else it waits. SLEEP gives 0 (1 when a
-// KILL cut it short). On MariaDB the holder's row is read with a shared lock, which gives 4 only
-// if the holder is gone. MariaDB reads a row by its primary key while it optimises the
-// statement, before the IF chooses: the read is made impossible when something is claimable
-// (the optimiser finds the WHERE false and reads nothing), so `any` is evaluated twice when
-// nothing is (about 40 us a channel).
-std::string look_sql(const std::string& any, bool holder) {
-  if (!holder) return fmt::format("SELECT IF({}, 2, SLEEP(?))", any);
-  return fmt::format(
-      "SELECT IF({0}, 2, 4 + (SELECT COUNT(*) FROM txmq_wait_holds WHERE NOT ({0}) AND id = ? "
-      "LOCK IN SHARE MODE))",
-      any);
 }
 
 }  // namespace
@@ -546,14 +481,7 @@ void Watch::run() {
   std::unique_ptr<Connection> c;
   // Owned rather than cached by the connection: each set of channels prepares its own, large
   // statements, which go when the set changes.
-  std::unique_ptr<Statement> look;     // IF(any claimable, 2, <wait>): see idle_wait()
-  // MariaDB: the row the looks wait on (Holder), and the pauses' looks by length, prepared at
-  // their first use (max_statement_time is no parameter).
-  std::unique_ptr<Holder> holder;
-  bool use_holder = false;
-  bool no_holder_table = false;  // a catalog made by an older txmq: SLEEP as on MySQL
-  std::map<std::int64_t, std::unique_ptr<Statement>> pause_looks;
-  std::string look_text;
+  std::unique_ptr<Statement> look;     // IF(any claimable, 2, SLEEP(?))
   // IF(any claimable, 2, IF(a pending message committed, 3, 0)): prepared at its first use
   // (MariaDB optimises every subquery of a statement at each execution, even those an IF skips).
   std::unique_ptr<Statement> fenced;
@@ -567,7 +495,6 @@ void Watch::run() {
   // a connection to cancel.
   const auto forget_statements = [&] {
     look.reset();
-    pause_looks.clear();
     fenced.reset();
     which.clear();
     enroll.reset();
@@ -578,7 +505,6 @@ void Watch::run() {
   const auto drop_connection = [&] {
     forget_statements();
     c.reset();
-    holder.reset();
   };
   bool changed = true;       // the statements do not match `watched`
   bool registered = false;   // every channel's row is (believed) in txmq_waiters
@@ -613,15 +539,6 @@ void Watch::run() {
   };
   int failures = 0;
   std::vector<std::uint64_t> generations;
-  // A look found nothing claimable and waited its time out: the channels it covered are empty;
-  // after a pause, are the hot ones still?
-  const auto slept = [&](bool paused) {
-    pause_next = {};
-    if (paused) pass_left = kAll;
-    for (std::size_t i = 0; i < watched.size(); ++i) {
-      if (!paused || !hot[i]) watched[i]->set_empty(generations[i]);
-    }
-  };
   for (;;) {
     std::vector<std::shared_ptr<TopicWaiter>> joining;
     {
@@ -656,9 +573,7 @@ void Watch::run() {
     try {
       // A cluster's writer moved: watch where the senders now announce (KILL QUERY and the
       // MEMORY registrations are local to a node), registering again there.
-      if (c && (!pool_.is_current(*c) || (holder && !pool_.is_current(holder->connection())))) {
-        drop_connection();
-      }
+      if (c && !pool_.is_current(*c)) drop_connection();
       if (!c) {
         auto fresh = pool_.connect();
         const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
@@ -671,17 +586,8 @@ void Watch::run() {
         connection_id_ = id;
         changed = true;
       }
-      // Its holder on the same node; a look that finds the holder gone (4) drops it.
-      if (!holder && !no_holder_table && !c->server().mysql) {
-        holder = Holder::start(pool_);
-        no_holder_table = holder == nullptr;
-        if (holder && !pool_.is_current(holder->connection())) continue;  // the writer moved
-        if (use_holder != (holder != nullptr)) changed = true;
-        use_holder = holder != nullptr;
-      }
       if (changed) {
         look.reset();
-        pause_looks.clear();
         fenced.reset();
         which.clear();
         enroll.reset();
@@ -705,8 +611,7 @@ void Watch::run() {
           rows += i == 0 ? "(CONNECTION_ID(), ?, NOW(6))" : ", (CONNECTION_ID(), ?, NOW(6))";
           channel_params.emplace_back(std::string_view(watched[i]->channel()));
         }
-        look_text = look_sql(any, use_holder);
-        look = std::make_unique<Statement>(*c, look_text);
+        look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
         // 2: something is claimable; 3: a pending message was committed (or one committed
         // meanwhile); 0: nothing pending.
         fenced_sql = fmt::format("SELECT IF({}, 2, IF(COALESCE({}) IS NOT NULL, 3, 0))", any,
@@ -739,7 +644,6 @@ void Watch::run() {
         }
         registered = true;
         registered_at = SteadyClock::now();
-        if (renewal && holder) holder->renew();
       }
       for (std::size_t i = 0; i < watched.size(); ++i) generations[i] = watched[i]->watching();
       failures = 0;
@@ -798,39 +702,21 @@ void Watch::run() {
       for (std::size_t i = 0; i < watched.size(); ++i) {
         look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
       }
-      if (fenced_look || use_holder) {  // `any` comes twice
+      if (fenced_look) {
         for (std::size_t i = 0; i < watched.size(); ++i) {
           look_params.emplace_back(std::int64_t{pausing && hot[i] ? 1 : 0});
         }
-      }
-      if (fenced_look) {
         if (!fenced) fenced = std::make_unique<Statement>(*c, fenced_sql);
-      } else if (use_holder) {
-        look_params.emplace_back(holder->id());
       } else {
         look_params.emplace_back(seconds(pausing ? pause_next : kLook));
       }
-      Statement* statement = fenced_look ? fenced.get() : look.get();
-      if (!fenced_look && use_holder && pausing) {
-        std::unique_ptr<Statement>& p = pause_looks[pause_next.count()];
-        if (!p) {
-          p = std::make_unique<Statement>(
-              *c, fmt::format("SET STATEMENT max_statement_time = {:.6f} FOR {}",
-                              seconds(pause_next), look_text));
-        }
-        statement = p.get();
-      }
-      Result r = statement->execute(look_params);
+      Result r = (fenced_look ? fenced : look)->execute(look_params);
       const bool was_fenced = std::exchange(fenced_look, false);
       {
         std::lock_guard lock(mutex_);
         looking_ = false;
       }
       const std::int64_t outcome = r.rows.at(0).i64(0);
-      if (!was_fenced && outcome >= 4) {
-        holder.reset();  // its transaction ended (its connection was killed): start another
-        continue;
-      }
       fenced_nothing = was_fenced && outcome == 0;
       if (fenced_nothing) {
         // Nothing pending (a rollback, or committed before the look): the look sleeps next.
@@ -846,10 +732,15 @@ void Watch::run() {
         // A pending message was committed: which channels? Others may still be pending.
         pass_left = kAll;
         --fences;
-      } else if (outcome == 2) {
-        pass_left = kAll;  // which channels?
+      } else if (outcome == 2 || pausing) {
+        pass_left = kAll;  // which channels? (after a pause: are the hot ones still?)
+        if (outcome == 0) {
+          for (std::size_t i = 0; i < watched.size(); ++i) {
+            if (!hot[i]) watched[i]->set_empty(generations[i]);
+          }
+        }
       } else {
-        slept(pausing);
+        for (std::size_t i = 0; i < watched.size(); ++i) watched[i]->set_empty(generations[i]);
       }
     } catch (const Error& e) {
       const bool was_fenced = std::exchange(fenced_look, false);
@@ -862,12 +753,6 @@ void Watch::run() {
       if (e.server_errno() == kQueryInterrupted) {
         // A sender's KILL QUERY or a poke: on any statement.
         interrupted();
-        continue;
-      }
-      if (!was_fenced && use_holder &&
-          (e.server_errno() == kLockWaitTimeout || e.server_errno() == kStatementTimeout)) {
-        // A look on MariaDB waited its second (1205) or its pause (1969) on the holder's row.
-        slept(pause_next.count() != 0);
         continue;
       }
       if (was_fenced && e.server_errno() == kRecordChanged) {
