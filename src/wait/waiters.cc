@@ -89,6 +89,19 @@
 //    and nothing was announced since, so a loop of receive(wait) calls costs no statements while
 //    idle. A woken receiver that gets a full batch wakes another, so one message wakes one
 //    receiver.
+//  - On MariaDB a look does not SLEEP: it waits for a user lock (GET_LOCK) that a second
+//    connection of the watch, its *holder*, keeps for as long as the watch lives. SLEEP() is not
+//    safe to KILL there: every SLEEP of the server waits under one shared mutex, and a KILL
+//    QUERY that lands as a sleep times out meets the sleeper holding that mutex while it waits
+//    for the killer's lock; the killer retries for two seconds (THD::awake), and meanwhile no
+//    KILL returns and no SLEEP of the server ends (measured: 4 KILLs of 9,532 took 2.0 s against
+//    SLEEP(0.01) loops; none of 12,279 against GET_LOCK waits, whose wait mutex is each
+//    session's own). GET_LOCK's wait ends at its timeout (0), at a KILL (NULL), or when it gets
+//    the lock because the holder's connection went (the watch lets go and starts another
+//    holder). A wait in the statement's select list, as SLEEP's, not in a subquery: a locking
+//    read in a constant subquery, tried first, crashed MariaDB 10.11 at a KILL during
+//    optimisation. MySQL's KILL takes the sleeper's mutex without that race: SLEEP stays, and
+//    so where GET_LOCK is refused (1235: MariaDB Galera builds that forbid it).
 //  - KILL needs the same MySQL user or the CONNECTION ADMIN privilege. Without it the sender
 //    warns once, and watches still see new messages within a second.
 //  - If a watch cannot run its statements (server down), the receivers of its channels fall back
@@ -138,6 +151,7 @@ constexpr unsigned kNotOwner = 1095;          // ER_KILL_DENIED_ERROR
 constexpr unsigned kNoSuchThread = 1094;      // ER_NO_SUCH_THREAD: the watch went away
 constexpr unsigned kLockWaitTimeout = 1205;   // ER_LOCK_WAIT_TIMEOUT: a fence's sender is still open
 constexpr unsigned kLockDeadlock = 1213;      // ER_LOCK_DEADLOCK: a fence chosen as the victim
+constexpr unsigned kNotSupportedYet = 1235;   // GET_LOCK refused (MariaDB Galera, some builds)
 // ER_CHECKREAD: MariaDB 11.6+ (innodb_snapshot_isolation, on by default) ends a fence that waited
 // for a sender with this at the sender's COMMIT, where older servers return the row: committed.
 constexpr unsigned kRecordChanged = 1020;
@@ -179,6 +193,42 @@ std::string pending(const std::vector<std::string>& tables) {
         table);
   }
   return tables.size() == 1 ? first : "COALESCE(" + first + ")";
+}
+
+// What a look waits on, on MariaDB (see the top of this file): a user lock that a connection of
+// its own keeps, named after that connection, so that no two holders of the server share one.
+class Holder {
+ public:
+  // Takes the lock on a new connection of `pool`; nullptr where the server refuses GET_LOCK.
+  static std::unique_ptr<Holder> start(Pool& pool) {
+    auto holder = std::unique_ptr<Holder>(new Holder(pool.connect()));
+    const std::uint64_t id = holder->c_->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
+    holder->name_ = fmt::format("txmq.wait.{}", id);
+    try {
+      Result r = holder->c_->execute("SELECT GET_LOCK(?, 0)", {std::string_view(holder->name_)});
+      if (r.rows.at(0).i64(0) != 1) return nullptr;  // held already: never, ids are unique
+    } catch (const Error& e) {
+      if (e.server_errno() == kNotSupportedYet) return nullptr;
+      throw;
+    }
+    return holder;
+  }
+  const std::string& name() const { return name_; }
+  Connection& connection() { return *c_; }
+
+ private:
+  explicit Holder(std::unique_ptr<Connection> c) : c_(std::move(c)) {}
+
+  std::unique_ptr<Connection> c_;
+  std::string name_;
+};
+
+// A look: 2 when any channel has something claimable, else it waits: 0 when the wait ran out,
+// 1 when a KILL cut it short, and with a holder 5 when the lock was had (the holder is gone).
+std::string look_sql(const std::string& any, bool holder) {
+  if (!holder) return fmt::format("SELECT IF({}, 2, SLEEP(?))", any);
+  return fmt::format("SELECT IF({}, 2, CASE GET_LOCK(?, ?) WHEN 0 THEN 0 WHEN 1 THEN 5 ELSE 1 END)",
+                     any);
 }
 
 }  // namespace
@@ -481,7 +531,11 @@ void Watch::run() {
   std::unique_ptr<Connection> c;
   // Owned rather than cached by the connection: each set of channels prepares its own, large
   // statements, which go when the set changes.
-  std::unique_ptr<Statement> look;     // IF(any claimable, 2, SLEEP(?))
+  std::unique_ptr<Statement> look;     // IF(any claimable, 2, <wait>): look_sql()
+  // MariaDB: the lock the looks wait on (Holder); SLEEP where the server refuses it.
+  std::unique_ptr<Holder> holder;
+  bool use_holder = false;
+  bool no_holder = false;
   // IF(any claimable, 2, IF(a pending message committed, 3, 0)): prepared at its first use
   // (MariaDB optimises every subquery of a statement at each execution, even those an IF skips).
   std::unique_ptr<Statement> fenced;
@@ -505,6 +559,7 @@ void Watch::run() {
   const auto drop_connection = [&] {
     forget_statements();
     c.reset();
+    holder.reset();
   };
   bool changed = true;       // the statements do not match `watched`
   bool registered = false;   // every channel's row is (believed) in txmq_waiters
@@ -573,7 +628,9 @@ void Watch::run() {
     try {
       // A cluster's writer moved: watch where the senders now announce (KILL QUERY and the
       // MEMORY registrations are local to a node), registering again there.
-      if (c && !pool_.is_current(*c)) drop_connection();
+      if (c && (!pool_.is_current(*c) || (holder && !pool_.is_current(holder->connection())))) {
+        drop_connection();
+      }
       if (!c) {
         auto fresh = pool_.connect();
         const std::uint64_t id = fresh->execute("SELECT CONNECTION_ID()", {}).rows.at(0).u64(0);
@@ -585,6 +642,14 @@ void Watch::run() {
         connection_ = c.get();
         connection_id_ = id;
         changed = true;
+      }
+      // Its holder, on the same node.
+      if (!holder && !no_holder && !c->server().mysql) {
+        holder = Holder::start(pool_);
+        no_holder = holder == nullptr;
+        if (holder && !pool_.is_current(holder->connection())) continue;  // the writer moved
+        if (use_holder != (holder != nullptr)) changed = true;
+        use_holder = holder != nullptr;
       }
       if (changed) {
         look.reset();
@@ -611,7 +676,7 @@ void Watch::run() {
           rows += i == 0 ? "(CONNECTION_ID(), ?, NOW(6))" : ", (CONNECTION_ID(), ?, NOW(6))";
           channel_params.emplace_back(std::string_view(watched[i]->channel()));
         }
-        look = std::make_unique<Statement>(*c, fmt::format("SELECT IF({}, 2, SLEEP(?))", any));
+        look = std::make_unique<Statement>(*c, look_sql(any, use_holder));
         // 2: something is claimable; 3: a pending message was committed (or one committed
         // meanwhile); 0: nothing pending.
         fenced_sql = fmt::format("SELECT IF({}, 2, IF(COALESCE({}) IS NOT NULL, 3, 0))", any,
@@ -708,6 +773,7 @@ void Watch::run() {
         }
         if (!fenced) fenced = std::make_unique<Statement>(*c, fenced_sql);
       } else {
+        if (use_holder) look_params.emplace_back(std::string_view(holder->name()));
         look_params.emplace_back(seconds(pausing ? pause_next : kLook));
       }
       Result r = (fenced_look ? fenced : look)->execute(look_params);
@@ -717,6 +783,12 @@ void Watch::run() {
         looking_ = false;
       }
       const std::int64_t outcome = r.rows.at(0).i64(0);
+      if (!was_fenced && outcome == 5) {
+        // The holder's connection went and the look took its lock: let go, start another.
+        c->execute("DO RELEASE_LOCK(?)", {std::string_view(holder->name())});
+        holder.reset();
+        continue;
+      }
       fenced_nothing = was_fenced && outcome == 0;
       if (fenced_nothing) {
         // Nothing pending (a rollback, or committed before the look): the look sleeps next.
