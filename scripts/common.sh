@@ -41,6 +41,14 @@ txmq_install_deps() {
   return "$status"
 }
 
+# How the sanitizer builds report (scripts/test, scripts/sanitize): any report fails the run.
+txmq_sanitizer_env() {
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
+  export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+}
+
 txmq_build() {
   [ -f "$BUILD_DIR/CMakeCache.txt" ] || echo "txmq: building into $BUILD_DIR (the first build takes a few minutes)" >&2
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${TXMQ_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
