@@ -196,6 +196,82 @@ std::vector<NodeState> probe_nodes(const Dsn& dsn) {
 
 Cluster::Cluster(Dsn dsn) : dsn_(std::move(dsn)) {}
 
+Cluster::~Cluster() {
+  {
+    std::lock_guard lock(heartbeat_mutex_);
+    heartbeat_stopping_ = true;
+  }
+  heartbeat_wake_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void Cluster::track(Connection& c) {
+  class Registration {
+   public:
+    Registration(std::shared_ptr<Live> live, Connection* connection)
+        : live_(std::move(live)), connection_(connection) {}
+    Registration(const Registration&) = delete;
+    Registration& operator=(const Registration&) = delete;
+    ~Registration() {
+      std::lock_guard lock(live_->mutex);
+      live_->connections.erase(connection_);
+    }
+
+   private:
+    std::shared_ptr<Live> live_;
+    Connection* connection_;
+  };
+  {
+    std::lock_guard lock(live_->mutex);
+    live_->connections[&c] = c.generation();
+  }
+  c.set_tracking(std::make_shared<Registration>(live_, &c));
+}
+
+void Cluster::cancel(std::uint64_t generation) {
+  std::lock_guard lock(live_->mutex);  // a connection being closed waits for this
+  for (const auto& [connection, of] : live_->connections) {
+    if (of == generation) connection->cancel();
+  }
+}
+
+void Cluster::heartbeat() {
+  std::unique_ptr<Connection> beat;
+  std::uint64_t beat_generation = 0;
+  std::unique_lock lock(heartbeat_mutex_);
+  while (!heartbeat_wake_.wait_for(lock, kHeartbeatEvery, [this] { return heartbeat_stopping_; })) {
+    lock.unlock();
+    std::optional<Writer> writer;
+    {
+      std::lock_guard current(mutex_);
+      writer = current_;
+    }
+    if (writer) {
+      try {
+        if (!beat || beat_generation != writer->generation) {
+          beat.reset();
+          Dsn node = writer->dsn;
+          node.connect_timeout_seconds = std::min(node.connect_timeout_seconds,
+                                                  kProbeConnectSeconds);
+          node.read_timeout_seconds = kHeartbeatReadSeconds;
+          beat_generation = writer->generation;
+          beat = std::make_unique<Connection>(node);
+        }
+        beat->query("DO 1");
+      } catch (const Error& e) {
+        beat.reset();
+        // Not answering, or gone: move off it. (A full node, 1040 or 1203, is alive.)
+        const bool alive = e.server_errno() == 1040 || e.server_errno() == 1203;
+        if (e.code() == Errc::kUnavailable && !alive && is_current(writer->generation)) {
+          failed(writer->generation);
+          cancel(writer->generation);
+        }
+      }
+    }
+    lock.lock();
+  }
+}
+
 Cluster::Writer Cluster::writer() {
   {
     std::lock_guard lock(mutex_);
@@ -207,6 +283,7 @@ Cluster::Writer Cluster::writer() {
     if (current_) return *current_;  // another thread chose meanwhile
   }
   Writer chosen = choose();
+  if (galera() && !heartbeat_.joinable()) heartbeat_ = std::thread([this] { heartbeat(); });
   std::lock_guard lock(mutex_);
   current_ = chosen;
   return chosen;

@@ -2,8 +2,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +61,9 @@ struct NodeState {
 class Cluster {
  public:
   explicit Cluster(Dsn dsn);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
 
   struct Writer {
     Dsn dsn;  // names the writer node only
@@ -83,15 +90,32 @@ class Cluster {
   // treats them as for any statement).
   void check(Connection& c, std::uint64_t generation);
 
+  // Registers a connection made to the writer of its generation (Connection::generation) for
+  // as long as it lives, so that the heartbeat can cancel it when that writer stops answering.
+  void track(Connection& c);
   // What the last probe of the nodes saw (empty before the first writer()).
   std::vector<NodeState> last_probe();
   // Whether the nodes are Galera nodes (known after the first writer()).
   bool galera() const { return galera_.load(std::memory_order_acquire); }
 
   static constexpr auto kCheckEvery = std::chrono::seconds(2);
+  // The heartbeat (Galera only): a statement on a connection of its own to the writer every
+  // kHeartbeatEvery, which may take kHeartbeatReadSeconds. A writer that does not answer in
+  // time (frozen, or a host gone dark without resets) is failed and every tracked connection to
+  // it is cancelled, so that statements blocked on it return at once, not after the DSN's
+  // read_timeout (30 s), and their retries go to the next writer: a client moves off a frozen
+  // writer within about 7 s (docs/galera.md).
+  static constexpr auto kHeartbeatEvery = std::chrono::seconds(1);
+  static constexpr int kHeartbeatReadSeconds = 4;
 
  private:
+  struct Live {
+    std::mutex mutex;
+    std::unordered_map<Connection*, std::uint64_t> connections;  // -> generation
+  };
   Writer choose();
+  void heartbeat();
+  void cancel(std::uint64_t generation);
 
   const Dsn dsn_;
   std::mutex choosing_;
@@ -102,6 +126,11 @@ class Cluster {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> galera_{false};
   std::atomic<std::int64_t> next_check_{0};  // steady clock, in microseconds
+  const std::shared_ptr<Live> live_ = std::make_shared<Live>();
+  std::mutex heartbeat_mutex_;
+  std::condition_variable heartbeat_wake_;
+  bool heartbeat_stopping_ = false;
+  std::thread heartbeat_;  // started by the first writer() that finds a Galera cluster
 };
 
 // Probes every node of the list in parallel (connect timeout 2 s); exposed for tests and

@@ -172,6 +172,7 @@ std::uint64_t Connection::auto_increment_step() {
 
 Connection::~Connection() {
   statements_.clear();  // statements close before their connection
+  tracking_.reset();    // no cancel() from another thread once the handle may close
   if (mysql_ != nullptr && owned_) mysql_close(mysql_);
 }
 

@@ -162,6 +162,9 @@ class Connection {
   // Which writer of a cluster this connection was made to (Cluster::Writer::generation).
   std::uint64_t generation() const noexcept { return generation_; }
   void set_generation(std::uint64_t generation) noexcept { generation_ = generation; }
+  // Something that may cancel() this connection from another thread while it lives (a
+  // cluster's heartbeat: Cluster::track); let go before the handle closes.
+  void set_tracking(std::shared_ptr<void> tracking) noexcept { tracking_ = std::move(tracking); }
   // Turns the last error on this connection into a thrown Error; marks broken when the
   // connection is gone. `stmt` gives the statement's error instead of the connection's.
   [[noreturn]] void raise(MYSQL_STMT* stmt, std::string_view doing);
@@ -179,6 +182,7 @@ class Connection {
   bool in_transaction_ = false;
   bool autocommit_ = true;
   std::uint64_t generation_ = 0;
+  std::shared_ptr<void> tracking_;
   std::chrono::steady_clock::time_point last_used_;
   // LRU of prepared statements: the server caps their number (max_prepared_stmt_count).
   std::list<std::string> lru_;

@@ -63,6 +63,7 @@ std::optional<Pool::Handle> Pool::try_acquire(Work work) {
       try {
         connection = std::make_unique<Connection>(*dsn);
         connection->set_generation(generation);
+        if (cluster_) cluster_->track(*connection);
         connected();
       } catch (const Error& error) {
         if (cluster_) cluster_->failed(generation);
@@ -109,6 +110,7 @@ std::unique_ptr<Connection> Pool::connect() {
   try {
     auto connection = std::make_unique<Connection>(*dsn);
     connection->set_generation(generation);
+    if (cluster_) cluster_->track(*connection);
     return connection;
   } catch (const Error&) {
     if (cluster_) cluster_->failed(generation);

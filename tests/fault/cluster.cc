@@ -469,10 +469,14 @@ void NodeFaults::restart_async(int node) {
   phase_ = Phase::kRestoring;
 }
 
-// The first four faults are one of each kind, so that the short run sees them all; then any.
+// The first five faults are one of each kind, so that the short run sees them all; then any.
 void NodeFaults::begin_fault() {
-  static constexpr std::string_view kKinds[] = {"kill writer", "kill", "pause", "restart"};
-  const std::string_view kind = started_ < 4 ? kKinds[started_] : kKinds[rng_() % 4];
+  static constexpr std::string_view kKinds[] = {"kill writer", "kill", "pause", "restart",
+                                                "freeze writer"};
+  constexpr std::size_t kinds = std::size(kKinds);
+  const std::string_view kind = static_cast<std::size_t>(started_) < kinds
+                                    ? kKinds[started_]
+                                    : kKinds[rng_() % kinds];
   std::string writer_uuid;
   int writer = cluster_.writer(&writer_uuid);
   if (writer == 1 && writer_uuid.empty() && !writer_row_missing_noted_) {
@@ -487,7 +491,7 @@ void NodeFaults::begin_fault() {
     writer = 1;
   }
   const int n = cluster_.size();
-  if (kind == "kill writer") {
+  if (kind == "kill writer" || kind == "freeze writer") {
     node_ = writer;
   } else if (kind == "kill") {
     node_ = 1 + static_cast<int>((writer + rng_() % (n - 1)) % n);  // any other node
@@ -496,7 +500,7 @@ void NodeFaults::begin_fault() {
   }
   ++started_;
   NodeFault f;
-  f.kind = kind == "kill writer" ? "kill" : std::string(kind);
+  f.kind = kind == "kill writer" ? "kill" : kind == "freeze writer" ? "freeze" : std::string(kind);
   f.node = node_;
   f.writer = node_ == writer;
   f.at_us = now_us();
@@ -511,6 +515,12 @@ void NodeFaults::begin_fault() {
     cluster_.script({"pause", std::to_string(node_)});
     phase_ = Phase::kPaused;
     until_ = now + suspect_ + std::chrono::seconds(3 + rng_() % 3);  // past evs.suspect_timeout
+  } else if (f.kind == "freeze") {
+    // A writer that stops answering for longer than the clients' read_timeout (30 s for a host
+    // list): a host gone dark without resets. The clients' heartbeat must move them off it.
+    cluster_.script({"pause", std::to_string(node_)});
+    phase_ = Phase::kPaused;
+    until_ = now + 35s;
   } else {
     restart_async(node_);
   }

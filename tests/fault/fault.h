@@ -99,7 +99,9 @@ struct Faults {
 // The cluster mode's node faults and what the nodes said (cluster.cc); check.cc measures from
 // the histories how long clients went without service after each fault.
 struct NodeFault {
-  std::string kind;         // kill (kill -9, restart a few seconds later), pause, restart
+  // kill (kill -9, restart a few seconds later), pause (SIGSTOP past the suspect timeout),
+  // restart, freeze (the writer SIGSTOPped for 35 s, past the clients' read_timeout)
+  std::string kind;
   int node = 0;
   bool writer = false;      // the node was the writer when it was hit
   std::int64_t at_us = 0;   // now_us() of the fault
