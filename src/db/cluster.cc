@@ -1,6 +1,7 @@
 #include "db/cluster.h"
 
 #include <fmt/format.h>
+#include <mysqld_error.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,13 @@ using SteadyClock = std::chrono::steady_clock;
 // answer within milliseconds, and a failover is waiting.
 constexpr int kProbeConnectSeconds = 2;
 constexpr int kProbeReadSeconds = 3;
+
+// A node's DSN for a connection that must not wait long on it (probes, the heartbeat).
+Dsn quick(Dsn node, int read_seconds) {
+  node.connect_timeout_seconds = std::min(node.connect_timeout_seconds, kProbeConnectSeconds);
+  node.read_timeout_seconds = read_seconds;
+  return node;
+}
 
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -54,11 +62,8 @@ void read_wsrep_status(Connection& c, NodeState& state) {
 Probe probe(const Dsn& dsn, std::size_t i) {
   Probe p;
   p.state.index = i;
-  Dsn node = dsn.node(i);
-  node.connect_timeout_seconds = std::min(node.connect_timeout_seconds, kProbeConnectSeconds);
-  node.read_timeout_seconds = kProbeReadSeconds;
   try {
-    p.connection = std::make_unique<Connection>(node);
+    p.connection = std::make_unique<Connection>(quick(dsn.node(i), kProbeReadSeconds));
     // SHOW works on a node outside the primary component, where SELECTs get error 1047.
     Result vars = p.connection->execute(
         "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', "
@@ -250,18 +255,15 @@ void Cluster::heartbeat() {
       try {
         if (!beat || beat_generation != writer->generation) {
           beat.reset();
-          Dsn node = writer->dsn;
-          node.connect_timeout_seconds = std::min(node.connect_timeout_seconds,
-                                                  kProbeConnectSeconds);
-          node.read_timeout_seconds = kHeartbeatReadSeconds;
           beat_generation = writer->generation;
-          beat = std::make_unique<Connection>(node);
+          beat = std::make_unique<Connection>(quick(writer->dsn, kHeartbeatReadSeconds));
         }
         beat->query("DO 1");
       } catch (const Error& e) {
         beat.reset();
-        // Not answering, or gone: move off it. (A full node, 1040 or 1203, is alive.)
-        const bool alive = e.server_errno() == 1040 || e.server_errno() == 1203;
+        // Not answering, or gone: move off it. (A node with no connection left is alive.)
+        const bool alive = e.server_errno() == ER_CON_COUNT_ERROR ||
+                           e.server_errno() == ER_TOO_MANY_USER_CONNECTIONS;
         if (e.code() == Errc::kUnavailable && !alive && is_current(writer->generation)) {
           failed(writer->generation);
           cancel(writer->generation);

@@ -61,9 +61,7 @@ std::optional<Pool::Handle> Pool::try_acquire(Work work) {
       ++open_;
       lock.unlock();
       try {
-        connection = std::make_unique<Connection>(*dsn);
-        connection->set_generation(generation);
-        if (cluster_) cluster_->track(*connection);
+        connection = open(*dsn, generation);
         connected();
       } catch (const Error& error) {
         if (cluster_) cluster_->failed(generation);
@@ -104,14 +102,18 @@ std::optional<Pool::Handle> Pool::try_acquire(Work work) {
   }
 }
 
+std::unique_ptr<Connection> Pool::open(const Dsn& dsn, std::uint64_t generation) {
+  auto connection = std::make_unique<Connection>(dsn);
+  connection->set_generation(generation);
+  if (cluster_) cluster_->track(*connection);  // the heartbeat may cancel it
+  return connection;
+}
+
 std::unique_ptr<Connection> Pool::connect() {
   Dsn writer_dsn;
   auto [dsn, generation] = target(writer_dsn);
   try {
-    auto connection = std::make_unique<Connection>(*dsn);
-    connection->set_generation(generation);
-    if (cluster_) cluster_->track(*connection);
-    return connection;
+    return open(*dsn, generation);
   } catch (const Error&) {
     if (cluster_) cluster_->failed(generation);
     throw;

@@ -124,6 +124,8 @@ class Pool {
   // The outage bookkeeping behind set_outage_reporter.
   void connection_lost(const Error& error);
   void connected();
+  // A new connection to `dsn`, the writer of `generation` (tracked by the cluster, if any).
+  std::unique_ptr<Connection> open(const Dsn& dsn, std::uint64_t generation);
 
   Dsn dsn_;
   std::unique_ptr<Cluster> cluster_;
