@@ -337,6 +337,26 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
   return settle;
 }
 
+void release(QueueContext& q, std::string_view topic, std::span<const std::string> receipts) {
+  if (receipts.empty()) return;
+  const TopicLayout layout = q.catalog.layout(topic);
+  for (const std::string& text : receipts) {
+    const Receipt r = Receipt::parse(text);
+    const std::optional<PartitionQueue> unit = unit_of_receipt(layout, r);
+    if (!unit) continue;
+    const Result u = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      return c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6), attempts = "
+                                   "GREATEST(attempts, 1) - 1, lease_token = 0, owner_id = 0 "
+                                   "WHERE id = ? AND lease_token = ?",
+                                   unit->tables.queue),
+                       {r.id, r.token});
+    });
+    if (u.affected_rows == 0) continue;
+    q.hints.lower(unit->tables.queue, r.id);
+    q.waiters.announce(unit->channel, 1);
+  }
+}
+
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease) {
   if (lease < Micros{0} || lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 0 to 12 hours");

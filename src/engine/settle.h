@@ -37,5 +37,11 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
 Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             std::optional<Micros> delay);
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);
+// Gives back messages that were claimed for a caller who went on without them (a sharded
+// receive that stopped waiting for a slow server): claimable again at once, and the claim's
+// attempt is taken back, so that no message is dead-lettered by a delivery nobody saw.
+// Receipts whose lease moved on are left alone. Best effort: what cannot be given back is
+// claimable again when its lease ends.
+void release(QueueContext& q, std::string_view topic, std::span<const std::string> receipts);
 
 }  // namespace txmq::internal

@@ -81,28 +81,49 @@ std::optional<ShardMap> ShardRegistry::load(std::string_view topic) {
   return shard_map_from_row(r.rows[0]);
 }
 
-std::optional<ShardMap> ShardRegistry::shard_map(std::string_view topic) {
+std::optional<ShardMap> ShardRegistry::shard_map(std::string_view topic, bool fresh) {
+  const std::string name(topic);
   std::optional<Cached> had;
   {
     std::lock_guard lock(mutex_);
-    auto it = maps_.find(std::string(topic));
+    auto it = maps_.find(name);
     if (it != maps_.end()) {
-      if (std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
+      if (!fresh && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
         return it->second.placement;
       }
       had = it->second;
+      // A read of it waits on a catalog's server that stopped answering: the map known.
+      if (reloading_.count(name) != 0) return had->placement;
     }
   }
-  try {
-    return reload(topic);
-  } catch (const Error& e) {
-    // The catalog's server is down: go on with the shard map known (the members' fence refuses
-    // a partition that moved meanwhile), and look again a second later rather than on every
-    // call, so that only the catalog's own partitions stop.
-    if (e.code() != Errc::kUnavailable || !had) throw;
+  if (!had) return reload(topic);  // nothing known: the caller must wait for the catalog
+  // Read again on a visit thread, so that a catalog's server that stopped answering holds up
+  // only that read: past kSlowVisit the calls go on with the map known, which the read
+  // replaces when it ends (the members' fence refuses a partition that moved meanwhile).
+  auto mark = [this, name](bool on) {
     std::lock_guard lock(mutex_);
-    maps_[std::string(topic)].fetched =
-        std::chrono::steady_clock::now() - kCacheFor + kCatalogRetryAfter;
+    if (on) {
+      reloading_[name] = true;
+    } else {
+      reloading_.erase(name);
+    }
+  };
+  Visits<std::optional<ShardMap>> read(
+      visits_, {[mark](const std::string&) { mark(true); },
+                [mark](const std::string&) { mark(false); }, {}});
+  read.start("catalog", [this, name] { return reload(name); });
+  if (!read.wait_until(std::chrono::steady_clock::now() + kSlowVisit)) {
+    read.abandon();
+    return had->placement;
+  }
+  try {
+    return read.take(0);
+  } catch (const Error& e) {
+    // The catalog's server is down: go on with the shard map known, and look again a second
+    // later rather than on every call, so that only the catalog's own partitions stop.
+    if (e.code() != Errc::kUnavailable) throw;
+    std::lock_guard lock(mutex_);
+    maps_[name].fetched = std::chrono::steady_clock::now() - kCacheFor + kCatalogRetryAfter;
     return had->placement;
   }
 }
@@ -185,13 +206,34 @@ std::vector<QueueContext*> ShardRegistry::connected() {
 
 bool ShardRegistry::is_down(std::string_view name) {
   std::lock_guard lock(mutex_);
-  auto it = down_until_.find(std::string(name));
+  const std::string key(name);
+  if (auto stalled = stalled_.find(key); stalled != stalled_.end() && stalled->second > 0) {
+    return true;
+  }
+  auto it = down_until_.find(key);
   return it != down_until_.end() && std::chrono::steady_clock::now() < it->second;
 }
 
 void ShardRegistry::mark_down(std::string_view name) {
   std::lock_guard lock(mutex_);
   down_until_[std::string(name)] = std::chrono::steady_clock::now() + kDownFor;
+}
+
+void ShardRegistry::stalled(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  ++stalled_[std::string(name)];
+}
+
+bool ShardRegistry::is_stalled(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = stalled_.find(std::string(name));
+  return it != stalled_.end() && it->second > 0;
+}
+
+void ShardRegistry::unstalled(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = stalled_.find(std::string(name));
+  if (it != stalled_.end() && --it->second <= 0) stalled_.erase(it);
 }
 
 void ShardRegistry::add_server(std::string_view name, std::string_view dsn_text) {

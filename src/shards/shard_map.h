@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/queue_context.h"
+#include "shards/visits.h"
 
 // Topics sharded over several servers (docs/shards.md). The client's database is the
 // catalog: txmq_servers names the servers and their DSNs (never a password), txmq_placements
@@ -54,10 +55,11 @@ class ShardRegistry {
   ShardRegistry(QueueContext& catalog, Connect connect)
       : catalog_(catalog), connect_(std::move(connect)) {}
 
-  // The topic's shard map, cached for a few seconds; nullopt when the topic is not sharded (it
-  // lives in the catalog's database, or does not exist). While the catalog cannot be reached,
-  // the shard map read last (the members' fence still refuses a partition that moved).
-  std::optional<ShardMap> shard_map(std::string_view topic);
+  // The topic's shard map, cached for a few seconds (read again now when `fresh`); nullopt
+  // when the topic is not sharded (it lives in the catalog's database, or does not exist).
+  // While the catalog cannot be reached or does not answer within kSlowVisit, the shard map
+  // read last (the members' fence still refuses a partition that moved).
+  std::optional<ShardMap> shard_map(std::string_view topic, bool fresh = false);
   // Read again now. nullopt as shard map().
   std::optional<ShardMap> reload(std::string_view topic);
   void forget(std::string_view topic);
@@ -68,9 +70,16 @@ class ShardRegistry {
   // The contexts connected so far (for totals over every server).
   std::vector<QueueContext*> connected();
 
-  // Servers found unreachable are skipped by unkeyed sends and claims for a few seconds.
+  // Servers found unreachable are skipped by unkeyed sends and claims for a few seconds, and
+  // a server that left a visit unanswered (visits.h) until that visit ends.
   bool is_down(std::string_view name);
   void mark_down(std::string_view name);
+  void stalled(std::string_view name);
+  void unstalled(std::string_view name);
+  // Whether a visit to the server was given up on and has not ended yet.
+  bool is_stalled(std::string_view name);
+  // Threads for the router's visits to the servers.
+  VisitPool& visits() { return visits_; }
 
   void add_server(std::string_view name, std::string_view dsn);
   std::vector<ServerInfo> list_servers();
@@ -108,6 +117,11 @@ class ShardRegistry {
   std::unordered_map<std::string, std::unique_ptr<QueueContext>> servers_;
   std::unordered_map<std::string, QueueContext*> by_name_;
   std::mutex connect_mutex_;  // one connect at a time (slow; not under mutex_)
+  std::unordered_map<std::string, int> stalled_;  // visits given up on, still running
+  // Topics whose shard map is being read on a visit thread (the catalog's server was slow).
+  std::unordered_map<std::string, bool> reloading_;
+  // Last: its destructor waits for the visits still running, which use the members above.
+  VisitPool visits_;
 };
 
 }  // namespace txmq::internal

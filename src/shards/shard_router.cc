@@ -21,6 +21,7 @@
 #include "engine/queue_context.h"
 #include "engine/send.h"
 #include "engine/settle.h"
+#include "shards/visits.h"
 #include "wait/waiters.h"
 
 namespace txmq::internal {
@@ -35,10 +36,69 @@ TopicOptions local_options(TopicOptions options) {
   return options;
 }
 
+// How long a call waits for one server's answer about `items` messages before it goes on
+// without that server: kSlowVisit, and more for big claims and settles.
+std::chrono::steady_clock::time_point visit_deadline(std::size_t items) {
+  return std::chrono::steady_clock::now() + kSlowVisit + std::chrono::microseconds(200) * items;
+}
+
+// The registry hears of the servers that a call went on without (skipped until their visit
+// ends); `late` gets what such a visit returns when it ends.
+template <typename T>
+typename Visits<T>::Hooks hooks_of(ShardRegistry& registry,
+                                   std::function<void(const std::string&, T&&)> late = {}) {
+  return {[&registry](const std::string& s) { registry.stalled(s); },
+          [&registry](const std::string& s) { registry.unstalled(s); }, std::move(late)};
+}
+
+Error not_answering(const std::string& server, std::string_view what) {
+  return Error(Errc::kUnavailable,
+               fmt::format("server '{}' did not answer {} in time (it accepts connections but "
+                           "does not answer: stopped, or a host gone dark); it is skipped until "
+                           "it answers again",
+                           server, what));
+}
+
 }  // namespace
 
+template <typename T>
+std::vector<T> ShardRouter::on_each(const std::vector<std::string>& servers, std::string_view what,
+                                    const std::function<T(QueueContext&)>& fn) {
+  Visits<T> visits(registry_.visits(), hooks_of<T>(registry_));
+  for (const std::string& s : servers) {
+    visits.start(s, [&registry = registry_, s, fn] { return fn(registry.server(s)); });
+  }
+  if (!visits.wait_until(visit_deadline(0))) {
+    const std::vector<std::string> slow = visits.abandon();
+    throw not_answering(slow.front(), what);
+  }
+  std::vector<T> out;
+  for (std::size_t i = 0; i < visits.size(); ++i) out.push_back(visits.take(i));
+  return out;
+}
+
+template <typename T>
+T ShardRouter::on_one(const std::string& server, std::string_view what, std::size_t items,
+                      std::function<T(QueueContext&)> fn) {
+  Visits<T> visits(registry_.visits(), hooks_of<T>(registry_));
+  visits.start(server, [&registry = registry_, server, fn = std::move(fn)] {
+    return fn(registry.server(server));
+  });
+  if (!visits.wait_until(visit_deadline(items))) {
+    visits.abandon();
+    throw not_answering(server, what);
+  }
+  return visits.take(0);
+}
+
 ShardMap ShardRouter::must(std::string_view topic, bool fresh) {
-  std::optional<ShardMap> p = fresh ? registry_.reload(topic) : registry_.shard_map(topic);
+  std::optional<ShardMap> p = registry_.shard_map(topic, fresh);
+  if (!p) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
+  return *p;
+}
+
+ShardMap ShardRouter::exact(std::string_view topic) {
+  std::optional<ShardMap> p = registry_.reload(topic);
   if (!p) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
   return *p;
 }
@@ -188,9 +248,30 @@ void ShardRouter::update_topic(const ShardMap& had, const TopicOptions& options)
 
 // --- Sends -----------------------------------------------------------------------------------
 
+template <typename T>
+T ShardRouter::send_visit(const std::string& server, std::size_t items, std::size_t bytes,
+                          std::function<T(QueueContext&)> fn) {
+  // A server that left a visit unanswered gets no send (nothing is written: kUnavailable).
+  if (registry_.is_stalled(server)) throw not_answering(server, "an earlier call");
+  Visits<T> visits(registry_.visits(), hooks_of<T>(registry_));
+  visits.start(server, [&registry = registry_, server, fn = std::move(fn)] {
+    return fn(registry.server(server));
+  });
+  // A second, and more for big batches (a few MB a second is slow for any server).
+  const auto until = visit_deadline(items) + std::chrono::microseconds(bytes / 4);
+  if (!visits.wait_until(until)) {
+    visits.abandon();
+    throw Error(Errc::kCommitUnknown,
+                fmt::format("{}: the send may or may not have been made (it commits if the server "
+                            "answers again)",
+                            not_answering(server, "a send").what()));
+  }
+  return visits.take(0);
+}
+
 template <typename F>
 auto ShardRouter::on_a_holder(const ShardMap& p, F&& fn)
-    -> decltype(fn(std::declval<QueueContext&>())) {
+    -> decltype(fn(std::declval<const std::string&>())) {
   // The servers in turn; one that cannot be reached now is skipped (nothing was written:
   // kUnavailable means the statement never ran) and avoided for a few seconds. Servers known
   // to be down are tried last, and only when every other one failed or none is left.
@@ -202,7 +283,7 @@ auto ShardRouter::on_a_holder(const ShardMap& p, F&& fn)
       const std::string& s = holders[(first + i) % holders.size()];
       if (pass == 0 && registry_.is_down(s)) continue;
       try {
-        return fn(registry_.server(s));
+        return fn(s);
       } catch (const Error& e) {
         if (e.code() != Errc::kUnavailable) throw;
         registry_.mark_down(s);
@@ -215,33 +296,47 @@ auto ShardRouter::on_a_holder(const ShardMap& p, F&& fn)
 }
 
 std::uint64_t ShardRouter::send(std::string_view topic, std::string_view payload,
-                           const SendOptions& options) {
+                                const SendOptions& options) {
   return routed(topic, [&](const ShardMap& p) -> std::uint64_t {
     const auto start = std::chrono::steady_clock::now();
-    auto send_on = [&](QueueContext& q) {
-      const std::uint64_t id = send_one(q, topic, payload, options);
-      q.metrics.sent(topic, start, 1);
-      return id;
+    // The send runs on a visit thread that may outlive this call: it owns copies.
+    auto send_to = [&](const std::string& server) {
+      return send_visit<std::uint64_t>(
+          server, 1, payload.size(),
+          [topic = std::string(topic), payload = std::string(payload), options,
+           start](QueueContext& q) {
+            const std::uint64_t id = send_one(q, topic, payload, options);
+            q.metrics.sent(topic, start, 1);
+            return id;
+          });
     };
     // A key (or a dedup key, whose table is the server's) names one partition, so one server.
     const std::optional<std::string>& route = options.key ? options.key : options.dedup_key;
     if (route) {
-      return send_on(registry_.server(
-          p.partitions[partition_of_key(*route, static_cast<unsigned>(p.partitions.size()))]));
+      return send_to(
+          p.partitions[partition_of_key(*route, static_cast<unsigned>(p.partitions.size()))]);
     }
-    return on_a_holder(p, send_on);
+    return on_a_holder(p, send_to);
   });
 }
 
 std::vector<std::uint64_t> ShardRouter::send_batch(std::string_view topic,
-                                              std::span<const OutgoingMessage> messages) {
+                                                   std::span<const OutgoingMessage> messages) {
   if (messages.empty()) return {};
+  auto batch = std::make_shared<const std::vector<OutgoingMessage>>(messages.begin(),
+                                                                    messages.end());
+  std::size_t bytes = 0;
+  for (const OutgoingMessage& m : messages) bytes += m.payload.size();
   return routed(topic, [&](const ShardMap& p) -> std::vector<std::uint64_t> {
     const auto start = std::chrono::steady_clock::now();
-    auto send_on = [&](QueueContext& q) {
-      std::vector<std::uint64_t> ids = internal::send_batch(q, topic, messages);
-      q.metrics.sent(topic, start, ids.size());
-      return ids;
+    auto send_to = [&](const std::string& server) {
+      return send_visit<std::vector<std::uint64_t>>(
+          server, messages.size(), bytes,
+          [topic = std::string(topic), batch, start](QueueContext& q) {
+            std::vector<std::uint64_t> ids = internal::send_batch(q, topic, *batch);
+            q.metrics.sent(topic, start, ids.size());
+            return ids;
+          });
     };
     // A batch commits on one server: the one its keys name, else one in turn.
     std::string server;
@@ -264,8 +359,8 @@ std::vector<std::uint64_t> ShardRouter::send_batch(std::string_view topic,
                                 i, m.key ? "key" : "dedup key", partition, s, server, topic));
       }
     }
-    if (!server.empty()) return send_on(registry_.server(server));
-    return on_a_holder(p, send_on);
+    if (!server.empty()) return send_to(server);
+    return on_a_holder(p, send_to);
   });
 }
 
@@ -323,17 +418,8 @@ auto ShardRouter::claim_waiting(std::string_view topic, std::string_view group, 
     // fires a subscription. Look again at least every second (a server back from an outage).
     const ShardMap p = must(topic);
     auto wake = std::make_shared<Wake>();
-    std::vector<std::shared_ptr<Subscriber>> subscriptions;
-    for (const std::string& s : p.holders()) {
-      if (registry_.is_down(s)) continue;
-      try {
-        subscriptions.push_back(
-            internal::subscribe(registry_.server(s), topic, group, [wake] { wake->fire(); }));
-      } catch (const Error& e) {
-        if (e.code() != Errc::kUnavailable) throw;
-        registry_.mark_down(s);
-      }
-    }
+    std::vector<std::shared_ptr<Subscriber>> subscriptions =
+        subscribe_each(p, group, [wake] { wake->fire(); });
     got = routed(topic, claim);
     woken = !got && wake->wait_until(std::min(deadline, std::chrono::steady_clock::now() +
                                                                std::chrono::seconds(1)));
@@ -346,36 +432,126 @@ auto ShardRouter::claim_waiting(std::string_view topic, std::string_view group, 
   return got;
 }
 
+std::vector<std::shared_ptr<Subscriber>> ShardRouter::subscribe_each(
+    const ShardMap& p, std::string_view group, const std::function<void()>& wake) {
+  // On each server at once (a subscription reads the topic's layout, which may wait on the
+  // server); one that does not answer in time is ended when it does.
+  using Subscription = std::shared_ptr<Subscriber>;
+  auto end = [](Subscription& sub) {
+    sub->cancel();
+    sub->waiter->forget(*sub);
+  };
+  Visits<Subscription> visits(
+      registry_.visits(),
+      hooks_of<Subscription>(registry_, [end](const std::string&, Subscription&& late) mutable {
+        end(late);
+      }));
+  for (const std::string& s : p.holders()) {
+    if (registry_.is_down(s)) continue;
+    visits.start(s, [&registry = registry_, s, topic = p.topic, group = std::string(group), wake] {
+      return internal::subscribe(registry.server(s), topic, group, wake);
+    });
+  }
+  visits.wait_until(visit_deadline(0));
+  visits.abandon();
+  std::vector<Subscription> out;
+  std::exception_ptr failed;
+  for (std::size_t i = 0; i < visits.size(); ++i) {
+    if (!visits.done(i)) continue;
+    try {
+      out.push_back(visits.take(i));
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnavailable) {
+        failed = std::current_exception();
+        continue;
+      }
+      registry_.mark_down(visits.server(i));
+    }
+  }
+  if (failed) {
+    for (Subscription& sub : out) end(sub);
+    std::rethrow_exception(failed);
+  }
+  return out;
+}
+
 std::vector<Message> ShardRouter::claim_round(const ShardMap& p, std::string_view topic,
-                                         const ReceiveOptions& options) {
+                                              const ReceiveOptions& options) {
+  // The servers that may have messages, in turn; those known to be down count as failed.
+  struct Holder {
+    std::string server;
+    std::vector<int> partitions;
+  };
   const std::vector<std::string> holders = p.holders();
   const std::size_t first = turn_.fetch_add(1) % holders.size();
-  std::vector<Message> got;
+  std::vector<Holder> open;
   std::optional<Error> last;
   std::size_t tried = 0, failed = 0;
   for (std::size_t i = 0; i < holders.size(); ++i) {
-    if (got.size() >= static_cast<std::size_t>(options.max_messages)) break;
     const std::string& s = holders[(first + i) % holders.size()];
-    ReceiveOptions one = options;
-    one.wait = Micros{0};
-    one.max_messages = options.max_messages - static_cast<int>(got.size());
-    one.partitions = claimable_on(p, s, options.partitions);
-    if (one.partitions.empty()) continue;
+    std::vector<int> partitions = claimable_on(p, s, options.partitions);
+    if (partitions.empty()) continue;
     ++tried;
     if (registry_.is_down(s)) {
       ++failed;
       continue;
     }
-    try {
-      for (Message& m : internal::receive(registry_.server(s), topic, one)) {
-        got.push_back(std::move(m));
-      }
-    } catch (const Error& e) {
-      if (e.code() != Errc::kUnavailable) throw;
-      registry_.mark_down(s);
-      last = e;
-      ++failed;
+    open.push_back({s, std::move(partitions)});
+  }
+  // Each pass asks the open servers at once, sharing out what is still wanted (the first ones
+  // in turn get one more), so that no more is claimed than asked for. A server that gave its
+  // whole share may have more and stays open for the next pass, as do those not asked yet. A
+  // server that does not answer in time is left behind: what its claim leased is given back
+  // when it ends (a lease made the abandoned claim safe either way).
+  std::vector<Message> got;
+  const auto wanted = static_cast<std::size_t>(options.max_messages);
+  const std::string topic_name(topic);
+  while (!open.empty() && got.size() < wanted) {
+    const std::size_t want = wanted - got.size();
+    const std::size_t asked = std::min(open.size(), want);
+    Visits<std::vector<Message>> visits(
+        registry_.visits(),
+        hooks_of<std::vector<Message>>(
+            registry_, [&registry = registry_, topic_name](const std::string& s,
+                                                           std::vector<Message>&& late) {
+              std::vector<std::string> receipts;
+              for (const Message& m : late) receipts.push_back(m.receipt);
+              internal::release(registry.server(s), topic_name, receipts);
+            }));
+    std::vector<std::size_t> shares;
+    for (std::size_t k = 0; k < asked; ++k) {
+      shares.push_back(want / asked + (k < want % asked ? 1 : 0));
+      ReceiveOptions one = options;
+      one.wait = Micros{0};
+      one.max_messages = static_cast<int>(shares.back());
+      one.partitions = open[k].partitions;
+      visits.start(open[k].server, [&registry = registry_, s = open[k].server, topic_name, one] {
+        return internal::receive(registry.server(s), topic_name, one);
+      });
     }
+    visits.wait_until(visit_deadline(want));
+    visits.abandon();
+    std::vector<Holder> next;
+    for (std::size_t k = 0; k < asked; ++k) {
+      if (!visits.done(k)) {
+        last = not_answering(open[k].server, "a claim");
+        ++failed;
+        continue;
+      }
+      try {
+        std::vector<Message> some = visits.take(k);
+        const bool whole_share = some.size() >= shares[k];
+        for (Message& m : some) got.push_back(std::move(m));
+        if (whole_share) next.push_back(std::move(open[k]));
+      } catch (const Error& e) {
+        if (e.code() != Errc::kUnavailable) throw;
+        registry_.mark_down(open[k].server);
+        last = e;
+        ++failed;
+      }
+    }
+    for (std::size_t k = asked; k < open.size(); ++k) next.push_back(std::move(open[k]));
+    open = std::move(next);
   }
   // Every server that could have had messages failed (none answered "empty"): say so.
   if (got.empty() && last && failed == tried) throw *last;
@@ -393,9 +569,103 @@ std::vector<Message> ShardRouter::receive(std::string_view topic, const ReceiveO
   return got ? std::move(*got) : std::vector<Message>{};
 }
 
+namespace {
+
+// One exactly-once visit whose handler runs on the caller's thread: the visit's thread claims
+// in its transaction and hands the messages over, the caller runs the handler on that
+// transaction and hands back, the visit's thread commits. Until the hand-over the caller may
+// give up on the visit; the visit then rolls back before any handler runs (nothing was
+// claimed, no attempt counted).
+struct HandOver {
+  enum class State { kClaiming, kHandlerWanted, kHandlerDone, kEnded };
+  std::mutex mutex;
+  std::condition_variable changed;
+  State state = State::kClaiming;
+  bool abandoned = false;
+  Transaction* transaction = nullptr;
+  std::span<const Message> messages;
+  std::exception_ptr handler_error;
+  std::size_t processed = 0;
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+std::size_t ShardRouter::process_on(const std::string& server, std::string_view topic,
+                                    const ProcessOptions& one,
+                                    const TransactionalHandler& handler) {
+  auto h = std::make_shared<HandOver>();
+  registry_.visits().run([h, &registry = registry_, server, topic = std::string(topic), one] {
+    std::size_t processed = 0;
+    std::exception_ptr error;
+    try {
+      processed = internal::process(
+          registry.server(server), topic, one, [h](Transaction& tx, std::span<const Message> m) {
+            std::unique_lock lock(h->mutex);
+            if (h->abandoned) {
+              // Retryable, so not counted as the handler's failed attempt (exactly_once.cc).
+              throw Error(Errc::kUnavailable, "the caller went on without this server");
+            }
+            h->transaction = &tx;
+            h->messages = m;
+            h->handler_error = nullptr;
+            h->state = HandOver::State::kHandlerWanted;
+            h->changed.notify_all();
+            h->changed.wait(lock, [&] { return h->state == HandOver::State::kHandlerDone; });
+            h->state = HandOver::State::kClaiming;
+            if (h->handler_error) std::rethrow_exception(h->handler_error);
+          });
+    } catch (...) {
+      error = std::current_exception();
+    }
+    bool abandoned;
+    {
+      std::lock_guard lock(h->mutex);
+      h->processed = processed;
+      h->error = error;
+      h->state = HandOver::State::kEnded;
+      abandoned = h->abandoned;
+    }
+    h->changed.notify_all();
+    if (abandoned) registry.unstalled(server);
+  });
+  std::unique_lock lock(h->mutex);
+  bool handed_over = false;  // once the handler ran, its work is in the transaction: wait
+  for (;;) {
+    auto moved = [&] { return h->state != HandOver::State::kClaiming; };
+    if (handed_over) {
+      h->changed.wait(lock, moved);
+    } else if (!h->changed.wait_until(lock, visit_deadline(static_cast<std::size_t>(one.max_messages)), moved)) {
+      h->abandoned = true;
+      registry_.stalled(server);  // under the lock: before the visit's end says unstalled
+      throw not_answering(server, "a claim for process");
+    }
+    if (h->state == HandOver::State::kEnded) {
+      if (h->error) std::rethrow_exception(h->error);
+      return h->processed;
+    }
+    // kHandlerWanted: run it here, on the caller's thread.
+    handed_over = true;
+    Transaction& tx = *h->transaction;
+    const std::span<const Message> messages = h->messages;
+    lock.unlock();
+    std::exception_ptr failed;
+    try {
+      handler(tx, messages);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    lock.lock();
+    h->handler_error = failed;
+    h->state = HandOver::State::kHandlerDone;
+    h->changed.notify_all();
+    h->changed.wait(lock, [&] { return h->state != HandOver::State::kHandlerDone; });
+  }
+}
+
 std::size_t ShardRouter::process_round(const ShardMap& p, std::string_view topic,
-                                  const ProcessOptions& options,
-                                  const TransactionalHandler& handler) {
+                                       const ProcessOptions& options,
+                                       const TransactionalHandler& handler) {
   const std::vector<std::string> holders = p.holders();
   const std::size_t first = turn_.fetch_add(1) % holders.size();
   std::optional<Error> last;
@@ -412,9 +682,7 @@ std::size_t ShardRouter::process_round(const ShardMap& p, std::string_view topic
       continue;
     }
     try {
-      if (std::size_t n = internal::process(registry_.server(s), topic, one, handler); n > 0) {
-        return n;
-      }
+      if (std::size_t n = process_on(s, topic, one, handler); n > 0) return n;
     } catch (const Error& e) {
       if (e.code() != Errc::kUnavailable) throw;
       registry_.mark_down(s);
@@ -452,11 +720,39 @@ std::vector<Settle> ShardRouter::ack(std::string_view topic, std::span<const std
       const std::string s = server_of_id(p, Receipt::parse(receipts[i]).id);
       if (!s.empty()) by_server[s].push_back(i);
     }
+    // Each server's receipts at once; a server that does not answer in time is left behind
+    // (its acknowledgements may still land when it answers again) and the call says so once
+    // the others are settled.
+    const std::string topic_name(topic);
+    Visits<std::vector<Settle>> visits(registry_.visits(), hooks_of<std::vector<Settle>>(registry_));
+    std::vector<const std::vector<std::size_t>*> order;
+    std::vector<std::string> slow;
     for (const auto& [s, indices] : by_server) {
+      if (registry_.is_stalled(s)) {  // left a visit unanswered: not asked again meanwhile
+        slow.push_back(s);
+        continue;
+      }
       std::vector<std::string> some;
       for (std::size_t i : indices) some.push_back(receipts[i]);
-      const std::vector<Settle> got = internal::ack(registry_.server(s), topic, some);
-      for (std::size_t k = 0; k < indices.size(); ++k) out[indices[k]] = got[k];
+      visits.start(s, [&registry = registry_, s = s, topic_name, some = std::move(some)] {
+        return internal::ack(registry.server(s), topic_name, some);
+      });
+      order.push_back(&indices);
+    }
+    visits.wait_until(visit_deadline(pending.size()));
+    for (std::string& s : visits.abandon()) slow.push_back(std::move(s));
+    for (std::size_t v = 0; v < order.size(); ++v) {
+      if (!visits.done(v)) continue;
+      const std::vector<Settle> got = visits.take(v);
+      for (std::size_t k = 0; k < order[v]->size(); ++k) out[(*order[v])[k]] = got[k];
+    }
+    if (!slow.empty()) {
+      throw Error(Errc::kUnavailable,
+                  fmt::format("{} (the receipts of the other servers were settled; those of "
+                              "'{}' may or may not be: a message not acknowledged is delivered "
+                              "again when its lease ends)",
+                              not_answering(slow.front(), "an acknowledgement").what(),
+                              slow.front()));
     }
     // A receipt of a partition that moved settles where it lives now.
     std::vector<std::size_t> missing;
@@ -483,7 +779,8 @@ Settle ShardRouter::settle_one(std::string_view topic, std::string_view receipt,
   for (int round = 0;; ++round) {
     const std::string s = server_of_id(p, id);
     if (s.empty()) return Settle::kNotFound;
-    const Settle got = fn(registry_.server(s));
+    if (registry_.is_stalled(s)) throw not_answering(s, "an earlier call");
+    const Settle got = on_one<Settle>(s, "a settle", 1, fn);
     if (got != Settle::kNotFound || round > 0) return got;
     // A receipt of a partition that moved settles where it lives now.
     const ShardMap fresh = must(topic, true);
@@ -494,13 +791,15 @@ Settle ShardRouter::settle_one(std::string_view topic, std::string_view receipt,
 
 Settle ShardRouter::nack(std::string_view topic, std::string_view receipt,
                     std::optional<Micros> delay) {
-  return settle_one(topic, receipt, [&](QueueContext& q) {
+  return settle_one(topic, receipt, [topic = std::string(topic), receipt = std::string(receipt),
+                                      delay](QueueContext& q) {
     return internal::nack(q, topic, receipt, delay);
   });
 }
 
 Settle ShardRouter::extend(std::string_view topic, std::string_view receipt, Micros lease) {
-  return settle_one(topic, receipt, [&](QueueContext& q) {
+  return settle_one(topic, receipt, [topic = std::string(topic), receipt = std::string(receipt),
+                                      lease](QueueContext& q) {
     return internal::extend(q, topic, receipt, lease);
   });
 }
@@ -524,24 +823,20 @@ std::shared_ptr<Subscriber> ShardRouter::subscribe(const ShardMap& p,
   // One subscription that fires once, when any server's does.
   auto all = std::make_shared<Subscriber>(std::move(wake), nullptr);
   std::weak_ptr<Subscriber> weak = all;
-  for (const std::string& s : p.holders()) {
-    if (registry_.is_down(s)) continue;
-    try {
-      all->parts.push_back(internal::subscribe(registry_.server(s), p.topic, group, [weak] {
-        if (auto whole = weak.lock()) whole->fire();
-      }));
-    } catch (const Error& e) {
-      if (e.code() != Errc::kUnavailable) throw;
-      registry_.mark_down(s);
-    }
-  }
+  all->parts = subscribe_each(p, group, [weak] {
+    if (auto whole = weak.lock()) whole->fire();
+  });
   return all;
 }
 
 TopicStats ShardRouter::stats(const ShardMap& p, std::string_view group, std::uint64_t exact_up_to) {
   TopicStats total;
-  for (const std::string& s : p.holders()) {
-    const TopicStats one = internal::stats(registry_.server(s), p.topic, group, exact_up_to);
+  const std::vector<TopicStats> each = on_each<TopicStats>(
+      p.holders(), "the counts of a topic",
+      [topic = p.topic, group = std::string(group), exact_up_to](QueueContext& q) {
+        return internal::stats(q, topic, group, exact_up_to);
+      });
+  for (const TopicStats& one : each) {
     total.topic = one.topic;
     total.group = one.group;
     total.ready += one.ready;
@@ -561,10 +856,12 @@ TopicStats ShardRouter::stats(const ShardMap& p, std::string_view group, std::ui
 std::vector<InFlightMessage> ShardRouter::in_flight(const ShardMap& p, std::string_view group,
                                                std::size_t limit) {
   std::vector<InFlightMessage> all;
-  for (const std::string& s : p.holders()) {
-    for (InFlightMessage& m : internal::in_flight(registry_.server(s), p.topic, group, limit)) {
-      all.push_back(std::move(m));
-    }
+  for (std::vector<InFlightMessage>& some : on_each<std::vector<InFlightMessage>>(
+           p.holders(), "a listing of messages in flight",
+           [topic = p.topic, group = std::string(group), limit](QueueContext& q) {
+             return internal::in_flight(q, topic, group, limit);
+           })) {
+    for (InFlightMessage& m : some) all.push_back(std::move(m));
   }
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   if (all.size() > limit) all.resize(limit);
@@ -574,10 +871,12 @@ std::vector<InFlightMessage> ShardRouter::in_flight(const ShardMap& p, std::stri
 std::vector<DeadLetter> ShardRouter::dead_letters(const ShardMap& p, std::string_view group,
                                              std::size_t limit) {
   std::vector<DeadLetter> all;
-  for (const std::string& s : p.holders()) {
-    for (DeadLetter& m : internal::dead_letters(registry_.server(s), p.topic, group, limit)) {
-      all.push_back(std::move(m));
-    }
+  for (std::vector<DeadLetter>& some : on_each<std::vector<DeadLetter>>(
+           p.holders(), "a listing of dead letters",
+           [topic = p.topic, group = std::string(group), limit](QueueContext& q) {
+             return internal::dead_letters(q, topic, group, limit);
+           })) {
+    for (DeadLetter& m : some) all.push_back(std::move(m));
   }
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   if (all.size() > limit) all.resize(limit);
@@ -786,7 +1085,7 @@ void insert_copies(Connection& c, const CopiedRows& t, bool ignore,
 
 void ShardRouter::move_partition(std::string_view topic, int partition, std::string_view target) {
   check_topic_name(target);
-  ShardMap p = must(topic, true);
+  ShardMap p = exact(topic);
   if (partition < 0 || partition >= static_cast<int>(p.partitions.size())) {
     throw Error(Errc::kInvalidArgument,
                 fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}", topic,
@@ -812,7 +1111,7 @@ void ShardRouter::move_partition(std::string_view topic, int partition, std::str
       throw Error(Errc::kAborted,
                   fmt::format("the placement of topic '{}' changed meanwhile; try again", topic));
     }
-    p = must(topic, true);
+    p = exact(topic);
   }
 
   // 2. The topic on the target, with the source's groups under the same numbers.

@@ -58,8 +58,11 @@ class ShardRouter {
   void move_partition(std::string_view topic, int partition, std::string_view server);
 
  private:
-  // The shard map of a topic that must be sharded (kNotFound otherwise).
+  // The shard map of a topic that must be sharded (kNotFound otherwise); read again when
+  // `fresh`, unless the catalog's server does not answer in time (ShardRegistry::shard_map).
   ShardMap must(std::string_view topic, bool fresh = false);
+  // The same read from the catalog now, however long that takes (a partition move).
+  ShardMap exact(std::string_view topic);
   // Runs fn(shard map) again with a fresh shard map, for up to 30 s, while a server says that a
   // partition is not placed on it (a move, or this client's shard map is out of date).
   template <typename F>
@@ -72,10 +75,32 @@ class ShardRouter {
                                    const ReceiveOptions& options);
   std::size_t process_round(const ShardMap& p, std::string_view topic,
                             const ProcessOptions& options, const TransactionalHandler& handler);
-  // Runs fn(context) on one holder of the topic, in turn, going on to the next on kUnavailable
+  // A subscription on each holder of the topic that is not down, made at once (visits.h).
+  std::vector<std::shared_ptr<Subscriber>> subscribe_each(const ShardMap& p, std::string_view group,
+                                                          const std::function<void()>& wake);
+  // One exactly-once visit to `server` (a process round's), its handler run on this thread.
+  std::size_t process_on(const std::string& server, std::string_view topic,
+                         const ProcessOptions& one, const TransactionalHandler& handler);
+  // fn(context) on each of `servers` at once, in their order; kUnavailable naming a server
+  // that did not answer in time (visits.h), whose visit is left behind. fn is copied into each
+  // visit: it must own what it uses (an abandoned visit outlives the call).
+  template <typename T>
+  std::vector<T> on_each(const std::vector<std::string>& servers, std::string_view what,
+                         const std::function<T(QueueContext&)>& fn);
+  // The same on one server, for a call about `items` messages.
+  template <typename T>
+  T on_one(const std::string& server, std::string_view what, std::size_t items,
+           std::function<T(QueueContext&)> fn);
+  // Runs fn(server) for one holder of the topic, in turn, going on to the next on kUnavailable
   // (an unkeyed send: any server will do).
   template <typename F>
-  auto on_a_holder(const ShardMap& p, F&& fn) -> decltype(fn(std::declval<QueueContext&>()));
+  auto on_a_holder(const ShardMap& p, F&& fn) -> decltype(fn(std::declval<const std::string&>()));
+  // A send of `items` messages, `bytes` in all, to `server` on a visit thread (visits.h): one
+  // that the server does not answer in time ends in kCommitUnknown (it commits if the server
+  // answers again), and a server that left a call unanswered gets kUnavailable at once.
+  template <typename T>
+  T send_visit(const std::string& server, std::size_t items, std::size_t bytes,
+               std::function<T(QueueContext&)> fn);
   // nack and extend: fn(context of the receipt's server), again where the partition lives now
   // when it moved.
   template <typename F>

@@ -109,6 +109,11 @@ constexpr std::int64_t kWriterChangeWindowUs = 30'000'000;
 // (after the pool's reconnect attempts) and the server is then skipped for a while; a gap near
 // the whole outage (3 to 6 s and the restart) would mean that sends wait for the dead server.
 constexpr double kUnkeyedGapSeconds = 3.0;
+// ... and the longest time without a delivery while one server is frozen (SIGSTOP: it accepts
+// connections and answers nothing): receive, process, ack and send go on without a server that
+// has not answered within a second (src/shards/visits.h). The unkeyed producer keeps the kill's
+// bound: its send in flight on the frozen server ends in commit_unknown after that second.
+constexpr double kFrozenServerGapSeconds = 2.0;
 
 struct GroupResult {
   std::string name;
@@ -569,17 +574,18 @@ class Checker {
         "server), {} refused (keys on several servers)\n",
         keyed_batches_ok, mixed_batches_ok, batches_refused_);
     fmt::print(
-        "\nserver kills (s: at = since the faults began; down = from the kill -9 until the "
-        "restarted server accepted connections; the longest gap without a successful unkeyed "
-        "send, of the unkeyed producer and of all producers, and without a delivery (receive+ack "
-        "and Worker), from the last success before the kill to the first after the restart; "
-        "bound for the unkeyed producer and deliveries {:.1f} s)\n",
-        kUnkeyedGapSeconds);
-    fmt::print("{:<6} {:>7} {:>6} {:>5} {:>16} {:>11} {:>10} {:>9} {:>11} {:>15} {:>14} {:>12}\n",
-               "server", "catalog", "at", "down", "unkeyed producer", "all unkeyed",
+        "\nserver faults (s: at = since the faults began; down = from the kill -9 until the "
+        "restarted server accepted connections, or from SIGSTOP to SIGCONT; the longest gap "
+        "without a successful unkeyed send, of the unkeyed producer and of all producers, and "
+        "without a delivery (receive+ack and Worker), from the last success before the fault to "
+        "the first after its end; bound for the unkeyed producer {:.1f} s, for deliveries {:.1f} s "
+        "after a kill and {:.1f} s during a freeze)\n",
+        kUnkeyedGapSeconds, kUnkeyedGapSeconds, kFrozenServerGapSeconds);
+    fmt::print("{:<6} {:<6} {:>7} {:>6} {:>5} {:>16} {:>11} {:>10} {:>9} {:>11} {:>15} {:>14} {:>12}\n",
+               "server", "fault", "catalog", "at", "down", "unkeyed producer", "all unkeyed",
                "deliveries", "processed", "keyed to it", "keyed to others", "unkeyed failed",
                "claim errors");
-    double worst = 0, worst_down = 0;
+    double worst = 0, worst_down = 0, worst_frozen_deliveries = -1;
     for (const ShardFault& f : r.faults) {
       const std::int64_t back = f.back_us != 0 ? f.back_us : r.producers_stopped_us;
       const double producer = longest_gap(unkeyed_producer_ok_at_, f.at_us, back);
@@ -607,21 +613,25 @@ class Checker {
         (here ? (sent ? here_ok : here_failed) : (sent ? there_ok : there_failed))++;
       }
       const double down = static_cast<double>(back - f.at_us) / 1e6;
-      const bool held = f.back_us != 0 && producer >= 0 && producer <= kUnkeyedGapSeconds &&
-                        deliveries >= 0 && deliveries <= kUnkeyedGapSeconds;
+      const bool frozen = f.kind == "freeze";
+      const double bound = frozen ? kFrozenServerGapSeconds : kUnkeyedGapSeconds;
+      const bool held = f.back_us != 0 && deliveries >= 0 && deliveries <= bound &&
+                        producer >= 0 && producer <= kUnkeyedGapSeconds;
       ok = ok && held;
-      if (producer > worst) {
+      if (frozen) {
+        worst_frozen_deliveries = std::max(worst_frozen_deliveries, deliveries);
+      } else if (producer > worst) {
         worst = producer;
         worst_down = down;
       }
-      fmt::print("{:<6} {:>7} {:>6.1f} {:>5.1f} {:>16} {:>11} {:>10} {:>9} {:>11} {:>15} {:>14} {:>12}{}\n",
-                 fmt::format("s{}", f.server), f.catalog ? "yes" : "no",
+      fmt::print("{:<6} {:<6} {:>7} {:>6.1f} {:>5.1f} {:>16} {:>11} {:>10} {:>9} {:>11} {:>15} {:>14} {:>12}{}\n",
+                 fmt::format("s{}", f.server), f.kind, f.catalog ? "yes" : "no",
                  static_cast<double>(f.at_us - r.faults_started_us) / 1e6, down,
                  seconds(producer), seconds(all), seconds(deliveries), seconds(processed),
                  fmt::format("{}/{}", here_ok, here_failed),
                  fmt::format("{}/{}", there_ok, there_failed), unkeyed_failed, claim_errors,
                  held ? "" : f.back_us == 0 ? "  <- not restarted"
-                                            : fmt::format("  <- over {:.1f} s", kUnkeyedGapSeconds));
+                                            : fmt::format("  <- over {:.1f} s", bound));
     }
     // The same measure with no server down, for comparison: the machine's own hiccups.
     double calm = 0;
@@ -642,12 +652,16 @@ class Checker {
         "down, to a partition on it and on the others: succeeded / failed or unknown; claim "
         "errors: receive and process calls that failed meanwhile\n");
     fmt::print(
-        "longest gap of the unkeyed producer: {:.1f} s during an outage of {:.1f} s; {:.1f} s "
-        "with every server up\n",
+        "longest gap of the unkeyed producer: {:.1f} s during a kill's outage of {:.1f} s; {:.1f} "
+        "s with every server up\n",
         worst, worst_down, calm);
+    if (worst_frozen_deliveries >= 0) {
+      fmt::print("longest gap in deliveries while a server was frozen: {:.1f} s (bound {:.1f} s)\n",
+                 worst_frozen_deliveries, kFrozenServerGapSeconds);
+    }
     for (const std::string& n : r.notes) fmt::print("note: {}\n", n);
     for (const std::string& p : r.problems) fmt::print("problem: {}\n", p);
-    if (r.faults.empty()) fmt::print("problem: no server was killed\n");
+    if (r.faults.empty()) fmt::print("problem: no server was killed or frozen\n");
     return ok && r.problems.empty() && !r.faults.empty();
   }
 

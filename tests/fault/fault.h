@@ -135,8 +135,9 @@ struct ClusterRecord {
 struct ShardFault {
   int server = 0;
   bool catalog = false;         // server 1, whose database is the catalog
-  std::int64_t at_us = 0;       // now_us() of the kill -9
-  std::int64_t restart_us = 0;  // the restart began
+  std::string kind = "kill";    // "kill" (kill -9, restart) or "freeze" (SIGSTOP, SIGCONT)
+  std::int64_t at_us = 0;       // now_us() of the kill -9 or SIGSTOP
+  std::int64_t restart_us = 0;  // the restart (or SIGCONT) began
   std::int64_t back_us = 0;     // accepting connections again (0: never)
 };
 

@@ -108,6 +108,28 @@ class ShardServers {
     forget(s);
     return true;
   }
+  // SIGSTOP of server s: it keeps its sockets and accepts connections (the kernel completes
+  // them) but answers nothing, as a host gone dark without resets. Not used by admin()
+  // meanwhile. False when no server ran there.
+  bool freeze(int s) {
+    LocalServerStatus status = LocalServer::status(servers_.at(s - 1));
+    if (!status.pid) return false;
+    frozen_pid_ = *status.pid;
+    ::kill(frozen_pid_, SIGSTOP);
+    up_.at(s - 1) = false;
+    forget(s);
+    return true;
+  }
+  // SIGCONT of the server frozen last.
+  void thaw(int s) {
+    if (frozen_pid_ > 0) ::kill(frozen_pid_, SIGCONT);
+    frozen_pid_ = 0;
+    up_.at(s - 1) = true;
+  }
+  // Leaves no server stopped (the run's end, however it ends).
+  ~ShardServers() {
+    if (frozen_pid_ > 0) ::kill(frozen_pid_, SIGCONT);
+  }
   // Starts server s again (InnoDB crash recovery) and waits until it accepts connections.
   void restart(int s) {
     dsns_.at(s - 1) = LocalServer::ensure_running(servers_.at(s - 1));
@@ -119,17 +141,20 @@ class ShardServers {
   std::vector<std::string> dsns_;
   std::vector<bool> up_;
   std::vector<std::unique_ptr<internal::Connection>> admins_;
+  pid_t frozen_pid_ = 0;
 };
 
-// One server down at a time: kill -9, down for 3 to 6 s (the catalog's 6 to 9 s), restarted; the
-// next kill 2 to 4 s after the restart (in the soak 5 to 20 s); every server in turn from a
-// random order. Driven by the orchestrator's loop.
+// One server faulty at a time, kills and freezes in turn (the first one of either kind): kill -9,
+// down for 3 to 6 s (the catalog's 6 to 9 s), restarted; or SIGSTOP for 6 to 9 s, then
+// SIGCONT. The next fault 2 to 4 s after the restart (in the soak 5 to 20 s); every server in
+// turn from a random order. Driven by the orchestrator's loop.
 class ShardFaults {
  public:
   ShardFaults(ShardServers& servers, ShardRecord& record, std::uint64_t seed, bool soak,
               bool kill_catalog)
       : servers_(servers), record_(record), rng_(seed), soak_(soak), kill_catalog_(kill_catalog) {
     next_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    freeze_next_ = (rng_() & 1) != 0;
   }
 
   bool down() const { return down_ != 0; }
@@ -156,15 +181,22 @@ class ShardFaults {
     ShardFault f;
     f.server = s;
     f.catalog = s == 1;
+    f.kind = freeze_next_ ? "freeze" : "kill";
     f.at_us = now_us();
-    if (!servers_.kill9(s)) return;
+    if (!(freeze_next_ ? servers_.freeze(s) : servers_.kill9(s))) return;
     record_.faults.push_back(f);
     down_ = s;
     // The catalog's server stays down 6 to 9 s: longer than a client keeps a shard map (5 s),
-    // so that the clients must do without the catalog for a while.
-    until_ = now + std::chrono::milliseconds((s == 1 ? 6000 : 3000) + rng_() % 3001);
-    fmt::print("  server {} killed (kill -9){}; gone after {:.1f} s\n", s,
-               s == 1 ? ", the catalog's" : "", static_cast<double>(now_us() - f.at_us) / 1e6);
+    // so that the clients must do without the catalog for a while. A freeze lasts as long, far
+    // past the second after which a call goes on without a server (src/shards/visits.h).
+    until_ = now + std::chrono::milliseconds((s == 1 || freeze_next_ ? 6000 : 3000) + rng_() % 3001);
+    if (freeze_next_) {
+      fmt::print("  server {} frozen (SIGSTOP){}\n", s, s == 1 ? ", the catalog's" : "");
+    } else {
+      fmt::print("  server {} killed (kill -9){}; gone after {:.1f} s\n", s,
+                 s == 1 ? ", the catalog's" : "", static_cast<double>(now_us() - f.at_us) / 1e6);
+    }
+    freeze_next_ = !freeze_next_;
   }
 
   // Ends an outage in progress.
@@ -179,6 +211,17 @@ class ShardFaults {
     // The orchestrator's loop may come late (a fault that waits for its moment, a slow query).
     const double late = std::chrono::duration<double>(std::chrono::steady_clock::now() - until_).count();
     if (late > 1) fmt::print("  (the restart of server {} began {:.1f} s late)\n", down_, late);
+    if (f.kind == "freeze") {
+      servers_.thaw(down_);
+      f.back_us = now_us();
+      fmt::print("  server {} thawed (SIGCONT) after {:.1f} s\n", down_,
+                 static_cast<double>(f.back_us - f.at_us) / 1e6);
+      down_ = 0;
+      next_at_ = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(soak_ ? 5000 + static_cast<int>(rng_() % 15001)
+                                                 : 2000 + static_cast<int>(rng_() % 2001));
+      return;
+    }
     try {
       servers_.restart(down_);
       f.back_us = now_us();
@@ -200,6 +243,7 @@ class ShardFaults {
   std::mt19937_64 rng_;
   bool soak_, kill_catalog_;
   int down_ = 0;
+  bool freeze_next_ = false;
   std::vector<int> order_;
   std::chrono::steady_clock::time_point next_at_, until_;
 };

@@ -2,6 +2,7 @@
 // catalog and server s1; CTest's txmq_server fixture starts s2 and s3 too, in TXMQ_SHARD_HOMES (set
 // by tests/CMakeLists.txt; the environment variable overrides it).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -364,6 +365,91 @@ TEST(Shards, ADownServerStopsOnlyItsPartitions) {
   std::this_thread::sleep_for(std::chrono::seconds(3));  // past the "down" memory
   got = ack_until(*c, topic, got, 40, 50, std::chrono::milliseconds(100));
   EXPECT_EQ(got, 40u) << "s4's messages come back with it";
+  c->drop_topic(topic);
+  c->remove_server("s4");
+}
+
+// A server that accepts connections but answers nothing (SIGSTOP: a host gone dark without
+// resets) holds up only its own partitions: a receive returns the other server's messages
+// within its wait, unkeyed sends go on there, counts fail at once, and the claim left behind
+// gives its messages back when the server answers again (not when their lease ends).
+TEST(Shards, AFrozenServerHoldsUpOnlyItsOwnPartitions) {
+  auto c = spread_client();
+  const PrivateServer s4;
+  c->add_server("s4", s4.dsn);
+  const std::string topic = topic_for_test("frozen");
+  TopicOptions o;
+  o.partitions = 4;
+  o.servers = {"s1", "s4"};
+  o.lease = std::chrono::seconds(60);
+  ASSERT_TRUE(c->create_topic(topic, o));
+  auto on_s4 = [&](std::uint64_t id) { return o.servers[partition_of(id) % 2] == "s4"; };
+  std::size_t on_s4_before = 0;
+  for (int i = 0; i < 20; ++i) on_s4_before += on_s4(c->send(topic, "before"));
+  ASSERT_GT(on_s4_before, 0u);
+  const std::optional<int> pid = LocalServer::status({s4.home}).pid;
+  ASSERT_TRUE(pid.has_value());
+  ASSERT_EQ(::kill(*pid, SIGSTOP), 0);
+  struct Thaw {
+    int pid;
+    bool done = false;
+    void now() {
+      if (!done) ::kill(pid, SIGCONT);
+      done = true;
+    }
+    ~Thaw() { now(); }
+  } thaw{*pid};
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+
+  ReceiveOptions ro;
+  ro.max_messages = 100;
+  ro.wait = std::chrono::seconds(4);
+  auto started = Clock::now();
+  std::vector<Message> got = c->receive(topic, ro);
+  EXPECT_LT(seconds_since(started), 4.0) << "the receive waited for the frozen server";
+  EXPECT_EQ(got.size(), 20 - on_s4_before);
+  for (const Message& m : got) {
+    EXPECT_FALSE(on_s4(m.id));
+    EXPECT_EQ(c->ack(topic, m.receipt), Settle::kOk);
+  }
+
+  started = Clock::now();
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(on_s4(c->send(topic, "during")));
+  EXPECT_LT(seconds_since(started), 4.0) << "unkeyed sends waited for the frozen server";
+  std::string s4_key;
+  for (int i = 0; s4_key.empty(); ++i) {
+    if (internal::partition_of_key(fmt::format("k{}", i), 4) % 2 == 1) s4_key = fmt::format("k{}", i);
+  }
+  SendOptions so;
+  so.key = s4_key;
+  started = Clock::now();
+  try {
+    c->send(topic, "keyed", so);
+    FAIL() << "a send to a frozen server's partition succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kUnavailable) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did not answer"), std::string::npos) << e.what();
+  }
+  try {
+    c->stats(topic);
+    FAIL() << "counts over a frozen server succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kUnavailable) << e.what();
+  }
+  EXPECT_LT(seconds_since(started), 4.0) << "a call to the frozen server waited for it";
+  std::size_t acked = ack_until(*c, topic, 0, 10, 20, std::chrono::milliseconds(0));
+  EXPECT_EQ(acked, 10u) << "the sends made while s4 was frozen";
+
+  // Thawed: the claim left behind gives s4's messages back, with their attempt taken back.
+  thaw.now();
+  started = Clock::now();
+  acked = ack_until(*c, topic, 0, on_s4_before, 100, std::chrono::milliseconds(100),
+                    [](const Message& m) { EXPECT_EQ(m.attempt, 1) << m.id; });
+  EXPECT_EQ(acked, on_s4_before);
+  EXPECT_LT(seconds_since(started), 30.0) << "s4's messages waited for their lease (60 s)";
   c->drop_topic(topic);
   c->remove_server("s4");
 }

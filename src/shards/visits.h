@@ -1,0 +1,170 @@
+// Visits of one call to several servers of a sharded topic, each on a thread of its own, so
+// that a server that accepts but never answers (SIGSTOPped, a host gone dark without resets)
+// holds up only its own visit: the call goes on without it (docs/shards.md, "A server that
+// stops answering").
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace txmq::internal {
+
+// How long a call waits for one server before it goes on without it. A claim, a settle or a
+// count on a healthy server takes milliseconds; one that takes a second is on a server that
+// stopped answering (or is about to be skipped for a moment at no cost: an abandoned claim's
+// messages are given back when it ends, engine/settle.h release).
+inline constexpr auto kSlowVisit = std::chrono::milliseconds(1000);
+
+// Threads for visits, made as needed (at most kMaxThreads; beyond that visits queue) and kept
+// for the next ones. The destructor waits for the visits that still run.
+class VisitPool {
+ public:
+  VisitPool() = default;
+  VisitPool(const VisitPool&) = delete;
+  VisitPool& operator=(const VisitPool&) = delete;
+  ~VisitPool();
+
+  void run(std::function<void()> task);
+
+ private:
+  static constexpr std::size_t kMaxThreads = 256;
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> threads_;
+  std::size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
+// The visits of one call: fn(server) -> T on the pool for each server, waited for together.
+// A visit still running when the call stops waiting is abandoned: `late` gets its result when
+// it ends (to give back what it claimed), and `stalled` / `unstalled` bracket the wait for it
+// (the registry skips the server meanwhile).
+template <typename T>
+class Visits {
+ public:
+  struct Hooks {
+    std::function<void(const std::string& server)> stalled, unstalled;
+    std::function<void(const std::string& server, T&& late)> late;  // may be empty
+  };
+
+  Visits(VisitPool& pool, Hooks hooks)
+      : pool_(pool), shared_(std::make_shared<Shared>()) {
+    shared_->hooks = std::move(hooks);
+  }
+  Visits(const Visits&) = delete;
+  Visits& operator=(const Visits&) = delete;
+  ~Visits() { abandon(); }
+
+  // Starts fn() for `server`; returns its index.
+  std::size_t start(std::string server, std::function<T()> fn) {
+    std::size_t index;
+    {
+      std::lock_guard lock(shared_->mutex);
+      index = shared_->slots.size();
+      shared_->slots.emplace_back().server = std::move(server);
+    }
+    pool_.run([shared = shared_, index, fn = std::move(fn)] {
+      std::optional<T> value;
+      std::exception_ptr error;
+      try {
+        value.emplace(fn());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::unique_lock lock(shared->mutex);
+      Slot& slot = shared->slots[index];
+      slot.done = true;
+      if (!slot.abandoned) {
+        slot.value = std::move(value);
+        slot.error = error;
+        lock.unlock();
+        shared->done.notify_all();
+        return;
+      }
+      const std::string name = slot.server;
+      lock.unlock();
+      try {
+        if (value && shared->hooks.late) shared->hooks.late(name, std::move(*value));
+      } catch (...) {  // best effort: what is not given back comes back when its lease ends
+      }
+      shared->hooks.unstalled(name);
+    });
+    return index;
+  }
+
+  // Waits until every visit ended or `until`. True when all ended.
+  bool wait_until(std::chrono::steady_clock::time_point until) {
+    std::unique_lock lock(shared_->mutex);
+    return shared_->done.wait_until(lock, until, [&] {
+      for (const Slot& s : shared_->slots) {
+        if (!s.done && !s.abandoned) return false;
+      }
+      return true;
+    });
+  }
+
+  // Gives up on the visits still running (the servers are reported stalled). Returns the
+  // servers given up on.
+  std::vector<std::string> abandon() {
+    std::vector<std::string> servers;
+    // Under the lock: a visit that ends meanwhile reports `unstalled` only after `stalled`.
+    std::lock_guard lock(shared_->mutex);
+    for (Slot& s : shared_->slots) {
+      if (s.done || s.abandoned) continue;
+      s.abandoned = true;
+      servers.push_back(s.server);
+      shared_->hooks.stalled(s.server);
+    }
+    return servers;
+  }
+
+  std::size_t size() const {
+    std::lock_guard lock(shared_->mutex);
+    return shared_->slots.size();
+  }
+  const std::string& server(std::size_t i) const { return shared_->slots[i].server; }
+  // After wait_until: whether visit i ended (false: still running, or abandoned).
+  bool done(std::size_t i) const {
+    std::lock_guard lock(shared_->mutex);
+    return shared_->slots[i].done && !shared_->slots[i].abandoned;
+  }
+  // The result of an ended visit; rethrows its exception.
+  T take(std::size_t i) {
+    std::lock_guard lock(shared_->mutex);
+    Slot& s = shared_->slots[i];
+    if (s.error) std::rethrow_exception(s.error);
+    return std::move(*s.value);
+  }
+
+ private:
+  struct Slot {
+    std::string server;
+    bool done = false, abandoned = false;
+    std::optional<T> value;
+    std::exception_ptr error;
+  };
+  struct Shared {
+    mutable std::mutex mutex;
+    std::condition_variable done;
+    std::deque<Slot> slots;  // a deque: a running visit's slot stays where it is
+    Hooks hooks;
+  };
+
+  VisitPool& pool_;
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace txmq::internal
