@@ -376,14 +376,20 @@ TEST(Shards, ADownServerStopsOnlyItsPartitions) {
 TEST(Shards, AFrozenServerHoldsUpOnlyItsOwnPartitions) {
   auto c = spread_client();
   const PrivateServer s4;
-  c->add_server("s4", s4.dsn);
+  // Its own name: the tests share the catalog and may run at once (and a run that failed here
+  // left it recorded with its own server's DSN).
+  try {
+    c->remove_server("frozen4");
+  } catch (const Error&) {
+  }
+  c->add_server("frozen4", s4.dsn);
   const std::string topic = topic_for_test("frozen");
   TopicOptions o;
   o.partitions = 4;
-  o.servers = {"s1", "s4"};
+  o.servers = {"s1", "frozen4"};
   o.lease = std::chrono::seconds(60);
   ASSERT_TRUE(c->create_topic(topic, o));
-  auto on_s4 = [&](std::uint64_t id) { return o.servers[partition_of(id) % 2] == "s4"; };
+  auto on_s4 = [&](std::uint64_t id) { return o.servers[partition_of(id) % 2] == "frozen4"; };
   std::size_t on_s4_before = 0;
   for (int i = 0; i < 20; ++i) on_s4_before += on_s4(c->send(topic, "before"));
   ASSERT_GT(on_s4_before, 0u);
@@ -451,7 +457,7 @@ TEST(Shards, AFrozenServerHoldsUpOnlyItsOwnPartitions) {
   EXPECT_EQ(acked, on_s4_before);
   EXPECT_LT(seconds_since(started), 30.0) << "s4's messages waited for their lease (60 s)";
   c->drop_topic(topic);
-  c->remove_server("s4");
+  c->remove_server("frozen4");
 }
 
 // The catalog's server holds partitions too; while it is down the client goes on with the
