@@ -498,17 +498,20 @@ std::vector<Message> ShardRouter::claim_round(const ShardMap& p, std::string_vie
     }
     open.push_back({s, std::move(partitions)});
   }
-  // Each pass asks the open servers at once, sharing out what is still wanted (the first ones
-  // in turn get one more), so that no more is claimed than asked for. A server that gave its
-  // whole share may have more and stays open for the next pass, as do those not asked yet. A
-  // server that does not answer in time is left behind: what its claim leased is given back
-  // when it ends (a lease made the abandoned claim safe either way).
+  // The first pass asks the first server in turn for everything (a busy topic's receive is
+  // one claim, one transaction, as on one server: sharing out every receive between the
+  // servers measured 0.4x the messages a second with three). Each later pass asks the open
+  // servers at once, sharing out what is still wanted (the first ones in turn get one more),
+  // so that no more is claimed than asked for. A server that gave its whole share may have
+  // more and stays open for the next pass, as do those not asked yet. A server that does not
+  // answer in time is left behind: what its claim leased is given back when it ends (a lease
+  // made the abandoned claim safe either way).
   std::vector<Message> got;
   const auto wanted = static_cast<std::size_t>(options.max_messages);
   const std::string topic_name(topic);
-  while (!open.empty() && got.size() < wanted) {
+  for (bool first_pass = true; !open.empty() && got.size() < wanted; first_pass = false) {
     const std::size_t want = wanted - got.size();
-    const std::size_t asked = std::min(open.size(), want);
+    const std::size_t asked = first_pass ? 1 : std::min(open.size(), want);
     Visits<std::vector<Message>> visits(
         registry_.visits(),
         hooks_of<std::vector<Message>>(
