@@ -34,6 +34,21 @@ Pool::Handle Pool::acquire(Work work) {
   }
 }
 
+namespace {
+
+thread_local std::atomic<std::int64_t>* t_acquisitions = nullptr;
+
+void note_acquisition() {
+  if (t_acquisitions == nullptr) return;
+  t_acquisitions->store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count());
+}
+
+}  // namespace
+
+void Pool::note_acquisitions(std::atomic<std::int64_t>* at) { t_acquisitions = at; }
+
 std::optional<Pool::Handle> Pool::try_acquire(Work work) {
   Dsn writer_dsn;
   auto [dsn, generation] = target(writer_dsn);
@@ -49,6 +64,7 @@ std::optional<Pool::Handle> Pool::try_acquire(Work work) {
       connection = std::move(idle_.back());
       idle_.pop_back();
       lock.unlock();
+      note_acquisition();
       if (connection->generation() != generation ||
           (std::chrono::steady_clock::now() - connection->last_used() >= kPingAfterIdle &&
            !connection->ping())) {
@@ -60,6 +76,7 @@ std::optional<Pool::Handle> Pool::try_acquire(Work work) {
     } else if (open_ < max_size_) {
       ++open_;
       lock.unlock();
+      note_acquisition();
       try {
         connection = open(*dsn, generation);
         connected();
@@ -112,6 +129,7 @@ std::unique_ptr<Connection> Pool::open(const Dsn& dsn, std::uint64_t generation)
 std::unique_ptr<Connection> Pool::connect() {
   Dsn writer_dsn;
   auto [dsn, generation] = target(writer_dsn);
+  note_acquisition();
   try {
     return open(*dsn, generation);
   } catch (const Error&) {

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -89,6 +91,12 @@ class Pool {
   const Dsn& dsn() const { return dsn_; }
   // The cluster behind a host list; nullptr for one server.
   Cluster* cluster() { return cluster_.get(); }
+
+  // For the calling thread from now on (nullptr: no more): each time a pool hands this thread
+  // a connection, or starts connecting for it, *at gets steady_clock's now in nanoseconds,
+  // before the connection is checked. Then the thread waits on the server, no longer for a
+  // free connection (shards/visits.h times only the former).
+  static void note_acquisitions(std::atomic<std::int64_t>* at);
 
   // Closes the idle connections: after one connection was found lost (a server restart, a
   // failover), its idle siblings are most likely lost too.

@@ -112,7 +112,7 @@ std::optional<ShardMap> ShardRegistry::shard_map(std::string_view topic, bool fr
       visits_, {[mark](const std::string&) { mark(true); },
                 [mark](const std::string&) { mark(false); }, {}});
   read.start("catalog", [this, name] { return reload(name); });
-  if (!read.wait_until(std::chrono::steady_clock::now() + kSlowVisit)) {
+  if (!read.wait(kSlowVisit)) {
     read.abandon();
     return had->placement;
   }

@@ -36,10 +36,11 @@ TopicOptions local_options(TopicOptions options) {
   return options;
 }
 
-// How long a call waits for one server's answer about `items` messages before it goes on
-// without that server: kSlowVisit, and more for big claims and settles.
-std::chrono::steady_clock::time_point visit_deadline(std::size_t items) {
-  return std::chrono::steady_clock::now() + kSlowVisit + std::chrono::microseconds(200) * items;
+// How long a call waits on one server for an answer about `items` messages before it goes on
+// without that server: kSlowVisit, and more for big claims and settles (2 ms a message: a
+// claim of 100 messages of 1 MiB is 100 MB to read).
+std::chrono::nanoseconds visit_budget(std::size_t items) {
+  return kSlowVisit + std::chrono::milliseconds(2) * items;
 }
 
 // The registry hears of the servers that a call went on without (skipped until their visit
@@ -64,11 +65,16 @@ Error not_answering(const std::string& server, std::string_view what) {
 template <typename T>
 std::vector<T> ShardRouter::on_each(const std::vector<std::string>& servers, std::string_view what,
                                     const std::function<T(QueueContext&)>& fn) {
+  // A server that left a visit unanswered is not visited again meanwhile (a monitor's counts
+  // every second would otherwise leave a thread a second waiting on it).
+  for (const std::string& s : servers) {
+    if (registry_.is_stalled(s)) throw not_answering(s, "an earlier call");
+  }
   Visits<T> visits(registry_.visits(), hooks_of<T>(registry_));
   for (const std::string& s : servers) {
     visits.start(s, [&registry = registry_, s, fn] { return fn(registry.server(s)); });
   }
-  if (!visits.wait_until(visit_deadline(0))) {
+  if (!visits.wait(visit_budget(0))) {
     const std::vector<std::string> slow = visits.abandon();
     throw not_answering(slow.front(), what);
   }
@@ -84,7 +90,7 @@ T ShardRouter::on_one(const std::string& server, std::string_view what, std::siz
   visits.start(server, [&registry = registry_, server, fn = std::move(fn)] {
     return fn(registry.server(server));
   });
-  if (!visits.wait_until(visit_deadline(items))) {
+  if (!visits.wait(visit_budget(items))) {
     visits.abandon();
     throw not_answering(server, what);
   }
@@ -258,8 +264,7 @@ T ShardRouter::send_visit(const std::string& server, std::size_t items, std::siz
     return fn(registry.server(server));
   });
   // A second, and more for big batches (a few MB a second is slow for any server).
-  const auto until = visit_deadline(items) + std::chrono::microseconds(bytes / 4);
-  if (!visits.wait_until(until)) {
+  if (!visits.wait(visit_budget(items) + std::chrono::microseconds(bytes / 4))) {
     visits.abandon();
     throw Error(Errc::kCommitUnknown,
                 fmt::format("{}: the send may or may not have been made (it commits if the server "
@@ -452,7 +457,7 @@ std::vector<std::shared_ptr<Subscriber>> ShardRouter::subscribe_each(
       return internal::subscribe(registry.server(s), topic, group, wake);
     });
   }
-  visits.wait_until(visit_deadline(0));
+  visits.wait(visit_budget(0));
   visits.abandon();
   std::vector<Subscription> out;
   std::exception_ptr failed;
@@ -532,7 +537,7 @@ std::vector<Message> ShardRouter::claim_round(const ShardMap& p, std::string_vie
         return internal::receive(registry.server(s), topic_name, one);
       });
     }
-    visits.wait_until(visit_deadline(want));
+    visits.wait(visit_budget(want));
     visits.abandon();
     std::vector<Holder> next;
     for (std::size_t k = 0; k < asked; ++k) {
@@ -590,6 +595,8 @@ struct HandOver {
   std::exception_ptr handler_error;
   std::size_t processed = 0;
   std::exception_ptr error;
+  ServerWait since{0};  // Pool::note_acquisitions: the claim's wait on the server
+  std::chrono::steady_clock::time_point made = std::chrono::steady_clock::now();
 };
 
 }  // namespace
@@ -601,6 +608,7 @@ std::size_t ShardRouter::process_on(const std::string& server, std::string_view 
   registry_.visits().run([h, &registry = registry_, server, topic = std::string(topic), one] {
     std::size_t processed = 0;
     std::exception_ptr error;
+    Pool::note_acquisitions(&h->since);
     try {
       processed = internal::process(
           registry.server(server), topic, one, [h](Transaction& tx, std::span<const Message> m) {
@@ -621,6 +629,7 @@ std::size_t ShardRouter::process_on(const std::string& server, std::string_view 
     } catch (...) {
       error = std::current_exception();
     }
+    Pool::note_acquisitions(nullptr);
     bool abandoned;
     {
       std::lock_guard lock(h->mutex);
@@ -633,15 +642,23 @@ std::size_t ShardRouter::process_on(const std::string& server, std::string_view 
     if (abandoned) registry.unstalled(server);
   });
   std::unique_lock lock(h->mutex);
+  const auto budget = visit_budget(static_cast<std::size_t>(one.max_messages));
   bool handed_over = false;  // once the handler ran, its work is in the transaction: wait
   for (;;) {
     auto moved = [&] { return h->state != HandOver::State::kClaiming; };
     if (handed_over) {
       h->changed.wait(lock, moved);
-    } else if (!h->changed.wait_until(lock, visit_deadline(static_cast<std::size_t>(one.max_messages)), moved)) {
-      h->abandoned = true;
-      registry_.stalled(server);  // under the lock: before the visit's end says unstalled
-      throw not_answering(server, "a claim for process");
+    } else {
+      for (;;) {
+        auto look_again = std::chrono::steady_clock::time_point::max();
+        if (moved()) break;
+        if (waited_past(h->since, h->made, budget, look_again)) {
+          h->abandoned = true;
+          registry_.stalled(server);  // under the lock: before the visit's end says unstalled
+          throw not_answering(server, "a claim for process");
+        }
+        h->changed.wait_until(lock, look_again, moved);
+      }
     }
     if (h->state == HandOver::State::kEnded) {
       if (h->error) std::rethrow_exception(h->error);
@@ -742,7 +759,7 @@ std::vector<Settle> ShardRouter::ack(std::string_view topic, std::span<const std
       });
       order.push_back(&indices);
     }
-    visits.wait_until(visit_deadline(pending.size()));
+    visits.wait(visit_budget(pending.size()));
     for (std::string& s : visits.abandon()) slow.push_back(std::move(s));
     for (std::size_t v = 0; v < order.size(); ++v) {
       if (!visits.done(v)) continue;

@@ -17,8 +17,17 @@ void VisitPool::run(std::function<void()> task) {
     tasks_.push_back(std::move(task));
     // A thread per visit waiting to start, up to the bound: visits of one call run at once.
     if (idle_ < tasks_.size() && threads_.size() < kMaxThreads) {
-      threads_.emplace_back([this] { loop(); });
-      return;
+      try {
+        threads_.emplace_back([this] { loop(); });
+        return;
+      } catch (...) {
+        // No thread now: a running one takes the task when it is free; with none, the caller
+        // hears of it.
+        if (threads_.empty()) {
+          tasks_.pop_back();
+          throw;
+        }
+      }
     }
   }
   wake_.notify_one();

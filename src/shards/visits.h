@@ -4,6 +4,7 @@
 // stops answering").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -17,13 +18,43 @@
 #include <thread>
 #include <vector>
 
+#include "db/pool.h"
+
 namespace txmq::internal {
 
 // How long a call waits for one server before it goes on without it. A claim, a settle or a
 // count on a healthy server takes milliseconds; one that takes a second is on a server that
 // stopped answering (or is about to be skipped for a moment at no cost: an abandoned claim's
-// messages are given back when it ends, engine/settle.h release).
+// messages are given back when it ends, engine/settle.h release). Only the wait on the server
+// counts: from the moment the visit got a pooled connection (or began to connect), not the
+// wait for a free connection of a busy pool (Pool::note_acquisitions).
 inline constexpr auto kSlowVisit = std::chrono::milliseconds(1000);
+
+// Nanoseconds of steady_clock since a visit began to wait on its server; 0 while it has not.
+using ServerWait = std::atomic<std::int64_t>;
+
+// A visit that has not begun to wait on its server (no free connection, no thread) is given
+// up on only after this long.
+inline constexpr auto kVisitNotBegun = std::chrono::seconds(10);
+
+// Whether a visit made at `made` that began to wait on its server at `since` (ServerWait)
+// waited `budget` there (or kVisitNotBegun before); else the time to look again (its deadline,
+// or soon while it has not begun).
+inline bool waited_past(const ServerWait& since, std::chrono::steady_clock::time_point made,
+                        std::chrono::nanoseconds budget,
+                        std::chrono::steady_clock::time_point& look_again) {
+  const auto now = std::chrono::steady_clock::now();
+  const std::int64_t at = since.load();
+  if (at == 0) {
+    if (now >= made + kVisitNotBegun) return true;
+    look_again = std::min(look_again, now + std::chrono::milliseconds(20));
+    return false;
+  }
+  const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(at) + budget};
+  if (now >= deadline) return true;
+  look_again = std::min(look_again, deadline);
+  return false;
+}
 
 // Threads for visits, made as needed (at most kMaxThreads; beyond that visits queue) and kept
 // for the next ones. The destructor waits for the visits that still run.
@@ -71,49 +102,48 @@ class Visits {
   // Starts fn() for `server`; returns its index.
   std::size_t start(std::string server, std::function<T()> fn) {
     std::size_t index;
+    auto since = std::make_shared<ServerWait>(0);
     {
       std::lock_guard lock(shared_->mutex);
       index = shared_->slots.size();
-      shared_->slots.emplace_back().server = std::move(server);
+      Slot& slot = shared_->slots.emplace_back();
+      slot.server = std::move(server);
+      slot.since = since;
+      slot.made = std::chrono::steady_clock::now();
     }
-    pool_.run([shared = shared_, index, fn = std::move(fn)] {
-      std::optional<T> value;
-      std::exception_ptr error;
-      try {
-        value.emplace(fn());
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::unique_lock lock(shared->mutex);
-      Slot& slot = shared->slots[index];
-      slot.done = true;
-      if (!slot.abandoned) {
-        slot.value = std::move(value);
-        slot.error = error;
-        lock.unlock();
-        shared->done.notify_all();
-        return;
-      }
-      const std::string name = slot.server;
-      lock.unlock();
-      try {
-        if (value && shared->hooks.late) shared->hooks.late(name, std::move(*value));
-      } catch (...) {  // best effort: what is not given back comes back when its lease ends
-      }
-      shared->hooks.unstalled(name);
-    });
+    try {
+      pool_.run([shared = shared_, index, since, fn = std::move(fn)] {
+        std::optional<T> value;
+        std::exception_ptr error;
+        Pool::note_acquisitions(since.get());
+        try {
+          value.emplace(fn());
+        } catch (...) {
+          error = std::current_exception();
+        }
+        Pool::note_acquisitions(nullptr);
+        finish(*shared, index, std::move(value), error);
+      });
+    } catch (...) {  // no thread to run it: it ended, failed
+      finish(*shared_, index, std::nullopt, std::current_exception());
+    }
     return index;
   }
 
-  // Waits until every visit ended or `until`. True when all ended.
-  bool wait_until(std::chrono::steady_clock::time_point until) {
+  // Waits until every visit ended, or one waited `budget` on its server. True when all ended.
+  bool wait(std::chrono::nanoseconds budget) {
     std::unique_lock lock(shared_->mutex);
-    return shared_->done.wait_until(lock, until, [&] {
+    for (;;) {
+      bool all = true;
+      auto look_again = std::chrono::steady_clock::time_point::max();
       for (const Slot& s : shared_->slots) {
-        if (!s.done && !s.abandoned) return false;
+        if (s.done || s.abandoned) continue;
+        all = false;
+        if (waited_past(*s.since, s.made, budget, look_again)) return false;
       }
-      return true;
-    });
+      if (all) return true;
+      shared_->done.wait_until(lock, look_again);
+    }
   }
 
   // Gives up on the visits still running (the servers are reported stalled). Returns the
@@ -152,6 +182,8 @@ class Visits {
  private:
   struct Slot {
     std::string server;
+    std::shared_ptr<ServerWait> since;
+    std::chrono::steady_clock::time_point made;
     bool done = false, abandoned = false;
     std::optional<T> value;
     std::exception_ptr error;
@@ -162,6 +194,28 @@ class Visits {
     std::deque<Slot> slots;  // a deque: a running visit's slot stays where it is
     Hooks hooks;
   };
+
+  // A visit ended: its result for the caller, or, when the caller gave up on it, for `late`.
+  static void finish(Shared& shared, std::size_t index, std::optional<T> value,
+                     std::exception_ptr error) {
+    std::unique_lock lock(shared.mutex);
+    Slot& slot = shared.slots[index];
+    slot.done = true;
+    if (!slot.abandoned) {
+      slot.value = std::move(value);
+      slot.error = error;
+      lock.unlock();
+      shared.done.notify_all();
+      return;
+    }
+    const std::string name = slot.server;
+    lock.unlock();
+    try {
+      if (value && shared.hooks.late) shared.hooks.late(name, std::move(*value));
+    } catch (...) {  // best effort: what is not given back comes back when its lease ends
+    }
+    shared.hooks.unstalled(name);
+  }
 
   VisitPool& pool_;
   std::shared_ptr<Shared> shared_;

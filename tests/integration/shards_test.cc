@@ -460,6 +460,47 @@ TEST(Shards, AFrozenServerHoldsUpOnlyItsOwnPartitions) {
   c->remove_server("frozen4");
 }
 
+// A server whose connections are all in use (a small pool, a long handler) is busy, not
+// frozen: a call that waits for a free connection is not given up on after a second (only the
+// wait on the server itself counts, src/shards/visits.h).
+TEST(Shards, ABusyPoolIsNotTakenForAFrozenServer) {
+  spread_client();  // s1..s3 recorded
+  ClientOptions co;
+  co.dsn = dsn();
+  co.pool_size = 1;
+  Client c(co);
+  const std::string topic = topic_for_test("busypool");
+  TopicOptions o;
+  o.partitions = 2;
+  o.servers = {"s1", "s2"};
+  ASSERT_TRUE(c.create_topic(topic, o));
+  std::string key;  // a key of partition 1, on s2
+  for (int i = 0; key.empty(); ++i) {
+    if (internal::partition_of_key(fmt::format("k{}", i), 2) == 1) key = fmt::format("k{}", i);
+  }
+  SendOptions so;
+  so.key = key;
+  c.send(topic, "first", so);
+  c.send(topic, "second", so);
+  ProcessOptions po;
+  po.partitions = {1};
+  std::atomic<bool> handling{false};
+  std::thread slow([&] {
+    c.process(topic, po, [&](Transaction&, std::span<const Message>) {
+      handling = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    });
+  });
+  while (!handling) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // s2's only connection holds the slow handler's transaction; this call waits for it.
+  std::size_t n = 0;
+  EXPECT_NO_THROW(n = c.process(topic, po, [](Transaction&, std::span<const Message>) {}));
+  slow.join();
+  EXPECT_EQ(n, 1u) << "the second message, once the first one's transaction let go";
+  EXPECT_NO_THROW(c.stats(topic)) << "s2 was taken for a frozen server";
+  c.drop_topic(topic);
+}
+
 // The catalog's server holds partitions too; while it is down the client goes on with the
 // shard map and DSNs it read before: the other server's partitions are sent to and claimed.
 TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
