@@ -50,6 +50,11 @@ class Client {
   // of a sharded topic (TopicOptions::servers) lives. Ids carry their partition, so receipts go
   // straight to their server; a send_batch commits on one server (a batch whose keys or dedup
   // keys map to partitions on several servers is refused); process() is exactly-once per server.
+  // A server that stops answering (paused, or a host gone dark) holds up only its partitions:
+  // after about a second a call goes on without it. receive() returns the others' messages;
+  // ack() settles the others' receipts, then throws kUnavailable; a send left waiting on it
+  // throws kCommitUnknown (it commits if the server answers again); the server is then skipped
+  // until it answers (docs/shards.md, "A server that stops answering").
 
   // Records a server. The DSN may not hold a password: name a file (password-file=PATH) or an
   // environment variable (password-env=NAME) that every client has. Connects to it first and
