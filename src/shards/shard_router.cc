@@ -84,15 +84,18 @@ std::vector<T> ShardRouter::on_each(const std::vector<std::string>& servers, std
 }
 
 template <typename T>
-T ShardRouter::on_one(const std::string& server, std::string_view what, std::size_t items,
-                      std::function<T(QueueContext&)> fn) {
+std::optional<T> ShardRouter::on_one(const std::string& server, std::chrono::nanoseconds budget,
+                                     std::function<T(QueueContext&)> fn) {
+  // A server that left a visit unanswered is not visited again meanwhile (kUnavailable:
+  // nothing ran there).
+  if (registry_.is_stalled(server)) throw not_answering(server, "an earlier call");
   Visits<T> visits(registry_.visits(), hooks_of<T>(registry_));
   visits.start(server, [&registry = registry_, server, fn = std::move(fn)] {
     return fn(registry.server(server));
   });
-  if (!visits.wait(visit_budget(items))) {
+  if (!visits.wait(budget)) {
     visits.abandon();
-    throw not_answering(server, what);
+    return std::nullopt;
   }
   return visits.take(0);
 }
@@ -257,21 +260,16 @@ void ShardRouter::update_topic(const ShardMap& had, const TopicOptions& options)
 template <typename T>
 T ShardRouter::send_visit(const std::string& server, std::size_t items, std::size_t bytes,
                           std::function<T(QueueContext&)> fn) {
-  // A server that left a visit unanswered gets no send (nothing is written: kUnavailable).
-  if (registry_.is_stalled(server)) throw not_answering(server, "an earlier call");
-  Visits<T> visits(registry_.visits(), hooks_of<T>(registry_));
-  visits.start(server, [&registry = registry_, server, fn = std::move(fn)] {
-    return fn(registry.server(server));
-  });
   // A second, and more for big batches (a few MB a second is slow for any server).
-  if (!visits.wait(visit_budget(items) + std::chrono::microseconds(bytes / 4))) {
-    visits.abandon();
+  std::optional<T> sent = on_one<T>(
+      server, visit_budget(items) + std::chrono::microseconds(bytes / 4), std::move(fn));
+  if (!sent) {
     throw Error(Errc::kCommitUnknown,
                 fmt::format("{}: the send may or may not have been made (it commits if the server "
                             "answers again)",
                             not_answering(server, "a send").what()));
   }
-  return visits.take(0);
+  return std::move(*sent);
 }
 
 template <typename F>
@@ -799,8 +797,9 @@ Settle ShardRouter::settle_one(std::string_view topic, std::string_view receipt,
   for (int round = 0;; ++round) {
     const std::string s = server_of_id(p, id);
     if (s.empty()) return Settle::kNotFound;
-    if (registry_.is_stalled(s)) throw not_answering(s, "an earlier call");
-    const Settle got = on_one<Settle>(s, "a settle", 1, fn);
+    const std::optional<Settle> settled = on_one<Settle>(s, visit_budget(1), fn);
+    if (!settled) throw not_answering(s, "a settle");
+    const Settle got = *settled;
     if (got != Settle::kNotFound || round > 0) return got;
     // A receipt of a partition that moved settles where it lives now.
     const ShardMap fresh = must(topic, true);

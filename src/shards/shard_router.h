@@ -87,10 +87,12 @@ class ShardRouter {
   template <typename T>
   std::vector<T> on_each(const std::vector<std::string>& servers, std::string_view what,
                          const std::function<T(QueueContext&)>& fn);
-  // The same on one server, for a call about `items` messages.
+  // fn(context) on `server` (visits.h); nullopt when the server did not answer within
+  // `budget` (the visit is left behind), kUnavailable at once when it left an earlier visit
+  // unanswered.
   template <typename T>
-  T on_one(const std::string& server, std::string_view what, std::size_t items,
-           std::function<T(QueueContext&)> fn);
+  std::optional<T> on_one(const std::string& server, std::chrono::nanoseconds budget,
+                          std::function<T(QueueContext&)> fn);
   // Runs fn(server) for one holder of the topic, in turn, going on to the next on kUnavailable
   // (an unkeyed send: any server will do).
   template <typename F>
