@@ -470,12 +470,12 @@ class Checker {
     std::sort(delivered_at_.begin(), delivered_at_.end());
     auto seconds = [](double s) { return s < 0 ? std::string("none") : fmt::format("{:.1f}", s); };
     fmt::print(
-        "\nnode faults (s: at = since the faults began, at monotonic {} us; without service = to "
-        "the first success after the fault / longest time between two successes until the next "
-        "node fault; bound {:.0f} s)\n",
+        "\nnode faults (s: at = since the faults began, at monotonic {} us; healed = a partition's "
+        "links back; without service = to the first success after the fault / longest time "
+        "between two successes until the next node fault; bound {:.0f} s)\n",
         c.faults_started_us, kServiceBackSeconds);
-    fmt::print("{:<8} {:>4} {:>6} {:>7} {:>13} {:>22} {:>22}\n", "fault", "node", "writer", "at",
-               "Synced after", "without a send", "without a delivery");
+    fmt::print("{:<8} {:>4} {:>6} {:>7} {:>7} {:>13} {:>22} {:>22}\n", "fault", "node", "writer",
+               "at", "healed", "Synced after", "without a send", "without a delivery");
     for (std::size_t i = 0; i < c.node_faults.size(); ++i) {
       const NodeFault& f = c.node_faults[i];
       const std::int64_t end = i + 1 < c.node_faults.size() ? c.node_faults[i + 1].at_us
@@ -488,8 +488,10 @@ class Checker {
       };
       const bool held = f.synced_us != 0 && !bad(send) && !bad(delivery);
       ok = ok && held;
-      fmt::print("{:<8} {:>4} {:>6} {:>7.1f} {:>13} {:>22} {:>22}{}\n", f.kind, f.node,
+      fmt::print("{:<8} {:>4} {:>6} {:>7.1f} {:>7} {:>13} {:>22} {:>22}{}\n", f.kind,
+                 f.other != 0 ? fmt::format("{}-{}", f.node, f.other) : std::to_string(f.node),
                  f.writer ? "yes" : "no", static_cast<double>(f.at_us - c.faults_started_us) / 1e6,
+                 f.healed_us == 0 ? "-" : seconds(static_cast<double>(f.healed_us - f.at_us) / 1e6),
                  f.synced_us == 0 ? "never" : seconds(static_cast<double>(f.synced_us - f.at_us) / 1e6),
                  fmt::format("{} / {}", seconds(send.first), seconds(send.longest)),
                  fmt::format("{} / {}", seconds(delivery.first), seconds(delivery.longest)),

@@ -43,21 +43,35 @@ void GaleraCluster::start() {
   if (script({"start"}) != 0) {
     throw std::runtime_error(fmt::format("scripts/galera start failed; see {}", log_));
   }
-  // cluster.env: N=3, CLIENT_PORT_1=..., written when the cluster was created.
+  // cluster.env: N=3, CLIENT_PORT_1=..., and in namespace mode NETNS=1 and NET=198.18.K (node
+  // i at NET.i, the clients at NET.254); written when the cluster was created.
   std::ifstream env(home_ + "/cluster.env");
   std::map<int, unsigned> ports;
+  std::string net;
+  partitions_ = false;
   for (std::string line; std::getline(env, line);) {
     const std::string prefix = "CLIENT_PORT_";
     const std::size_t eq = line.find('=');
-    if (line.rfind(prefix, 0) != 0 || eq == std::string::npos) continue;
+    if (eq == std::string::npos) continue;
+    if (line == "NETNS=1") partitions_ = true;
+    if (line.rfind("NET=", 0) == 0) net = line.substr(eq + 1);
+    if (line.rfind(prefix, 0) != 0) continue;
     ports[std::stoi(line.substr(prefix.size(), eq - prefix.size()))] =
         static_cast<unsigned>(std::stoul(line.substr(eq + 1)));
   }
   if (ports.size() < 3) {
     throw std::runtime_error(fmt::format("{}/cluster.env: fewer than 3 nodes", home_));
   }
+  if (partitions_ && net.empty()) {
+    throw std::runtime_error(fmt::format("{}/cluster.env: NETNS=1 without NET=", home_));
+  }
   ports_.clear();
-  for (const auto& [node, port] : ports) ports_.push_back(port);
+  hosts_.clear();
+  for (const auto& [node, port] : ports) {
+    ports_.push_back(port);
+    hosts_.push_back(partitions_ ? fmt::format("{}.{}", net, node) : "127.0.0.1");
+  }
+  client_host_ = partitions_ ? net + ".254" : "127.0.0.1";
   reachable_.assign(ports_.size(), true);
   admins_.clear();
   admins_.resize(ports_.size());
@@ -71,15 +85,28 @@ void GaleraCluster::stop() noexcept {
 
 std::string GaleraCluster::dsn(int node, std::string_view userinfo,
                                std::string_view database) const {
-  return fmt::format("mysql://{}@127.0.0.1:{}/{}?connect_timeout=3", userinfo,
+  return fmt::format("mysql://{}@{}:{}/{}?connect_timeout=3", userinfo, hosts_.at(node - 1),
                      ports_.at(node - 1), database.empty() ? database_ : database);
 }
 
 std::string GaleraCluster::multi_dsn(std::string_view userinfo) const {
   std::string hosts;
-  for (unsigned port : ports_) hosts += fmt::format("{}127.0.0.1:{}", hosts.empty() ? "" : ",", port);
+  for (std::size_t i = 0; i < ports_.size(); ++i) {
+    hosts += fmt::format("{}{}:{}", hosts.empty() ? "" : ",", hosts_[i], ports_[i]);
+  }
   return fmt::format("mysql://{}@{}/{}", userinfo, hosts, database_);
 }
+
+std::string GaleraCluster::socket_dsn(int node, std::string_view database) const {
+  return fmt::format("mysql://root@localhost/{}?socket={}/node{}/mysqld.sock&connect_timeout=3",
+                     database.empty() ? database_ : database, home_, node);
+}
+
+void GaleraCluster::cut(int a, int b) { script({"cut", std::to_string(a), std::to_string(b)}); }
+
+void GaleraCluster::isolate(int node) { script({"isolate", std::to_string(node)}); }
+
+void GaleraCluster::heal() { script({"heal"}); }
 
 namespace {
 
@@ -94,6 +121,9 @@ pid_t spawn_script(const std::string& home, const std::string& log,
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     setenv("TXMQ_GALERA_HOME", home.c_str(), 1);
+    // A cluster this harness creates runs in network namespaces when it may (root), so that
+    // partitions can be among its faults.
+    setenv("TXMQ_GALERA_NETNS", "auto", 0);
     int in = open("/dev/null", O_RDONLY);
     int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(in, 0);
@@ -136,7 +166,7 @@ internal::Connection* GaleraCluster::admin(int node) {
   if (c != nullptr && c->broken()) c.reset();
   if (c == nullptr) {
     try {
-      c = std::make_unique<internal::Connection>(internal::parse_dsn(dsn(node, "root")));
+      c = std::make_unique<internal::Connection>(internal::parse_dsn(socket_dsn(node)));
     } catch (const Error&) {
       return nullptr;
     }
@@ -294,11 +324,11 @@ int GaleraCluster::restart_sick_nodes(std::vector<std::string>& problems, std::s
 }
 
 void GaleraCluster::recreate_database() {
-  internal::Connection* c = admin(1);
-  if (c == nullptr) throw std::runtime_error("node 1 does not answer");
-  c->query(fmt::format("DROP DATABASE IF EXISTS `{}`", database_));
-  c->query(fmt::format("CREATE DATABASE `{}`", database_));
-  c->query(fmt::format("USE `{}`", database_));
+  // From a session on another database: the run's may not exist yet.
+  internal::Connection c(internal::parse_dsn(socket_dsn(1, "mysql")));
+  c.query(fmt::format("DROP DATABASE IF EXISTS `{}`", database_));
+  c.query(fmt::format("CREATE DATABASE `{}`", database_));
+  forget(1);
 }
 
 std::size_t GaleraCluster::compare_tables(std::vector<std::string>& mismatches) {
@@ -354,7 +384,18 @@ NodeFaults::NodeFaults(GaleraCluster& cluster, ClusterRecord& record, std::uint6
       soak_(soak),
       suspect_(cluster.suspect_timeout()),
       next_at_(SteadyClock::now() + 8s),
-      last_(cluster.size() + 1) {}
+      last_(cluster.size() + 1) {
+  // The short run's order: one of each kind, the writer's faults among the first.
+  if (cluster_.partitions()) {
+    first_kinds_ = {"kill writer", "cut writer", "pause", "isolate", "freeze writer", "bridge",
+                    "flap"};
+    kinds_ = {"kill writer", "kill",   "pause",  "restart", "freeze writer",
+              "cut writer",  "isolate", "bridge", "flap"};
+  } else {
+    first_kinds_ = {"kill writer", "kill", "pause", "restart", "freeze writer"};
+    kinds_ = first_kinds_;
+  }
+}
 
 void NodeFaults::step(bool may_start) {
   const auto now = SteadyClock::now();
@@ -374,13 +415,40 @@ void NodeFaults::step(bool may_start) {
       return;
     case Phase::kDown:  // killed: restarted a few seconds later
     case Phase::kPaused:
+    case Phase::kCut:
       if (now >= until_) restore();
+      return;
+    case Phase::kFlapping:
+      if (now >= until_) {
+        restore();
+      } else if (now >= flap_toggle_at_) {
+        flap();
+      }
       return;
     case Phase::kRestoring: {
       int status = 0;
       if (waitpid(helper_, &status, WNOHANG) != helper_) return;
       helper_ = -1;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        // MariaDB itself crashing as the node rejoins (seen once: an InnoDB assertion in the
+        // purge of undo logs, trx0purge.cc, right after the IST that followed a kill -9, at
+        // every start) is the server's failure, not the clients'. An operator gives such a
+        // node a full state transfer; so does the harness, once per fault, and says so.
+        const std::uintmax_t mark = node_ < static_cast<int>(log_marks_.size()) ? log_marks_[node_] : 0;
+        const std::string crash = cluster_.first_log_line(node_, mark, "got signal");
+        if (!crash.empty() && !resynced_) {
+          const std::string assertion = cluster_.first_log_line(node_, mark, "Failing assertion");
+          record_.notes.push_back(fmt::format(
+              "MariaDB crashed as node {} rejoined ({}); the node was given a full state "
+              "transfer (scripts/galera restart {} --sst)",
+              node_, assertion.empty() ? crash : assertion, node_));
+          fmt::print("  node {}: mariadbd crashed while rejoining: restarting it with a full SST\n",
+                     node_);
+          cluster_.print_log_tail(node_, 12);
+          resynced_ = true;
+          helper_ = cluster_.script_async({"restart", std::to_string(node_), "--sst"});
+          return;
+        }
         record_.problems.push_back(fmt::format(
             "scripts/galera restart {} failed (status {}); see galera.log", node_, status));
       }
@@ -418,9 +486,10 @@ void NodeFaults::step(bool may_start) {
                      seconds_between(f->at_us, f->synced_us), f->kind);
         }
         phase_ = Phase::kIdle;
-        // Spacing: the short run needs its four kinds in 2.5 minutes; the soak lets the
+        resynced_ = false;
+        // Spacing: the short run needs one of each kind in about 3 minutes; the soak lets the
         // clients run undisturbed by node faults for a while between them.
-        next_at_ = now + (soak_ ? std::chrono::seconds(10 + rng_() % 30) : 5s);
+        next_at_ = now + (soak_ ? std::chrono::seconds(10 + rng_() % 30) : 3s);
       } else if (now >= until_) {
         repair(f != nullptr ? fmt::format("120 s after the {} of node {}", f->kind, f->node)
                             : std::string("120 s after a restart"));
@@ -469,14 +538,11 @@ void NodeFaults::restart_async(int node) {
   phase_ = Phase::kRestoring;
 }
 
-// The first five faults are one of each kind, so that the short run sees them all; then any.
+// The first faults are one of each kind, so that the short run sees them all; then any.
 void NodeFaults::begin_fault() {
-  static constexpr std::string_view kKinds[] = {"kill writer", "kill", "pause", "restart",
-                                                "freeze writer"};
-  constexpr std::size_t kinds = std::size(kKinds);
-  const std::string_view kind = static_cast<std::size_t>(started_) < kinds
-                                    ? kKinds[started_]
-                                    : kKinds[rng_() % kinds];
+  const std::string_view kind = static_cast<std::size_t>(started_) < first_kinds_.size()
+                                    ? first_kinds_[started_]
+                                    : kinds_[rng_() % kinds_.size()];
   std::string writer_uuid;
   int writer = cluster_.writer(&writer_uuid);
   if (writer == 1 && writer_uuid.empty() && !writer_row_missing_noted_) {
@@ -491,6 +557,9 @@ void NodeFaults::begin_fault() {
     writer = 1;
   }
   const int n = cluster_.size();
+  if (kind == "cut writer" || kind == "isolate" || kind == "bridge" || kind == "flap") {
+    return begin_partition(kind, writer);
+  }
   if (kind == "kill writer" || kind == "freeze writer") {
     node_ = writer;
   } else if (kind == "kill") {
@@ -516,11 +585,14 @@ void NodeFaults::begin_fault() {
     phase_ = Phase::kPaused;
     until_ = now + suspect_ + std::chrono::seconds(3 + rng_() % 3);  // past evs.suspect_timeout
   } else if (f.kind == "freeze") {
-    // A writer that stops answering for longer than the clients' read_timeout (30 s for a host
-    // list): a host gone dark without resets. The clients' heartbeat must move them off it.
+    // A writer that stops answering: a host gone dark without resets. The clients' heartbeat must
+    // move them off it within 10 s. The soak freezes it past the clients' read_timeout (30 s
+    // for a host list); the short run for 15 s, which is still 5 s past that bound (without
+    // the heartbeat, 12 s without a delivery were measured even for 35 s: restarted children
+    // pick the new writer at once).
     cluster_.script({"pause", std::to_string(node_)});
     phase_ = Phase::kPaused;
-    until_ = now + 35s;
+    until_ = now + (soak_ ? 35s : 15s);
   } else {
     restart_async(node_);
   }
@@ -528,6 +600,58 @@ void NodeFaults::begin_fault() {
   record_.node_faults.push_back(std::move(f));
   log_marks_.assign(static_cast<std::size_t>(n) + 1, 0);
   for (int node = 1; node <= n; ++node) log_marks_[node] = cluster_.log_size(node);
+}
+
+// Partitions leave every process running; the harness still reaches the nodes on their sockets.
+void NodeFaults::begin_partition(std::string_view kind, int writer) {
+  const int n = cluster_.size();
+  const int someone_else = 1 + static_cast<int>((writer + rng_() % (n - 1)) % n);
+  NodeFault f;
+  f.kind = kind == "cut writer" ? "cut" : std::string(kind);
+  node_ = kind == "isolate" ? 1 + static_cast<int>(rng_() % n) : writer;
+  other_ = kind == "bridge" || kind == "flap" ? someone_else : 0;
+  f.node = node_;
+  f.other = other_;
+  f.writer = node_ == writer;
+  f.at_us = now_us();
+  if (f.writer) record_.writer_changes_us.push_back(f.at_us);
+  ++started_;
+  const auto now = SteadyClock::now();
+  // Past evs.suspect_timeout: the other nodes evict the one cut off (a bridge may be relayed).
+  until_ = now + suspect_ + std::chrono::seconds(5 + rng_() % 4);
+  phase_ = Phase::kCut;
+  if (f.kind == "cut") {
+    for (int other = 1; other <= n; ++other) {
+      if (other != node_) cluster_.cut(node_, other);
+    }
+  } else if (f.kind == "isolate") {
+    cluster_.isolate(node_);
+  } else if (f.kind == "bridge") {
+    cluster_.cut(node_, other_);
+  } else {
+    // A link that comes and goes: down for 1 to 7 s (sometimes past the suspect timeout),
+    // up for 1 to 3 s, for 20 s in all.
+    phase_ = Phase::kFlapping;
+    until_ = now + 20s;
+    flap_cut_ = false;
+    flap();
+  }
+  fmt::print("  node {}{}: {}{}\n", node_, f.writer ? " (the writer)" : "", f.kind,
+             other_ != 0 ? fmt::format(" of its link to node {}", other_) : std::string());
+  record_.node_faults.push_back(std::move(f));
+  log_marks_.assign(static_cast<std::size_t>(n) + 1, 0);
+  for (int node = 1; node <= n; ++node) log_marks_[node] = cluster_.log_size(node);
+}
+
+void NodeFaults::flap() {
+  flap_cut_ = !flap_cut_;
+  if (flap_cut_) {
+    cluster_.cut(node_, other_);
+  } else {
+    cluster_.heal();
+  }
+  flap_toggle_at_ = SteadyClock::now() + std::chrono::milliseconds(
+                                             flap_cut_ ? 1000 + rng_() % 6000 : 1000 + rng_() % 2000);
 }
 
 int NodeFaults::gave_up() {
@@ -546,6 +670,16 @@ void NodeFaults::restore() {
   } else if (phase_ == Phase::kPaused) {
     cluster_.script({"resume", std::to_string(node_)});
     cluster_.set_reachable(node_, true);
+    phase_ = Phase::kRejoining;
+    until_ = SteadyClock::now() + 120s;
+  } else if (phase_ == Phase::kCut || phase_ == Phase::kFlapping) {
+    cluster_.heal();
+    if (!record_.node_faults.empty()) {
+      NodeFault& f = record_.node_faults.back();
+      f.healed_us = now_us();
+      fmt::print("  node {}: healed {:.1f} s after the {}\n", f.node,
+                 seconds_between(f.at_us, f.healed_us), f.kind);
+    }
     phase_ = Phase::kRejoining;
     until_ = SteadyClock::now() + 120s;
   }
@@ -590,7 +724,10 @@ void NodeFaults::sample() {
 
 void NodeFaults::finish(std::chrono::seconds patience) {
   const auto deadline = SteadyClock::now() + patience;
-  if (phase_ == Phase::kDown || phase_ == Phase::kPaused) restore();
+  if (phase_ == Phase::kDown || phase_ == Phase::kPaused || phase_ == Phase::kCut ||
+      phase_ == Phase::kFlapping) {
+    restore();
+  }
   while (phase_ != Phase::kIdle && SteadyClock::now() < deadline) {
     step(false);
     std::this_thread::sleep_for(100ms);

@@ -29,6 +29,8 @@ struct NodeStatus {
 };
 
 // A cluster in a folder of scripts/galera (TXMQ_GALERA_HOME). Nodes are numbered 1..size().
+// A cluster that scripts/galera made in network namespaces (TXMQ_GALERA_NETNS; the harness asks
+// for them when it may) can also be partitioned: links cut silently and healed.
 class GaleraCluster {
  public:
   // home: the cluster's folder; log: where the script's output goes; database: the one the run
@@ -44,8 +46,19 @@ class GaleraCluster {
   int size() const { return static_cast<int>(ports_.size()); }
   const std::string& database() const { return database_; }
   // userinfo is "user" or "user:escaped-password"; the run's database unless one is named.
+  // Over TCP, as the clients come: cut off by a partition.
   std::string dsn(int node, std::string_view userinfo, std::string_view database = {}) const;
   std::string multi_dsn(std::string_view userinfo) const;
+  // root on the node's Unix socket: reaches a partitioned node (not a stopped one).
+  std::string socket_dsn(int node, std::string_view database = {}) const;
+  // The address the clients' connections come from (for their accounts).
+  const std::string& client_host() const { return client_host_; }
+  // The nodes run in network namespaces: cut, isolate and heal work.
+  bool partitions() const { return partitions_; }
+  // Drops every packet between nodes `a` and `b` (b = 0: between node a and the clients).
+  void cut(int a, int b);
+  void isolate(int node);  // from the other nodes and the clients
+  void heal();             // every link
 
   // The script, waited for (kill, pause, resume: quick). Returns its exit status.
   int script(const std::vector<std::string>& args);
@@ -94,6 +107,9 @@ class GaleraCluster {
   std::string log_path(int node) const;  // its error.log
   std::string home_, log_, database_;
   std::vector<unsigned> ports_;  // client port per node
+  std::vector<std::string> hosts_;  // its address per node
+  std::string client_host_ = "127.0.0.1";
+  bool partitions_ = false;
   std::vector<bool> reachable_;
   std::vector<std::unique_ptr<internal::Connection>> admins_;
 };
@@ -113,8 +129,10 @@ class NodeFaults {
   void finish(std::chrono::seconds patience);
 
  private:
-  enum class Phase { kIdle, kDown, kPaused, kRestoring, kRejoining };
+  enum class Phase { kIdle, kDown, kPaused, kCut, kFlapping, kRestoring, kRejoining };
   void begin_fault();
+  void begin_partition(std::string_view kind, int writer);
+  void flap();
   void restore();
   void repair(const std::string& when);
   void restart_async(int node);
@@ -125,7 +143,13 @@ class NodeFaults {
   bool soak_;
   std::chrono::seconds suspect_;
   Phase phase_ = Phase::kIdle;
-  int node_ = 0;  // the node of the fault in progress
+  int node_ = 0;   // the node of the fault in progress
+  int other_ = 0;  // a partition between two nodes: the other one
+  std::vector<std::string_view> first_kinds_;  // the short run's: one of each, in this order
+  std::vector<std::string_view> kinds_;        // then any of these
+  bool flap_cut_ = false;  // a flapping link: cut now
+  bool resynced_ = false;  // the fault in progress's node was given a full SST
+  std::chrono::steady_clock::time_point flap_toggle_at_;
   std::chrono::steady_clock::time_point next_at_, until_, last_health_check_;
   std::optional<std::chrono::steady_clock::time_point> unhealthy_since_;
   pid_t helper_ = -1;  // scripts/galera restart, running

@@ -100,12 +100,17 @@ struct Faults {
 // the histories how long clients went without service after each fault.
 struct NodeFault {
   // kill (kill -9, restart a few seconds later), pause (SIGSTOP past the suspect timeout),
-  // restart, freeze (the writer SIGSTOPped for 35 s, past the clients' read_timeout)
+  // restart, freeze (the writer SIGSTOPped for 15 s; 35 s in a soak, past the read_timeout);
+  // partitions (network namespaces): cut (the writer from the other nodes, not from the
+  // clients), isolate (a node from everything), bridge (the link between the writer and one
+  // other node), flap (that link cut and healed in turn)
   std::string kind;
   int node = 0;
+  int other = 0;            // bridge, flap: the other end of the link
   bool writer = false;      // the node was the writer when it was hit
   std::int64_t at_us = 0;   // now_us() of the fault
   std::int64_t synced_us = 0;  // every node Synced again (0: not seen)
+  std::int64_t healed_us = 0;  // a partition: every link healed
 };
 
 // Certification failures and BF aborts one node counted between two samples.

@@ -265,7 +265,7 @@ class Orchestrator {
     fmt::print("  cluster of {} nodes in {} ready after {:.1f} s\n", cluster_->size(), home,
                std::chrono::duration<double>(SteadyClock::now() - started).count());
     if (!own_cluster_) cluster_->recreate_database();
-    root_dsn_ = cluster_->dsn(1, "root");
+    root_dsn_ = cluster_->socket_dsn(1);  // reaches node 1 through a partition too
     client_dsn_ = cluster_->multi_dsn("root");
     record_.cluster.enabled = true;
     record_.cluster.nodes = cluster_->size();
@@ -332,10 +332,10 @@ class Orchestrator {
   void set_up() {
     if (options_.shards) return set_up_shards();
     internal::Connection& c = admin();
-    // The cluster's clients come over TCP from 127.0.0.1 (skip-name-resolve); the server's
-    // through its socket.
-    const std::string account =
-        fmt::format("'{}'@'{}'", kUser, options_.cluster ? "127.0.0.1" : "localhost");
+    // The cluster's clients come over TCP from 127.0.0.1, or from the clients' address of the
+    // network namespaces (skip-name-resolve); the server's through its socket.
+    const std::string account = fmt::format("'{}'@'{}'", kUser,
+                                            options_.cluster ? cluster_->client_host() : "localhost");
     const std::string database = options_.cluster ? cluster_->database() : "txmq";
     if (options_.cluster) c.query(fmt::format("DROP USER IF EXISTS {}", account));
     c.query(fmt::format("CREATE USER {} IDENTIFIED BY '{}'", account, kPassword));
@@ -724,7 +724,10 @@ class Orchestrator {
           c.query(fmt::format("KILL CONNECTION {}", row.u64(0)));
           ++record_.faults.connection_kills;
         } catch (const Error& e) {
-          // 1094 (unknown thread): it ended by itself meanwhile. Anything else is shown.
+          // 1094 (unknown thread): it ended by itself meanwhile. 1047: a Galera node cut off
+          // from the others refuses KILL too (its clients are leaving it anyway). Anything
+          // else is shown.
+          if (e.server_errno() == 1047) break;
           if (e.server_errno() != 1094) fmt::print("  KILL CONNECTION failed: {}\n", e.what());
         }
       }
