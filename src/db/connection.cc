@@ -287,6 +287,17 @@ void Connection::commit() {
                               mysql_error(mysql_)),
                   e, mysql_sqlstate(mysql_), mysql_error(mysql_));
     }
+    // Galera's "Not connected to Primary Component" at COMMIT: a node cut off from the others
+    // while it commits may have delivered the write set to them, and they commit it. Retrying
+    // on the next writer stored a batch twice in the cluster fault run; the caller is told.
+    if (e == ER_ERROR_DURING_COMMIT) {
+      broken_ = true;
+      throw Error(Errc::kCommitUnknown,
+                  fmt::format("the node lost the cluster during COMMIT: the transaction may or may "
+                              "not have committed ({} (MariaDB error {}))",
+                              mysql_error(mysql_), e),
+                  e, mysql_sqlstate(mysql_), mysql_error(mysql_));
+    }
     raise(nullptr, "commit");
   }
 }

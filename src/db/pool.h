@@ -78,7 +78,8 @@ class Pool {
   // (with a new connection) where `policy` says that is safe. A transaction fn left open is
   // rolled back. kCommitUnknown is never retried. Against a cluster, a node that fails (lost,
   // error 1047 or 1180, no connection) sends the retry to the next writer, for up to
-  // kClusterOutage: Galera freezes commits for its suspect timeout when a node dies.
+  // kClusterOutage: Galera freezes commits for its suspect timeout when a node dies. A commit
+  // that failed with 1180 is not retried: kCommitUnknown (see Connection::commit).
   template <typename F>
   auto run(OnLostConnection policy, Work work, F&& fn)
       -> std::invoke_result_t<F&, Connection&, const Attempt&>;
@@ -173,13 +174,19 @@ auto Pool::run(OnLostConnection policy, Work work, F&& fn)
       if (connection.broken()) {
         connection_lost(error);
         if (cluster_) cluster_->failed(connection.generation());
-        // CR_SERVER_GONE_ERROR (2006) means the request was never sent; a node that cannot
-        // serve (1047, 1180) ran nothing or rolled back.
+        // CR_SERVER_GONE_ERROR (2006) means the request was never sent, and 1047 that the node
+        // refused it (not ready): both ran nothing. 1180 is a write whose commit could not
+        // replicate: a writer cut off from the other nodes while it commits may have delivered
+        // the write set to them, and they commit it (the cluster fault run's network cuts:
+        // a message stored twice), so it is unknown too.
         if (policy == OnLostConnection::kCommitUnknown && error.server_errno() != 2006 &&
-            !is_node_unavailable(error.server_errno())) {
+            error.server_errno() != 1047) {
           throw Error(Errc::kCommitUnknown,
-                      std::string("the connection broke before the server answered: the write may "
-                                  "or may not have committed (") +
+                      std::string(error.server_errno() == 1180
+                                      ? "the node lost the cluster while committing: the write "
+                                        "may or may not have committed ("
+                                      : "the connection broke before the server answered: the "
+                                        "write may or may not have committed (") +
                           error.what() + ")",
                       error.server_errno());
         }
