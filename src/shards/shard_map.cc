@@ -112,7 +112,11 @@ std::optional<ShardMap> ShardRegistry::shard_map(std::string_view topic, bool fr
       visits_, {[mark](const std::string&) { mark(true); },
                 [mark](const std::string&) { mark(false); }, {}});
   read.start("catalog", [this, name] { return reload(name); });
-  if (!read.wait(kSlowVisit)) {
+  // At most kSlowVisit in all, also while the read waits for a connection: the catalog's
+  // server may hold partitions too, and when it stops answering, the visits to them left
+  // behind hold its pool's connections until it answers again (a busy pool is no reason to
+  // wait either: the map known serves).
+  if (!read.wait(kSlowVisit, kSlowVisit)) {
     read.abandon();
     return had->placement;
   }

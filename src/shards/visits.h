@@ -38,15 +38,16 @@ using ServerWait = std::atomic<std::int64_t>;
 inline constexpr auto kVisitNotBegun = std::chrono::seconds(10);
 
 // Whether a visit made at `made` that began to wait on its server at `since` (ServerWait)
-// waited `budget` there (or kVisitNotBegun before); else the time to look again (its deadline,
+// waited `budget` there (or `not_begun` before); else the time to look again (its deadline,
 // or soon while it has not begun).
 inline bool waited_past(const ServerWait& since, std::chrono::steady_clock::time_point made,
                         std::chrono::nanoseconds budget,
-                        std::chrono::steady_clock::time_point& look_again) {
+                        std::chrono::steady_clock::time_point& look_again,
+                        std::chrono::nanoseconds not_begun = kVisitNotBegun) {
   const auto now = std::chrono::steady_clock::now();
   const std::int64_t at = since.load();
   if (at == 0) {
-    if (now >= made + kVisitNotBegun) return true;
+    if (now >= made + not_begun) return true;
     look_again = std::min(look_again, now + std::chrono::milliseconds(20));
     return false;
   }
@@ -130,8 +131,10 @@ class Visits {
     return index;
   }
 
-  // Waits until every visit ended, or one waited `budget` on its server. True when all ended.
-  bool wait(std::chrono::nanoseconds budget) {
+  // Waits until every visit ended, or one waited `budget` on its server (or `not_begun` for a
+  // connection or a thread). True when all ended.
+  bool wait(std::chrono::nanoseconds budget,
+            std::chrono::nanoseconds not_begun = kVisitNotBegun) {
     std::unique_lock lock(shared_->mutex);
     for (;;) {
       bool all = true;
@@ -139,7 +142,7 @@ class Visits {
       for (const Slot& s : shared_->slots) {
         if (s.done || s.abandoned) continue;
         all = false;
-        if (waited_past(*s.since, s.made, budget, look_again)) return false;
+        if (waited_past(*s.since, s.made, budget, look_again, not_begun)) return false;
       }
       if (all) return true;
       shared_->done.wait_until(lock, look_again);

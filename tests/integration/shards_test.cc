@@ -540,6 +540,90 @@ TEST(Shards, ADownCatalogStopsOnlyItsOwnPartitions) {
   c->drop_topic(topic);
 }
 
+// The catalog's server holds partitions too; when it stops answering (SIGSTOP), the visits to
+// its partitions left behind hold its pool's connections until it answers again. A call whose
+// shard map must be read again (older than 5 s) then goes on with the map known after a
+// second, as for any frozen server, instead of waiting for one of those connections.
+TEST(Shards, AFrozenCatalogHoldsUpOnlyItsOwnPartitions) {
+  const PrivateServer catalog;
+  ClientOptions co;
+  co.dsn = catalog.dsn;
+  co.pool_size = 2;
+  Client c(co);
+  c.add_server("cat", catalog.dsn);
+  c.add_server("s2", LocalServer::status({shard_homes()[0]}).dsn);
+  const std::string topic = topic_for_test("catfrozen");
+  TopicOptions o;
+  o.partitions = 4;
+  o.servers = {"cat", "s2"};
+  o.lease = std::chrono::seconds(60);
+  ASSERT_TRUE(c.create_topic(topic, o));
+  auto on_cat = [&](std::uint64_t id) { return o.servers[partition_of(id) % 2] == "cat"; };
+  std::size_t on_cat_before = 0;
+  for (int i = 0; i < 20; ++i) on_cat_before += on_cat(c.send(topic, "before"));
+  ASSERT_GT(on_cat_before, 0u);
+  ASSERT_LT(on_cat_before, 20u);
+  std::string cat_key;
+  for (int i = 0; cat_key.empty(); ++i) {
+    if (internal::partition_of_key(fmt::format("k{}", i), 4) % 2 == 0) cat_key = fmt::format("k{}", i);
+  }
+  const std::optional<int> pid = LocalServer::status({catalog.home}).pid;
+  ASSERT_TRUE(pid.has_value());
+  ASSERT_EQ(::kill(*pid, SIGSTOP), 0);
+  struct Thaw {
+    int pid;
+    bool done = false;
+    void now() {
+      if (!done) ::kill(pid, SIGCONT);
+      done = true;
+    }
+    ~Thaw() { now(); }
+  } thaw{*pid};
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+
+  // Two keyed sends to the catalog's partitions at once: each is left behind after a second
+  // (commit_unknown) holding one of the pool's two connections.
+  std::atomic<int> unknown{0};
+  auto keyed_send = [&] {
+    SendOptions so;
+    so.key = cat_key;
+    try {
+      c.send(topic, "keyed", so);
+    } catch (const Error& e) {
+      if (e.code() == Errc::kCommitUnknown || e.code() == Errc::kUnavailable) ++unknown;
+    }
+  };
+  std::thread first(keyed_send), second(keyed_send);
+  first.join();
+  second.join();
+  EXPECT_EQ(unknown.load(), 2) << "a send to the frozen catalog's partition succeeded";
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // the shard map is now stale
+
+  ReceiveOptions ro;
+  ro.max_messages = 100;
+  auto started = Clock::now();
+  std::vector<Message> got = c.receive(topic, ro);
+  EXPECT_LT(seconds_since(started), 2.5) << "the receive waited for the frozen catalog";
+  EXPECT_EQ(got.size(), 20 - on_cat_before);
+  for (const Message& m : got) {
+    EXPECT_FALSE(on_cat(m.id));
+    EXPECT_EQ(c.ack(topic, m.receipt), Settle::kOk);
+  }
+  started = Clock::now();
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(on_cat(c.send(topic, "during")));
+  EXPECT_LT(seconds_since(started), 2.5) << "unkeyed sends waited for the frozen catalog";
+
+  // Thawed: the catalog's messages come back (and the keyed sends, which may have committed).
+  thaw.now();
+  const std::size_t acked = ack_until(c, topic, 0, on_cat_before + 10, 100,
+                                      std::chrono::milliseconds(100));
+  EXPECT_GE(acked, on_cat_before + 10);
+  c.drop_topic(topic);
+}
+
 TEST(Shards, ClearErrors) {
   auto c = spread_client();
   try {
