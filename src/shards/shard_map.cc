@@ -176,7 +176,14 @@ QueueContext* ShardRegistry::connected_to(std::string_view name) {
 
 QueueContext& ShardRegistry::server(std::string_view name) {
   if (QueueContext* known = connected_to(name)) return *known;
-  std::lock_guard connecting(connect_mutex_);
+  std::shared_ptr<std::mutex> gate;
+  {
+    std::lock_guard lock(connect_mutex_);
+    std::shared_ptr<std::mutex>& slot = connecting_[std::string(name)];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    gate = slot;
+  }
+  std::lock_guard connecting(*gate);
   if (QueueContext* known = connected_to(name)) return *known;  // connected meanwhile
   const Dsn dsn = dsn_of(name);
   QueueContext* context = nullptr;

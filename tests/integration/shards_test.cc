@@ -460,6 +460,59 @@ TEST(Shards, AFrozenServerHoldsUpOnlyItsOwnPartitions) {
   c->remove_server("frozen4");
 }
 
+// A client's first connect to a frozen server waits for its connect_timeout: its first visit to
+// another server must not wait with it (connects were one at a time for all servers; the shards
+// fault run saw a restarted producer's first send to a healthy server take 3.9 s).
+TEST(Shards, AConnectToAFrozenServerHoldsUpNoOtherServer) {
+  auto setup = spread_client();
+  const PrivateServer s4;
+  try {
+    setup->remove_server("frozen5");
+  } catch (const Error&) {
+  }
+  setup->add_server("frozen5", s4.dsn);
+  const std::string topic = topic_for_test("frozenconnect");
+  TopicOptions o;
+  o.partitions = 2;
+  o.servers = {"frozen5", "s2"};
+  ASSERT_TRUE(setup->create_topic(topic, o));
+  std::string key_on[2];
+  for (int i = 0; key_on[0].empty() || key_on[1].empty(); ++i) {
+    key_on[internal::partition_of_key(fmt::format("k{}", i), 2)] = fmt::format("k{}", i);
+  }
+  const std::optional<int> pid = LocalServer::status({s4.home}).pid;
+  ASSERT_TRUE(pid.has_value());
+  ASSERT_EQ(::kill(*pid, SIGSTOP), 0);
+  struct Thaw {
+    int pid;
+    ~Thaw() { ::kill(pid, SIGCONT); }
+  } thaw{*pid};
+  using Clock = std::chrono::steady_clock;
+  // A new client: it has connected to the catalog's server only.
+  auto c = client();
+  std::thread stuck([&] {
+    SendOptions so;
+    so.key = key_on[0];
+    try {
+      c->send(topic, "to the frozen server", so);
+      ADD_FAILURE() << "a send to a frozen server's partition succeeded";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == Errc::kCommitUnknown || e.code() == Errc::kUnavailable) << e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its connect has begun
+  SendOptions so;
+  so.key = key_on[1];
+  const auto started = Clock::now();
+  EXPECT_NO_THROW(c->send(topic, "to s2", so));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 1.5)
+      << "the first connect to s2 waited for the connect to the frozen server";
+  stuck.join();
+  ::kill(*pid, SIGCONT);
+  setup->drop_topic(topic);
+  setup->remove_server("frozen5");
+}
+
 // A server whose connections are all in use (a small pool, a long handler) is busy, not
 // frozen: a call that waits for a free connection is not given up on after a second (only the
 // wait on the server itself counts, src/shards/visits.h).
