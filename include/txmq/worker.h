@@ -48,7 +48,9 @@ struct WorkerOptions {
   std::optional<Micros> lease;
   // Stop after this many messages were handled (acknowledged or given back); 0: no limit.
   std::uint64_t limit = 0;
-  // Stop once a claim finds nothing claimable (for draining a topic), instead of waiting.
+  // Stop once a claim finds nothing claimable (for draining a topic), instead of waiting. With
+  // an XA resource, only once no other thread is in the middle of a batch (a batch that rolls
+  // back gives its messages back).
   bool stop_when_empty = false;
   // The consumer group to consume for (empty: "default") and, optionally, the partitions to
   // claim from (empty: all).
