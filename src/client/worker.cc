@@ -91,7 +91,6 @@ struct Worker::Impl {
     wake.notify_all();
   }
 
-  // Reserves up to `want` messages against options.limit; 0 when the limit is reached.
   // stop_when_empty with several XA threads: a thread whose claim found nothing may have skipped
   // rows that another thread's transaction holds locked, and that transaction may still roll
   // back and give them back (a retryable failure). So "empty" counts only when no other thread is
@@ -116,6 +115,7 @@ struct Worker::Impl {
     return false;
   }
 
+  // Reserves up to `want` messages against options.limit; 0 when the limit is reached.
   int reserve(int want) {
     if (options.limit == 0) return want;
     std::lock_guard lock(mutex);
