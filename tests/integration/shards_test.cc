@@ -33,6 +33,17 @@ std::vector<std::string> shard_homes() {
 }
 
 // Records s1 (the fixture's own database), s2 and s3 in the catalog.
+// Sends SIGCONT to a server a test SIGSTOPped, at now() or at the end of the scope.
+struct Thaw {
+  int pid;
+  bool done = false;
+  void now() {
+    if (!done) ::kill(pid, SIGCONT);
+    done = true;
+  }
+  ~Thaw() { now(); }
+};
+
 std::unique_ptr<Client> spread_client(const std::string& name = {}) {
   auto c = client(name);
   c->add_server("s1", dsn());
@@ -396,15 +407,7 @@ TEST(Shards, AFrozenServerHoldsUpOnlyItsOwnPartitions) {
   const std::optional<int> pid = LocalServer::status({s4.home}).pid;
   ASSERT_TRUE(pid.has_value());
   ASSERT_EQ(::kill(*pid, SIGSTOP), 0);
-  struct Thaw {
-    int pid;
-    bool done = false;
-    void now() {
-      if (!done) ::kill(pid, SIGCONT);
-      done = true;
-    }
-    ~Thaw() { now(); }
-  } thaw{*pid};
+  Thaw thaw{*pid};
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -483,10 +486,7 @@ TEST(Shards, AConnectToAFrozenServerHoldsUpNoOtherServer) {
   const std::optional<int> pid = LocalServer::status({s4.home}).pid;
   ASSERT_TRUE(pid.has_value());
   ASSERT_EQ(::kill(*pid, SIGSTOP), 0);
-  struct Thaw {
-    int pid;
-    ~Thaw() { ::kill(pid, SIGCONT); }
-  } thaw{*pid};
+  Thaw thaw{*pid};
   using Clock = std::chrono::steady_clock;
   // A new client: it has connected to the catalog's server only.
   auto c = client();
@@ -508,7 +508,7 @@ TEST(Shards, AConnectToAFrozenServerHoldsUpNoOtherServer) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 1.5)
       << "the first connect to s2 waited for the connect to the frozen server";
   stuck.join();
-  ::kill(*pid, SIGCONT);
+  thaw.now();
   setup->drop_topic(topic);
   setup->remove_server("frozen5");
 }
@@ -623,15 +623,7 @@ TEST(Shards, AFrozenCatalogHoldsUpOnlyItsOwnPartitions) {
   const std::optional<int> pid = LocalServer::status({catalog.home}).pid;
   ASSERT_TRUE(pid.has_value());
   ASSERT_EQ(::kill(*pid, SIGSTOP), 0);
-  struct Thaw {
-    int pid;
-    bool done = false;
-    void now() {
-      if (!done) ::kill(pid, SIGCONT);
-      done = true;
-    }
-    ~Thaw() { now(); }
-  } thaw{*pid};
+  Thaw thaw{*pid};
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
