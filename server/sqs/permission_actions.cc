@@ -55,13 +55,11 @@ std::string checked_label(const json& input) {
   return label;
 }
 
-// The queue's policy as a document with a Statement list (a single statement object is made a
-// list); a new one when the queue has none.
-ordered_json policy_of(const QueueInfo& q, const std::string& arn) {
+// The queue's stored policy as a document with a Statement list (a single statement object is
+// made a list); a new one when the queue has none.
+ordered_json policy_of(const std::string& stored, const std::string& arn) {
   ordered_json policy;
-  if (auto it = q.attributes.find("Policy"); it != q.attributes.end() && !it->second.empty()) {
-    policy = ordered_json::parse(it->second, nullptr, false);
-  }
+  if (!stored.empty()) policy = ordered_json::parse(stored, nullptr, false);
   if (!policy.is_object()) {
     policy = ordered_json{{"Version", "2012-10-17"}, {"Id", arn + "/SQSDefaultPolicy"}};
   }
@@ -122,34 +120,35 @@ json SqsService::add_permission(Call& c) {
     granted.push_back("SQS:" + a);
   }
   const std::string arn = queue_arn(options_.regions.primary(), options_.account, q->name);
-  // One server's AddPermission and RemovePermission at a time: each rewrites the whole policy.
-  std::lock_guard lock(permissions_mutex_);
-  q = catalog_.get(q->name);
-  ordered_json policy = policy_of(*q, arn);
-  ordered_json& statements = policy["Statement"];
-  for (const auto& s : statements) {
-    if (has_sid(s, label)) {
-      fail("InvalidParameterValue",
-           fmt::format("Value {} for parameter Label is invalid. Reason: Already exists.", label));
-    }
-  }
-  if (statements.size() >= kMaxStatements) {
-    fail("OverLimit", fmt::format("The policy has {} statements, maximum allowed is {}.",
-                                  statements.size(), kMaxStatements));
-  }
   ordered_json statement = {
       {"Sid", label},
       {"Effect", "Allow"},
       {"Principal", {{"AWS", principals.size() == 1 ? principals[0] : principals}}},
       {"Action", granted.size() == 1 ? granted[0] : granted},
       {"Resource", arn}};
-  statements.push_back(std::move(statement));
-  const std::string text = policy.dump();
-  if (text.size() > kMaxPolicyBytes) {
-    fail("OverLimit", fmt::format("The policy would be {} bytes, maximum allowed is {}.",
-                                  text.size(), kMaxPolicyBytes));
-  }
-  catalog_.set_attributes(q->name, {{"Policy", text}});
+  // Under the queue row's lock: AddPermission and RemovePermission through any server apply
+  // one after another, each to the policy the other left.
+  catalog_.edit_attribute(q->name, "Policy", [&](const std::string& stored) {
+    ordered_json policy = policy_of(stored, arn);
+    ordered_json& statements = policy["Statement"];
+    for (const auto& s : statements) {
+      if (has_sid(s, label)) {
+        fail("InvalidParameterValue",
+             fmt::format("Value {} for parameter Label is invalid. Reason: Already exists.", label));
+      }
+    }
+    if (statements.size() >= kMaxStatements) {
+      fail("OverLimit", fmt::format("The policy has {} statements, maximum allowed is {}.",
+                                    statements.size(), kMaxStatements));
+    }
+    statements.push_back(statement);
+    std::string text = policy.dump();
+    if (text.size() > kMaxPolicyBytes) {
+      fail("OverLimit", fmt::format("The policy would be {} bytes, maximum allowed is {}.",
+                                    text.size(), kMaxPolicyBytes));
+    }
+    return text;
+  });
   return json::object();
 }
 
@@ -157,24 +156,23 @@ json SqsService::remove_permission(Call& c) {
   auto q = queue_of(c);
   const std::string label = checked_label(c.input);
   const std::string arn = queue_arn(options_.regions.primary(), options_.account, q->name);
-  std::lock_guard lock(permissions_mutex_);
-  q = catalog_.get(q->name);
-  ordered_json policy = policy_of(*q, arn);
-  ordered_json& statements = policy["Statement"];
-  const auto before = statements.size();
-  ordered_json kept = ordered_json::array();
-  for (auto& s : statements) {
-    if (!has_sid(s, label)) kept.push_back(std::move(s));
-  }
-  if (kept.size() == before) {
-    fail("InvalidParameterValue",
-         fmt::format("Value {} for parameter Label is invalid. Reason: can't find label on "
-                     "existing policy.",
-                     label));
-  }
-  statements = std::move(kept);
-  // A policy left without statements goes, as a queue that never had one.
-  catalog_.set_attributes(q->name, {{"Policy", statements.empty() ? "" : policy.dump()}});
+  catalog_.edit_attribute(q->name, "Policy", [&](const std::string& stored) {
+    ordered_json policy = policy_of(stored, arn);
+    ordered_json& statements = policy["Statement"];
+    ordered_json kept = ordered_json::array();
+    for (const auto& s : statements) {
+      if (!has_sid(s, label)) kept.push_back(s);
+    }
+    if (kept.size() == statements.size()) {
+      fail("InvalidParameterValue",
+           fmt::format("Value {} for parameter Label is invalid. Reason: can't find label on "
+                       "existing policy.",
+                       label));
+    }
+    statements = std::move(kept);
+    // A policy left without statements goes, as a queue that never had one.
+    return statements.empty() ? std::string() : policy.dump();
+  });
   return json::object();
 }
 

@@ -12,6 +12,7 @@
 // queue shares its source's topic; its row names the group.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -115,7 +116,13 @@ class QueueCatalog {
   std::shared_ptr<const QueueInfo> create(std::string_view name,
                                           const std::map<std::string, std::string>& attributes,
                                           const std::map<std::string, std::string>& tags);
+  // SetQueueAttributes. Like every change below, it is made to the stored attributes under
+  // the queue row's lock, so changes made at once through several servers are all kept.
   void set_attributes(std::string_view name, const std::map<std::string, std::string>& attributes);
+  // Sets one attribute to what `edit` makes of its stored value ("" when unset; an empty
+  // Policy removes it). `edit` may throw to refuse: nothing changes then.
+  void edit_attribute(std::string_view name, std::string_view key,
+                      const std::function<std::string(const std::string& stored)>& edit);
   // Makes a standard queue's topic fair (TopicOptions::fair), as its first MessageGroupId does
   // (docs/sqs.md, "Fair queues"); returns the queue as it is then.
   std::shared_ptr<const QueueInfo> make_fair(std::string_view name);
@@ -148,6 +155,9 @@ class QueueCatalog {
   void check_spread(const std::map<std::string, std::string>& wanted);
   void check_same(const QueueInfo& existing, const std::map<std::string, std::string>& wanted);
   void make_topic(const QueueInfo& queue);
+  // Stores what `change` makes of the queue's stored attributes, read under the row's lock.
+  void change_attributes(std::string_view name,
+                         const std::function<void(std::map<std::string, std::string>&)>& change);
   void forget(std::string_view name);
   // `table` (a constant name) made with `create` unless it exists.
   void make_table_if_missing(std::string_view table, std::string_view create);

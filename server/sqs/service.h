@@ -288,7 +288,6 @@ class SqsService {
   };
   std::map<std::string, Attempt> receive_attempts_;
   std::size_t attempts_bytes_ = 0;
-  std::mutex permissions_mutex_;  // AddPermission and RemovePermission rewrite the Policy
   std::unique_ptr<MoveTasks> move_tasks_;
 };
 

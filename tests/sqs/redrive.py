@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -287,6 +288,61 @@ class RedriveTest(unittest.TestCase):
         self.assertEqual(sorted(got), sorted(bodies))
         self.assertEqual(count(b, dlq), 0)
         self.assertEqual(count(b, src), 0)
+
+    def test_attribute_and_policy_changes_through_two_servers_are_all_kept(self):
+        """AddPermission, RemovePermission and SetQueueAttributes each rewrite a queue's stored
+        attributes; made at the same time through two servers, none of them is lost."""
+        a = self.serve()
+        b = self.serve()
+        name = f"{PREFIX}_policy2"
+        url = a.sqs.create_queue(QueueName=name)["QueueUrl"]
+        labels = [f"l{i:02d}" for i in range(20)]  # SQS's limit: 20 statements
+        errors = []
+
+        def run(work):
+            try:
+                work()
+            except Exception as e:  # reported by the main thread
+                errors.append(e)
+
+        def add(serve, mine):
+            for label in mine:
+                serve.sqs.add_permission(QueueUrl=url, Label=label,
+                                         AWSAccountIds=["111122223333"], Actions=["SendMessage"])
+
+        def remove(serve, mine):
+            for label in mine:
+                serve.sqs.remove_permission(QueueUrl=url, Label=label)
+
+        def set_attribute(serve, attribute, first=1):
+            for i in range(first, first + 10):
+                serve.sqs.set_queue_attributes(QueueUrl=url, Attributes={attribute: str(i)})
+
+        def together(*works):
+            threads = [threading.Thread(target=run, args=(w,)) for w in works]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(errors, [])
+
+        together(lambda: add(a, labels[0::4]), lambda: add(b, labels[1::4]),
+                 lambda: add(a, labels[2::4]), lambda: add(b, labels[3::4]),
+                 lambda: set_attribute(a, "DelaySeconds"),
+                 lambda: set_attribute(b, "ReceiveMessageWaitTimeSeconds"))
+        for s in (a, b):
+            attributes = s.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])[
+                "Attributes"]
+            policy = json.loads(attributes["Policy"])
+            self.assertEqual(sorted(st["Sid"] for st in policy["Statement"]), labels)
+            self.assertEqual(attributes["DelaySeconds"], "10")
+            self.assertEqual(attributes["ReceiveMessageWaitTimeSeconds"], "10")
+        together(lambda: remove(a, labels[0::2]), lambda: remove(b, labels[1::2]),
+                 lambda: set_attribute(a, "MessageRetentionPeriod", 60))
+        attributes = b.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        self.assertNotIn("Policy", attributes)  # the policy goes with its last statement
+        self.assertEqual(attributes["MessageRetentionPeriod"], "69")
+        a.sqs.delete_queue(QueueUrl=url)
 
 
 def strip(tag):
