@@ -155,35 +155,40 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages,
                         bool fair) {
   const auto limit = static_cast<std::int64_t>(max_messages);
-  if (fair) {
-    // Fair order (send.cc, fair_places), walked as the primary key is below. Places are not
-    // sent in increasing order (a tenant's first message goes to the head), so there is no
-    // scan hint: the walk starts at the head, passing over the messages in flight there.
-    return c.execute(
-        fmt::format("SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, "
-                    "lease_token <> 0, tenant FROM {} FORCE INDEX (fair_order) WHERE visible_at "
-                    "<= NOW(6) ORDER BY fair_seq, id LIMIT ? FOR UPDATE SKIP LOCKED",
-                    micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"),
-                    t.queue),
-        {limit});
-  }
   const std::string& hint_key = t.queue;  // scan hints are per queue table
-  // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as they
-  // are taken; a plan that sorted a range first would lock every row it sorted.
-  const std::string sql = fmt::format(
-      "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0, NULL "
-      "FROM {} "
-      "FORCE INDEX "
-      "(PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP "
-      "LOCKED",
-      micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
+  std::string sql;
+  if (fair) {
+    // Fair order (send.cc, fair_places): messages without a tenant first (fair_seq 0, by id),
+    // then the tenants' places. Only the first band has a scan hint: its ids only grow, as a
+    // plain topic's do, while a tenant's place may be at the head of the line. Ranges of one
+    // index read in its order: rows are locked only as they are taken, with no sort.
+    sql = fmt::format(
+        "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0, tenant, "
+        "fair_seq = 0 FROM {} FORCE INDEX (fair_order) WHERE (fair_seq = 0 AND id >= ? OR "
+        "fair_seq > 0) AND visible_at <= NOW(6) ORDER BY fair_seq, id LIMIT ? FOR UPDATE SKIP "
+        "LOCKED",
+        micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
+  } else {
+    // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as
+    // they are taken; a plan that sorted a range first would lock every row it sorted.
+    sql = fmt::format(
+        "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0, NULL, "
+        "TRUE FROM {} FORCE INDEX (PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id "
+        "LIMIT ? FOR UPDATE SKIP LOCKED",
+        micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
+  }
   ScanHints::Start start = q.hints.start(hint_key);
   Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
   if (r.rows.empty() && !start.sweep) {
     start.sweep = true;
     r = c.execute(sql, {std::uint64_t{0}, limit});
   }
-  q.hints.claimed(hint_key, start.sweep, r.rows.empty() ? 0 : r.rows.back().u64(0));
+  // The hint moves past the last row of the hinted band (which comes first).
+  std::uint64_t last_hinted = 0;
+  for (const Row& row : r.rows) {
+    if (row.i64(10) != 0) last_hinted = row.u64(0);
+  }
+  q.hints.claimed(hint_key, start.sweep, last_hinted);
   return r;
 }
 

@@ -13,8 +13,9 @@ namespace txmq::internal {
 
 // Locks up to max_messages claimable rows (FOR UPDATE SKIP LOCKED, in the transaction open on
 // c) from the client's scan hint, sweeping from the lowest id when nothing is past it; a fair
-// topic's in fair order. Columns: id, attempts, enqueued_at and NOW(6) as microseconds, msg_key,
-// payload, attributes, first_claimed_at, whether it was leased before, tenant.
+// topic's in fair order (its messages without a tenant from the hint). Columns: id, attempts,
+// enqueued_at and NOW(6) as microseconds, msg_key, payload, attributes, first_claimed_at,
+// whether it was leased before, tenant, whether the scan hint covers the row.
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages,
                         bool fair);
 // The queues a claim of `group` walks: all partitions, or the ones given (checked).
