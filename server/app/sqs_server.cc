@@ -203,10 +203,12 @@ struct Server::Impl {
             [this](HttpRequest&& r, Responder respond) {
               service.handle(std::move(r), std::move(respond));
             },
-            with_admission(http_options(options, log, max_connections), service)) {
+            with_admission(http_options(options, log, max_connections), service),
+            {&io, &second_io}) {
     http.start();
     service.start_move_tasks();
-    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
+    threads.emplace_back([this] { io.run(); });
+    threads.emplace_back([this] { second_io.run(); });
   }
 
   // What /metrics adds for this server; read at scrape time, when everything is constructed.
@@ -229,7 +231,9 @@ struct Server::Impl {
     dashboard.stop();  // its sampler; no request reaches it once the service has stopped
     metrics.stop();
     keep_running.reset();
+    keep_second_running.reset();
     io.stop();
+    second_io.stop();
     for (auto& t : threads) t.join();
   }
 
@@ -237,12 +241,20 @@ struct Server::Impl {
   const LogWriter writer;
   const Log log;
   const std::size_t max_connections;  // after RLIMIT_NOFILE; refused before anything starts
-  asio::io_context io;
+  // Two I/O threads, each polling its own io_context, over which HttpServer spreads the
+  // connections: a request is read and answered on the thread that polls its socket, without
+  // waking the other thread for it, as one io_context run by two threads does (txmq bench
+  // --only serve). The first also runs the acceptor, the timers and the service's posts. Each is
+  // run by one thread (concurrency hint 1); other threads still post to them safely.
+  asio::io_context io{1};
+  asio::io_context second_io{1};
   // Keeps the io threads running until stop() has seen every connection close: once the
   // acceptor is closed, a moment with no operation pending (a long poll's timer cancelled,
   // its answer not yet posted) would otherwise end io.run() and strand the answer.
   asio::executor_work_guard<asio::io_context::executor_type> keep_running =
       asio::make_work_guard(io);
+  asio::executor_work_guard<asio::io_context::executor_type> keep_second_running =
+      asio::make_work_guard(second_io);
   Client client;
   Health health;
   RequestMetrics requests;

@@ -417,8 +417,10 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 HttpServer::HttpServer(asio::io_context& io, const tcp::endpoint& endpoint, RequestHandler handler,
-                       HttpServerOptions options)
+                       HttpServerOptions options,
+                       std::vector<asio::io_context*> connection_contexts)
     : io_(io),
+      connection_contexts_(std::move(connection_contexts)),
       acceptor_(asio::make_strand(io)),
       handler_(std::move(handler)),
       options_(std::move(options)),
@@ -442,12 +444,19 @@ HttpServer::~HttpServer() {
 
 tcp::endpoint HttpServer::local_endpoint() const { return acceptor_.local_endpoint(); }
 
+asio::io_context& HttpServer::next_context() {
+  if (connection_contexts_.empty()) return io_;
+  asio::io_context& next = *connection_contexts_[next_context_];
+  next_context_ = (next_context_ + 1) % connection_contexts_.size();
+  return next;
+}
+
 void HttpServer::start() {
   asio::dispatch(acceptor_.get_executor(), [this] { accept(); });
 }
 
 void HttpServer::accept() {
-  acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
+  acceptor_.async_accept(asio::make_strand(next_context()), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (ec) return on_accept_error(ec);
     accept_backoff_ = std::chrono::milliseconds(0);
@@ -487,7 +496,7 @@ void HttpServer::on_accept_error(const boost::system::error_code& ec) {
       // connections waiting in the listen queue are not left hanging.
       ::close(reserve_fd_);
       reserve_fd_ = -1;
-      tcp::socket socket(asio::make_strand(io_));
+      tcp::socket socket(asio::make_strand(next_context()));
       beast::error_code accept_ec;
       acceptor_.accept(socket, accept_ec);
       if (!accept_ec) {

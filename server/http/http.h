@@ -94,8 +94,12 @@ class Session;
 
 class HttpServer {
  public:
+  // The acceptor runs on `io`; connections on `io` too, or in turn on `connection_contexts`
+  // when given (one io_context per I/O thread: a request is read, and its answer written, by
+  // the thread that polls its socket, with no hand-over between threads).
   HttpServer(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& endpoint,
-             RequestHandler handler, HttpServerOptions options = {});
+             RequestHandler handler, HttpServerOptions options = {},
+             std::vector<boost::asio::io_context*> connection_contexts = {});
   ~HttpServer();
 
   // The address it listens on (the port is known once bound, also when 0 was asked for).
@@ -125,7 +129,12 @@ class HttpServer {
   // when said.
   bool warn_at_most_once_a_minute(std::chrono::steady_clock::time_point& last, std::string text);
 
+  // The next connection's io_context (accept() runs on the acceptor's strand).
+  boost::asio::io_context& next_context();
+
   boost::asio::io_context& io_;
+  const std::vector<boost::asio::io_context*> connection_contexts_;
+  std::size_t next_context_ = 0;
   boost::asio::ip::tcp::acceptor acceptor_;
   RequestHandler handler_;
   const HttpServerOptions options_;
