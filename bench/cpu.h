@@ -3,6 +3,7 @@
 // line (the servers' mariadbd, by pid) and the whole machine (/proc/stat), so that a figure on a
 // small machine says who had the cores. Off unless the bench is asked for it (--cpu).
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,7 +18,9 @@
 namespace txmq::bench {
 
 // CPU seconds by name: "bench", the watched processes' names, "machine" (busy time of all CPUs)
-// and "steal" (time a virtual machine's CPUs were ready but the host ran others).
+// and "steal" (time a virtual machine's CPUs were ready but the host ran others); and "load",
+// the part of "bench" that the row's own timed threads took (run_threads): for a row that drives
+// txmq serve in the bench's process, "bench" less "load" is what the server took.
 using CpuSeconds = std::map<std::string, double>;
 
 class CpuWatch {
@@ -93,5 +96,12 @@ class CpuWatch {
 inline const CpuWatch* g_cpu_watch = nullptr;
 
 inline CpuSeconds cpu_now() { return g_cpu_watch ? g_cpu_watch->now() : CpuSeconds{}; }
+
+// The calling thread's CPU seconds so far (CLOCK_THREAD_CPUTIME_ID).
+inline double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 }  // namespace txmq::bench

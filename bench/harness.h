@@ -77,17 +77,20 @@ Measured run_threads(int threads, Body body) {
   std::exception_ptr failure;
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(threads), 0);
   std::vector<Latencies> latencies(static_cast<std::size_t>(threads));
+  std::vector<double> thread_cpu(static_cast<std::size_t>(threads), 0);
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) {
     pool.emplace_back([&, i] {
       ready++;
       while (!go.load()) std::this_thread::yield();
+      const double cpu_start = thread_cpu_seconds();
       try {
         counts[static_cast<std::size_t>(i)] = body(i, latencies[static_cast<std::size_t>(i)]);
       } catch (...) {
         std::lock_guard lock(mutex);
         if (!failure) failure = std::current_exception();
       }
+      thread_cpu[static_cast<std::size_t>(i)] = thread_cpu_seconds() - cpu_start;
     });
   }
   while (ready.load() < threads) std::this_thread::yield();
@@ -97,7 +100,12 @@ Measured run_threads(int threads, Body body) {
   for (auto& t : pool) t.join();
   Measured m;
   m.seconds = seconds_between(start, SteadyClock::now());
-  if (!cpu_before.empty()) m.cpu = CpuWatch::difference(cpu_before, cpu_now());
+  if (!cpu_before.empty()) {
+    m.cpu = CpuWatch::difference(cpu_before, cpu_now());
+    double load = 0;
+    for (double s : thread_cpu) load += s;
+    m.cpu["load"] = load;
+  }
   if (failure) std::rethrow_exception(failure);
   for (std::size_t i = 0; i < counts.size(); ++i) {
     m.messages += counts[i];

@@ -72,17 +72,24 @@ std::optional<double> Report::ratio_of(const Row& row) const {
 
 namespace {
 
-// "CPU cores: bench 0.52, s1 0.81, machine 1.90": each process's CPU seconds over the row's
-// seconds, the servers in name order between the bench and the machine.
+// "CPU cores (us/msg): bench 0.52 (41), load 0.20 (16), s1 0.81 (64), machine 1.90 (150)": each
+// process's CPU seconds over the row's seconds, and per message, the servers in name order
+// between the bench (then its timed threads, "load") and the machine.
 std::string cpu_note(const Row& row) {
   if (row.cpu.empty() || row.seconds <= 0) return {};
-  std::string out = "CPU cores:";
+  std::string out = "CPU cores (us/msg):";
   auto add = [&](const std::string& name, double seconds) {
     out += fmt::format("{} {} {:.2f}", out.back() == ':' ? "" : ",", name, seconds / row.seconds);
+    if (row.messages > 0) {
+      out += fmt::format(" ({:.0f})", seconds * 1e6 / static_cast<double>(row.messages));
+    }
   };
   if (auto it = row.cpu.find("bench"); it != row.cpu.end()) add(it->first, it->second);
+  if (auto it = row.cpu.find("load"); it != row.cpu.end()) add(it->first, it->second);
   for (const auto& [name, seconds] : row.cpu) {
-    if (name != "bench" && name != "machine" && name != "steal") add(name, seconds);
+    if (name != "bench" && name != "load" && name != "machine" && name != "steal") {
+      add(name, seconds);
+    }
   }
   if (auto it = row.cpu.find("machine"); it != row.cpu.end()) add(it->first, it->second);
   if (auto it = row.cpu.find("steal"); it != row.cpu.end() && it->second > 0) {
