@@ -91,6 +91,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // From HttpServer::shutdown: an idle connection closes now, a busy one after its answer.
   void shutdown() {
     asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard lock(self->handoff_);
       self->stopping_ = true;
       if (!self->busy_) self->close();
     });
@@ -105,7 +106,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool idle() const { return phase_.load() == kIdle; }
   Clock::rep idle_since() const { return idle_since_.load(); }
   void close_evicted() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard lock(self->handoff_);
+      self->close();
+    });
   }
 
   // A connection over the cap with none idle to close: 503 at once (a small answer, written
@@ -321,8 +325,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // whichever thread has it). While a request is in progress nothing else uses the socket (no
   // read, no timer, no other write), so the answering thread writes what the socket takes at
   // once, without blocking (the socket is non-blocking): the client has its answer without
-  // waiting for an HTTP thread to wake. The rest, if any, and what comes next (the next
-  // request, or closing) are the strand's.
+  // waiting for an HTTP thread to wake. When that was all of it, the answering thread also
+  // starts what comes next (the next request's read, or closing): handing that to the strand
+  // would wake the connection's I/O thread once more per request. Only the posts of shutdown()
+  // and close_evicted() can reach the strand meanwhile, and they take handoff_ as this does.
+  // The rest of a longer answer is the strand's, and so is all that follows it.
   void write(HttpResponse r) {
     auto answer = std::make_shared<Answer>();
     http::response<http::string_body>& response = answer->response;
@@ -336,6 +343,11 @@ class Session : public std::enable_shared_from_this<Session> {
     response.prepare_payload();
     beast::error_code ec;
     http::write(stream_.socket(), answer->serializer, ec);
+    if (!ec) {
+      std::lock_guard lock(handoff_);
+      release_body_memory();
+      return after_write(ec, answer->response.keep_alive());
+    }
     asio::post(stream_.get_executor(),
                [self = shared_from_this(), answer, ec] { self->finish_write(answer, ec); });
   }
@@ -412,6 +424,9 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
   bool busy_ = false;
   bool refused_ = false;
+  // Held by an answering thread that goes on to the next request (write()), and by the posts
+  // that may run on the strand meanwhile.
+  std::mutex handoff_;
   std::atomic<bool> stopping_{false};  // also read by write() on the answering thread
   bool closed_ = false;
 };
