@@ -260,6 +260,8 @@ class SqsService {
   template <typename Pending>
   void enqueue(CommitGroups<Pending>& groups, void (SqsService::*drain)(const std::string&),
                const std::string& topic, Pending pending);
+  template <typename Pending, typename Outcome>
+  void answer_group(std::vector<Pending> group, std::vector<Outcome> outcomes);
 
   Client& client_;
   boost::asio::io_context& io_;
