@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -20,13 +21,17 @@ namespace txmq::bench {
 // CPU seconds by name: "bench", the watched processes' names, "machine" (busy time of all CPUs)
 // and "steal" (time a virtual machine's CPUs were ready but the host ran others); and "load",
 // the part of "bench" that the row's own timed threads took (run_threads): for a row that drives
-// txmq serve in the bench's process, "bench" less "load" is what the server took.
+// txmq serve in the bench's process, "bench" less "load" is what the server took. Names that
+// start with '#' are counts of the database server's (commits, InnoDB fsyncs, statements), not
+// seconds.
 using CpuSeconds = std::map<std::string, double>;
 
 class CpuWatch {
  public:
   // Watches process `pid` under `name` (the bench itself is always watched, as "bench").
   void watch(std::string name, int pid) { processes_.emplace_back(std::move(name), pid); }
+  // Counters of the database server, read with the CPU figures ('#' names).
+  void count(std::function<CpuSeconds()> counters) { counters_ = std::move(counters); }
 
   // CPU seconds used so far by each watched process and by the machine. A process that is gone
   // is left out.
@@ -40,6 +45,7 @@ class CpuWatch {
       out["machine"] = m->first;
       out["steal"] = m->second;
     }
+    if (counters_) out.merge(counters_());
     return out;
   }
 
@@ -90,6 +96,7 @@ class CpuWatch {
   }
 
   std::vector<std::pair<std::string, int>> processes_;
+  std::function<CpuSeconds()> counters_;
 };
 
 // The bench's watch, set by run_bench when asked for; null: no CPU figures.

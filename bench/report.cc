@@ -87,7 +87,8 @@ std::string cpu_note(const Row& row) {
   if (auto it = row.cpu.find("bench"); it != row.cpu.end()) add(it->first, it->second);
   if (auto it = row.cpu.find("load"); it != row.cpu.end()) add(it->first, it->second);
   for (const auto& [name, seconds] : row.cpu) {
-    if (name != "bench" && name != "load" && name != "machine" && name != "steal") {
+    if (name != "bench" && name != "load" && name != "machine" && name != "steal" &&
+        !name.starts_with('#')) {
       add(name, seconds);
     }
   }
@@ -95,7 +96,14 @@ std::string cpu_note(const Row& row) {
   if (auto it = row.cpu.find("steal"); it != row.cpu.end() && it->second > 0) {
     add(it->first, it->second);
   }
-  return out;
+  // The database server's work per message: "per msg: 0.1 commits, 0.1 fsyncs, ...".
+  std::string counts;
+  for (const auto& [name, n] : row.cpu) {
+    if (!name.starts_with('#') || row.messages == 0) continue;
+    counts += fmt::format("{}{:.3g} {}", counts.empty() ? "; per msg: " : ", ",
+                          n / static_cast<double>(row.messages), name.substr(1));
+  }
+  return out + counts;
 }
 
 }  // namespace
