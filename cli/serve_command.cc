@@ -68,11 +68,10 @@ void add_serve_command(CLI::App& app, Globals& g) {
                       "time, level, msg and the event's fields) on stderr; the listening line "
                       "stays on stdout")
           ->check(CLI::IsMember({"text", "json"}));
-  CLI::Option* tables_at_first_use = cmd->add_flag(
-      "--tables-at-first-use,!--tables-at-create", o.tables_at_first_use,
-      "when a queue's tables are made: at its first use (the default: an empty queue is only "
-      "its catalog rows, for many queues) or at CreateQueue (--tables-at-create: the SQL "
-      "interface can then send to a queue before its first SendMessage or ReceiveMessage)");
+  CLI::Option* tables_at_first_use = cmd->add_flag("--tables-at-first-use", o.tables_at_first_use,
+                "make a queue's tables at its first use, not at CreateQueue: an empty queue is "
+                "then only its catalog rows (for many queues), but the SQL interface cannot send "
+                "to it before its first SendMessage or ReceiveMessage");
   CLI::Option* metrics_topics =
       cmd->add_option("--metrics-topics", o.metrics_topics,
                       "regular expression of the topics whose series /metrics exports, matched "

@@ -12,7 +12,7 @@
 //   max-body-memory = 256              # MiB, 4 to 1,048,576
 //   dsn = "mysql://txmq@db/txmq"       # allowed; TXMQ_DSN keeps passwords out of the file
 //   metrics-topics = "sqs_orders_.*"   # topics /metrics exports (a regular expression)
-//   tables-at-first-use = false        # a queue's tables made at CreateQueue (default: first use)
+//   tables-at-first-use = true         # a queue's tables made at its first use
 // A key left out keeps the command line's value or default; options given on the command line
 // win over the file (cli/serve_command.cc).
 #include <cstddef>

@@ -28,10 +28,9 @@ struct ServeOptions {
   std::size_t max_body_memory_mib = 256;
   // The log's format on stderr (and of the "listening on" line on stdout): server/base/log.h.
   LogFormat log_format = LogFormat::kText;
-  // CreateQueue makes a queue's tables at its first use (the default; docs/sqs.md, "Many
-  // queues"); false (--tables-at-create): with the queue, so that the SQL interface can send
-  // to it at once.
-  bool tables_at_first_use = true;
+  // CreateQueue makes a queue's tables at its first use (--tables-at-first-use; docs/sqs.md,
+  // "Many queues"); false: with the queue, so that the SQL interface can send to it at once.
+  bool tables_at_first_use = false;
   // Topics whose series /metrics exports (--metrics-topics): an ECMAScript regular expression
   // matched against whole topic names (SQS queues' topics are sqs_NAME_HASH); empty: all.
   // Topics never used have no series either way.

@@ -90,7 +90,7 @@ class QueueCatalog {
   // Creates txmq_sqs_queues when missing (a user without CREATE must find it made).
   // `tables_at_first_use`: ServiceOptions::tables_at_first_use.
   QueueCatalog(Client& client, Regions regions, std::string account,
-               bool tables_at_first_use = true);
+               bool tables_at_first_use = false);
 
   // A ReceiptHandle: the library's receipt with a MAC that binds it to the queue's name, so
   // that a forged handle, or one of another queue, is told apart from a stale one.

@@ -83,9 +83,9 @@ struct ServiceOptions {
   std::string account = "000000000000";
   // The --credentials file; empty: any well-formed signature is accepted.
   std::string credentials_file;
-  // CreateQueue makes a queue's tables at its first use (the default): an empty queue is its
-  // catalog rows only, but the SQL interface cannot send to it before then.
-  bool tables_at_first_use = true;
+  // CreateQueue makes a queue's tables at its first use (--tables-at-first-use): an empty
+  // queue is its catalog rows only, but the SQL interface cannot send to it before then.
+  bool tables_at_first_use = false;
   // Threads that run actions (library calls block); long polls do not hold one.
   int workers = 16;
   // Where errors and credential reloads are logged, one line each (never a secret).
