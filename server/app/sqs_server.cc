@@ -246,8 +246,11 @@ struct Server::Impl {
   // waking the other thread for it, as one io_context run by two threads does (txmq bench
   // --only serve). The first also runs the acceptor, the timers and the service's posts. Each is
   // run by one thread (concurrency hint 1); other threads still post to them safely.
-  asio::io_context io{1};
+  // second_io is declared first so that it is destroyed last: the handlers still queued on io
+  // when it goes (the service's timers, say) may hold connections of second_io, whose strands
+  // must outlive them. Nothing queued on second_io holds a connection of io.
   asio::io_context second_io{1};
+  asio::io_context io{1};
   // Keeps the io threads running until stop() has seen every connection close: once the
   // acceptor is closed, a moment with no operation pending (a long poll's timer cancelled,
   // its answer not yet posted) would otherwise end io.run() and strand the answer.
