@@ -23,23 +23,29 @@ struct CommitGroups {
   // allowed).
   bool add(const std::string& topic, Pending pending) {
     std::lock_guard lock(mutex);
-    auto it = waiting.find(topic);
-    if (it == waiting.end()) it = waiting.emplace(topic, Topic{}).first;
+    auto it = waiting_.find(topic);
+    if (it == waiting_.end()) it = waiting_.emplace(topic, Topic{}).first;
     it->second.calls.push_back(std::move(pending));
     if (it->second.running >= drains) return false;
     ++it->second.running;
     return true;
+  }
+  // Whether calls of `topic` wait for its next group commit.
+  bool waiting(const std::string& topic) {
+    std::lock_guard lock(mutex);
+    auto it = waiting_.find(topic);
+    return it != waiting_.end() && !it->second.calls.empty();
   }
   // The calls to settle together next (up to 500); empty when none is left, which ends the
   // caller's drain.
   std::vector<Pending> next(const std::string& topic) {
     std::lock_guard lock(mutex);
     std::vector<Pending> group;
-    auto it = waiting.find(topic);
-    if (it == waiting.end()) return group;
+    auto it = waiting_.find(topic);
+    if (it == waiting_.end()) return group;
     std::deque<Pending>& calls = it->second.calls;
     if (calls.empty()) {
-      if (--it->second.running == 0) waiting.erase(it);
+      if (--it->second.running == 0) waiting_.erase(it);
       return group;
     }
     const std::size_t n = std::min<std::size_t>(calls.size(), 500);
@@ -58,7 +64,7 @@ struct CommitGroups {
   };
   const int drains;
   std::mutex mutex;
-  std::map<std::string, Topic, std::less<>> waiting;
+  std::map<std::string, Topic, std::less<>> waiting_;
 };
 
 }  // namespace txmq::server

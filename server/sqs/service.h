@@ -261,7 +261,8 @@ class SqsService {
   void enqueue(CommitGroups<Pending>& groups, void (SqsService::*drain)(const std::string&),
                const std::string& topic, Pending pending);
   template <typename Pending, typename Outcome>
-  void answer_group(std::vector<Pending> group, std::vector<Outcome> outcomes);
+  void answer_group(CommitGroups<Pending>& groups, const std::string& topic,
+                    std::vector<Pending> group, std::vector<Outcome> outcomes);
 
   Client& client_;
   boost::asio::io_context& io_;
