@@ -1270,7 +1270,7 @@ int run_bench(const BenchOptions& options) {
         return out;
       });
     } catch (const std::exception&) {
-      status.reset();  // no counts: the CPU figures stand alone
+      // No connection: no counts; the CPU figures stand alone.
     }
   }
   if (options.cpu || !options.cpu_pids.empty()) g_cpu_watch = &watch;

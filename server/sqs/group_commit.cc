@@ -91,13 +91,11 @@ void SqsService::queue_entries(const std::shared_ptr<Call>& call,
 template <typename Pending, typename Outcome>
 void SqsService::answer_group(CommitGroups<Pending>& groups, const std::string& topic,
                               std::vector<Pending> group, std::vector<Outcome> outcomes) {
-  if (!groups.waiting(topic)) {
+  auto answer = [group = std::move(group), outcomes = std::move(outcomes)] {
     for (std::size_t i = 0; i < group.size(); ++i) group[i].done(outcomes[i], nullptr);
-    return;
-  }
-  boost::asio::post(workers_, [group = std::move(group), outcomes = std::move(outcomes)]() mutable {
-    for (std::size_t i = 0; i < group.size(); ++i) group[i].done(outcomes[i], nullptr);
-  });
+  };
+  if (groups.waiting(topic)) return boost::asio::post(workers_, std::move(answer));
+  answer();
 }
 
 void SqsService::enqueue_send(const std::string& topic, PendingSend pending) {

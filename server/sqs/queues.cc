@@ -837,47 +837,53 @@ std::shared_ptr<const QueueInfo> QueueCatalog::create_group_queue(
   return existing;
 }
 
+namespace {
+
+// Applies checked changes to stored attributes: an empty policy removes it.
+void apply_changes(std::map<std::string, std::string>& stored,
+                   const std::map<std::string, std::string>& changes) {
+  for (const auto& [k, v] : changes) {
+    if (v.empty() && (k == "RedrivePolicy" || k == "RedriveAllowPolicy" || k == "Policy")) {
+      stored.erase(k);
+    } else {
+      stored[k] = v;
+    }
+  }
+}
+
+}  // namespace
+
 void QueueCatalog::set_attributes(std::string_view name,
                                   const std::map<std::string, std::string>& attributes) {
   auto q = get(name);
   // Checked before the lock: the checks may read other queues (a RedrivePolicy's target).
   const auto changes = checked(attributes, q->fifo, false, name, q->source_queue.has_value());
-  change_attributes(name, [&](std::map<std::string, std::string>& stored) {
-    for (const auto& [k, v] : changes) {
-      if (v.empty() && (k == "RedrivePolicy" || k == "RedriveAllowPolicy" || k == "Policy")) {
-        stored.erase(k);  // an empty policy removes it
-      } else {
-        stored[k] = v;
-      }
-    }
+  change_attributes(*q, [&](std::map<std::string, std::string>& stored) {
+    apply_changes(stored, changes);
   });
 }
 
 void QueueCatalog::edit_attribute(std::string_view name, std::string_view key,
                                   const std::function<std::string(const std::string&)>& edit) {
   auto q = get(name);
-  change_attributes(name, [&](std::map<std::string, std::string>& stored) {
+  change_attributes(*q, [&](std::map<std::string, std::string>& stored) {
     const auto it = stored.find(std::string(key));
     std::string value = edit(it == stored.end() ? std::string() : it->second);
-    // Only what checked() would let through: an edit makes a Policy, which it checks as JSON.
-    const auto changes = checked({{std::string(key), value}}, q->fifo, false, name,
-                                 q->source_queue.has_value());
-    for (const auto& [k, v] : changes) {
-      if (v.empty() && k == "Policy") stored.erase(k);
-      else stored[k] = v;
-    }
+    // Only what checked() lets through; for a Policy that is a JSON check (no other queue read).
+    apply_changes(stored, checked({{std::string(key), std::move(value)}}, q->fifo, false, name,
+                                  q->source_queue.has_value()));
   });
 }
 
 void QueueCatalog::change_attributes(
-    std::string_view name, const std::function<void(std::map<std::string, std::string>&)>& change) {
-  auto q = get(name);
+    const QueueInfo& q, const std::function<void(std::map<std::string, std::string>&)>& change) {
+  const std::string& name = q.name;
   QueueInfo updated;
   client_.transact([&](Transaction& t) {
     SqlResult r =
         t.execute("SELECT attributes FROM txmq_sqs_queues WHERE name = ? FOR UPDATE", {name});
     if (r.rows.empty()) fail("QueueDoesNotExist", "The specified queue does not exist.");
-    updated = *q;  // again at each attempt: a deadlock retries the whole transaction
+    updated = q;  // again at each attempt: a deadlock retries the whole transaction
     updated.attributes = from_json(r.rows[0].as_string(0));
     change(updated.attributes);
     updated.modified_at = now_seconds();

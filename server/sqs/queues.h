@@ -156,7 +156,7 @@ class QueueCatalog {
   void check_same(const QueueInfo& existing, const std::map<std::string, std::string>& wanted);
   void make_topic(const QueueInfo& queue);
   // Stores what `change` makes of the queue's stored attributes, read under the row's lock.
-  void change_attributes(std::string_view name,
+  void change_attributes(const QueueInfo& queue,
                          const std::function<void(std::map<std::string, std::string>&)>& change);
   void forget(std::string_view name);
   // `table` (a constant name) made with `create` unless it exists.

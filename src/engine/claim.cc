@@ -156,6 +156,9 @@ Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, in
                         bool fair) {
   const auto limit = static_cast<std::int64_t>(max_messages);
   const std::string& hint_key = t.queue;  // scan hints are per queue table
+  const std::string columns =
+      fmt::format("id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0",
+                  micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"));
   std::string sql;
   if (fair) {
     // Fair order (send.cc, fair_places): messages without a tenant first (fair_seq 0, by id),
@@ -163,19 +166,17 @@ Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, in
     // plain topic's do, while a tenant's place may be at the head of the line. Ranges of one
     // index read in its order: rows are locked only as they are taken, with no sort.
     sql = fmt::format(
-        "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0, tenant, "
-        "fair_seq = 0 FROM {} FORCE INDEX (fair_order) WHERE (fair_seq = 0 AND id >= ? OR "
-        "fair_seq > 0) AND visible_at <= NOW(6) ORDER BY fair_seq, id LIMIT ? FOR UPDATE SKIP "
-        "LOCKED",
-        micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
+        "SELECT {}, tenant, fair_seq = 0 FROM {} FORCE INDEX (fair_order) WHERE (fair_seq = 0 "
+        "AND id >= ? OR fair_seq > 0) AND visible_at <= NOW(6) ORDER BY fair_seq, id LIMIT ? FOR "
+        "UPDATE SKIP LOCKED",
+        columns, t.queue);
   } else {
     // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as
     // they are taken; a plan that sorted a range first would lock every row it sorted.
     sql = fmt::format(
-        "SELECT id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0, NULL, "
-        "TRUE FROM {} FORCE INDEX (PRIMARY) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY id "
-        "LIMIT ? FOR UPDATE SKIP LOCKED",
-        micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"), t.queue);
+        "SELECT {}, NULL, TRUE FROM {} FORCE INDEX (PRIMARY) WHERE id >= ? AND visible_at <= "
+        "NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+        columns, t.queue);
   }
   ScanHints::Start start = q.hints.start(hint_key);
   Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
