@@ -21,7 +21,7 @@ namespace {
 constexpr std::size_t kMaxActions = 7;
 constexpr std::size_t kMaxStatements = 20;
 constexpr std::size_t kMaxPrincipals = 50;
-constexpr std::size_t kMaxPolicyBytes = 8192;
+constexpr std::size_t kMaxPolicyBytes = QueueCatalog::kMaxPolicyBytes;
 
 // The actions a queue's owner may share (AddPermission's ActionName). The batch actions go with
 // their single ones; the queue's own administration stays the owner's.

@@ -536,9 +536,16 @@ std::map<std::string, std::string> QueueCatalog::checked(
       check_range(key, value, 60, 86400);
     } else if (key == "SqsManagedSseEnabled") {
       if (value != "true" && value != "false") bad_value(key, "must be true or false");
-    } else if (key == "KmsMasterKeyId" || key == "Policy") {
-      if (key == "Policy" && !value.empty() && !json::accept(value)) {
-        bad_value(key, "must be a JSON policy document");
+    } else if (key == "Policy") {
+      // SQS's policy quota; the bound comes before the parse.
+      if (value.size() > kMaxPolicyBytes) {
+        bad_value(key, fmt::format("The policy is {} bytes, maximum allowed is {}.", value.size(),
+                                   kMaxPolicyBytes));
+      }
+      if (!value.empty() && !json::accept(value)) bad_value(key, "must be a JSON policy document");
+    } else if (key == "KmsMasterKeyId") {
+      if (value.size() > kMaxKmsKeyIdLength) {
+        bad_value(key, fmt::format("must be at most {} characters", kMaxKmsKeyIdLength));
       }
     } else if (key == "FifoQueue") {
       // SQS: a standard queue has no FifoQueue attribute (not even "false"); a FIFO queue's

@@ -98,6 +98,10 @@ class QueueCatalog {
   // The library's receipt of a handle seal() made for `queue`; nullopt for any other text.
   std::optional<std::string> unseal(std::string_view queue, std::string_view handle) const;
 
+  // SQS's policy quota (bytes of the Policy attribute), and KMS's bound on a key id.
+  static constexpr std::size_t kMaxPolicyBytes = 8192;
+  static constexpr std::size_t kMaxKmsKeyIdLength = 2048;
+
   // Validates an SQS queue name (throws SqsError InvalidParameterValue).
   static void check_name(std::string_view name);
   static bool valid_name(std::string_view name);

@@ -544,6 +544,29 @@ class UnboundedGrowth(ServeCase):
             self.assertLess(len(a.body), 2000)
         self.assertNotIn("Policy", self.sqs.get_queue_attributes(
             QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {}))
+        # A Policy of 400 KB nested 200,000 deep, set and given to CreateQueue: refused from its
+        # size (SQS's quota is 8,192 bytes) before any parse, and nothing stored; one of the
+        # quota's size is kept.
+        deep = "[" * 200000 + "]" * 200000
+        started = time.monotonic()
+        a = json_call(self.serve, "SetQueueAttributes", {"QueueUrl": url,
+                                                         "Attributes": {"Policy": deep}})
+        self.assertEqual((a.status, code_of(a)), (400, "InvalidAttributeValue"), a.body[:300])
+        self.assertIn("maximum allowed is 8192", a.body.decode())
+        self.assertLess(len(a.body), 2000)
+        a = json_call(self.serve, "CreateQueue", {"QueueName": "hostile-deep-policy",
+                                                  "Attributes": {"Policy": deep}})
+        self.assertEqual((a.status, code_of(a)), (400, "InvalidAttributeValue"), a.body[:300])
+        self.assertLess(time.monotonic() - started, 5)
+        self.assertNotIn("hostile-deep-policy",
+                         " ".join(self.sqs.list_queues().get("QueueUrls", [])))
+        self.assertNotIn("Policy", self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {}))
+        prefix, suffix = '{"Version":"2012-10-17","Statement":[],"Id":"', '"}'
+        full = prefix + "x" * (8192 - len(prefix) - len(suffix)) + suffix
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": full})
+        self.assertEqual(self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"], full)
         # A credential scope whose region is 20,000 characters: refused from the header, the
         # answer naming only its first 40.
         date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
