@@ -7,6 +7,14 @@
 //                        nullable token and a string owner (txmq's first layout)
 //                     i  a secondary index on visible_at, claims in (visible_at, id) order
 //                     n  consumer connections with autocommit off (no START TRANSACTION)
+//                     h  a scan hint: claims start past the highest id claimed so far (as
+//                        txmq's do, claim.cc), not at the table's first row
+//                     r  the ack of a batch rides in the transaction of the next claim (one
+//                        commit per batch; the last batch is acknowledged on its own)
+//                     t  the ack fenced by the batch's one lease token (id IN (...) AND
+//                        lease_token = ?), not by (id, lease_token) pairs
+//                     e  the exactly-once shape for comparison: SELECT ... FOR UPDATE SKIP
+//                        LOCKED, DELETE, COMMIT (no lease written)
 //                     -  none of these
 // Each consumer loops: claim (SELECT ... FOR UPDATE SKIP LOCKED; UPDATE; COMMIT), then ack
 // (DELETE ... RETURNING), until the backlog is empty. Prints messages per second.
@@ -42,6 +50,10 @@ int main(int argc, char** argv) {
   const bool fixed = variants.find('f') != std::string::npos;
   const bool index = variants.find('i') != std::string::npos;
   const bool no_autocommit = variants.find('n') != std::string::npos;
+  const bool hint = variants.find('h') != std::string::npos;
+  const bool ride = variants.find('r') != std::string::npos;
+  const bool exactly_once = variants.find('e') != std::string::npos;
+  const bool token_fence = variants.find('t') != std::string::npos;
   {
     Connection c(dsn);
     c.query("DROP TABLE IF EXISTS txmq_experiment_claim");
@@ -73,13 +85,18 @@ int main(int argc, char** argv) {
   pairs += ")";
   const std::string select = fmt::format(
       "SELECT id, attempts, enqueued_at, msg_key, payload FROM txmq_experiment_claim "
-      "FORCE INDEX ({}) WHERE visible_at <= NOW(6) ORDER BY {} LIMIT ? FOR UPDATE SKIP LOCKED",
+      "FORCE INDEX ({}) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY {} LIMIT ? FOR UPDATE "
+      "SKIP LOCKED",
       index ? "visible_at" : "PRIMARY", index ? "visible_at, id" : "id");
   const std::string update =
       "UPDATE txmq_experiment_claim SET attempts = attempts + 1, visible_at = NOW(6) + "
       "INTERVAL ? MICROSECOND, lease_token = ?, owner = ? WHERE id IN " + in;
   const std::string ack = "DELETE FROM txmq_experiment_claim WHERE id IN " + in +
-                          " AND (id, lease_token) IN " + pairs + " RETURNING id";
+                          (token_fence ? std::string(" AND lease_token = ?")
+                                       : " AND (id, lease_token) IN " + pairs) +
+                          " RETURNING id";
+  const std::string take = "DELETE FROM txmq_experiment_claim WHERE id IN " + in;
+  std::atomic<std::uint64_t> next_id{0};  // the scan hint ('h')
   std::atomic<long> done{0};
   std::atomic<long> deadlocks{0};
   const auto start = SteadyClock::now();
@@ -89,32 +106,66 @@ int main(int argc, char** argv) {
       Connection c(dsn);
       if (no_autocommit) mysql_autocommit(c.handle(), 0);
       std::uint64_t token = 1000000ULL * static_cast<std::uint64_t>(t + 1);
+      std::vector<Param> pending;  // 'r': the last batch's fenced ack, sent with the next claim
+      auto ack_params = [&](const Result& r, std::uint64_t tok) {
+        auto id_at = [&](int i) {
+          return r.rows[std::min<std::size_t>(static_cast<std::size_t>(i), r.rows.size() - 1)].u64(0);
+        };
+        std::vector<Param> fence;
+        for (int i = 0; i < batch; ++i) fence.push_back(id_at(i));
+        if (token_fence) {
+          fence.push_back(tok);
+          return fence;
+        }
+        for (int i = 0; i < batch; ++i) {
+          fence.push_back(id_at(i));
+          fence.push_back(tok);
+        }
+        return fence;
+      };
       for (;;) {
         Result r;
         try {
           if (!no_autocommit) c.begin();
-          r = c.execute(select, {std::int64_t{batch}});
+          if (ride && !pending.empty()) c.execute(ack, pending);
+          r = c.execute(select, {hint ? next_id.load() : std::uint64_t{0}, std::int64_t{batch}});
+          if (r.rows.empty() && hint && next_id.load() != 0) {
+            r = c.execute(select, {std::uint64_t{0}, std::int64_t{batch}});
+          }
           if (r.rows.empty()) {
             c.commit();
+            pending.clear();
             break;
+          }
+          if (hint) {
+            std::uint64_t last = r.rows.back().u64(0) + 1;
+            std::uint64_t seen = next_id.load();
+            while (seen < last && !next_id.compare_exchange_weak(seen, last)) {
+            }
           }
           ++token;
           auto id_at = [&](int i) {
             return r.rows[std::min<std::size_t>(static_cast<std::size_t>(i), r.rows.size() - 1)].u64(0);
           };
+          if (exactly_once) {
+            std::vector<Param> ids;
+            for (int i = 0; i < batch; ++i) ids.push_back(id_at(i));
+            c.execute(take, ids);
+            c.commit();
+            done += static_cast<long>(r.rows.size());
+            continue;
+          }
           std::vector<Param> up = {std::int64_t{30000000}, token,
                                    fixed ? Param(std::uint64_t{7}) : Param(std::string_view("host:12345"))};
           for (int i = 0; i < batch; ++i) up.push_back(id_at(i));
           c.execute(update, up);
           c.commit();
-          std::vector<Param> fence;
-          for (int i = 0; i < batch; ++i) fence.push_back(id_at(i));
-          for (int i = 0; i < batch; ++i) {
-            fence.push_back(id_at(i));
-            fence.push_back(token);
+          if (ride) {
+            pending = ack_params(r, token);
+          } else {
+            c.execute(ack, ack_params(r, token));
+            if (no_autocommit) c.commit();
           }
-          c.execute(ack, fence);
-          if (no_autocommit) c.commit();
         } catch (const txmq::Error& e) {
           // As txmq does: a deadlock rolled the transaction back; try again.
           if (e.code() != txmq::Errc::kAborted) throw;
