@@ -147,6 +147,18 @@ class Client {
   // The receipt names the group that received the message, so acknowledging needs no group.
   Settle ack(std::string_view topic, std::string_view receipt);
   std::vector<Settle> ack(std::string_view topic, std::span<const std::string> receipts);
+  // ack(receipts), then receive(options), in one transaction where it can: for a consumer that
+  // acknowledges one batch and asks for the next, one commit instead of two (docs/library.md,
+  // "Acknowledging with the next receive"). `settled` gets ack's outcomes, in order. The
+  // acknowledgements are committed before any wait. Receipts of keyed messages, of a topic with
+  // an archive or of a sharded topic are acknowledged first, on their own.
+  // Throws as receive. On kCommitUnknown the acknowledgements may or may not have been applied;
+  // on any other error none that rode with the claim were (acknowledging them again is safe: one
+  // already applied gives kNotFound).
+  std::vector<Message> ack_and_receive(std::string_view topic,
+                                       std::span<const std::string> receipts,
+                                       std::vector<Settle>& settled,
+                                       const ReceiveOptions& options = {});
   // Gives the message back, claimable after `delay`, or by default after the topic's retry delay
   // for its attempt (TopicOptions::retry). At max_attempts it is dead-lettered instead.
   Settle nack(std::string_view topic, std::string_view receipt,

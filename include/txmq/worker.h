@@ -26,12 +26,14 @@ struct WorkerOptions {
   // Their leases run from the claim, and the worker extends them while they wait their turn.
   int batch = 1;
   // Acknowledgements held and sent together (1..1000). With 1 (the default) each message is
-  // acknowledged when its handler returns: one statement (and commit) per message. With N > 1 a
+  // acknowledged when its handler returns: one statement (and commit) per message, except the
+  // last of a batch, whose acknowledgement rides in the transaction of the next claim
+  // (Client::ack_and_receive), committed before that claim returns or waits. With N > 1 a
   // thread holds the acknowledgements of its handled messages and sends them in one statement
-  // once N are held, once the oldest has waited ack_max_delay, before a receive that may wait
-  // (the last one came back short) and when the worker stops. With batch = ack_every = 100 a
-  // handler that takes one message at a time costs about what receive 100 + ack does
-  // (docs/benchmarks.md). The trade-off:
+  // once N are held (riding in the next claim when that comes next), once the oldest has waited
+  // ack_max_delay, before a receive that may wait (the last one came back short) and when the
+  // worker stops. With batch = ack_every = 100 a handler that takes one message at a time
+  // costs one commit per 100 messages (docs/benchmarks.md). The trade-off:
   //  - a crash (or a connection lost at the acknowledgement) delivers up to `batch` leased and
   //    `ack_every` handled messages again: at-least-once as always, with more duplicates;
   //  - held messages stay leased until acknowledged (the worker extends their leases, one

@@ -419,6 +419,21 @@ std::vector<Settle> Client::ack(std::string_view topic, std::span<const std::str
                  [&](const internal::ShardMap&) { return i.router.ack(topic, receipts); });
 }
 
+std::vector<Message> Client::ack_and_receive(std::string_view topic,
+                                             std::span<const std::string> receipts,
+                                             std::vector<Settle>& settled,
+                                             const ReceiveOptions& options) {
+  Impl& i = *impl_;
+  return i.route(
+      topic,
+      [&] { return internal::ack_and_receive(i.queue, topic, receipts, options, settled); },
+      [&](const internal::ShardMap&) {
+        // Partitions on several servers: no one transaction holds both.
+        settled = i.router.ack(topic, receipts);
+        return i.router.receive(topic, options);
+      });
+}
+
 Settle Client::nack(std::string_view topic, std::string_view receipt,
                     std::optional<Micros> delay) {
   Impl& i = *impl_;

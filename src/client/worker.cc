@@ -206,6 +206,12 @@ struct Worker::Impl {
                                   e.what());
                             })
             .value_or(std::vector<Settle>{});
+    record_acks(slot, held, results);
+  }
+
+  // Counts the outcomes of the held acknowledgements (none when they could not be sent), and
+  // lets their leases go.
+  void record_acks(std::size_t slot, HeldAcks& held, const std::vector<Settle>& results) {
     for (std::size_t i = 0; i < results.size(); ++i) {
       if (results[i] == Settle::kOk) {
         ++acked;
@@ -221,8 +227,9 @@ struct Worker::Impl {
     held.ids.clear();
   }
 
-  // Runs the handler and settles: at once, or (ack_every > 1) by adding the message to `held`.
-  void handle(const Message& m, std::size_t slot, HeldAcks& held) {
+  // Runs the handler and settles: at once, or by adding the message to `held` (ack_every > 1,
+  // or `ride`: the acknowledgement goes with the next receive).
+  void handle(const Message& m, std::size_t slot, HeldAcks& held, bool ride) {
     std::string failure_text;
     bool ok = true;
     try {
@@ -234,7 +241,7 @@ struct Worker::Impl {
       ok = false;
       failure_text = "unknown exception";
     }
-    if (ok && options.ack_every > 1) {
+    if (ok && (options.ack_every > 1 || ride)) {
       if (held.receipts.empty()) held.oldest = SteadyClock::now();
       held.receipts.push_back(m.receipt);
       held.ids.push_back(m.id);
@@ -281,7 +288,6 @@ struct Worker::Impl {
     const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
     int outages = 0;
     while (!stopping()) {
-      if (acks_due(held)) flush_acks(slot, held);
       const int want = reserve(options.batch);
       if (want == 0) {
         request_stop();
@@ -292,19 +298,37 @@ struct Worker::Impl {
         ReceiveOptions r;
         r.max_messages = want;
         r.lease = lease;
-        // Held acknowledgements are not kept through a wait: with some held, a receive that finds
-        // nothing sends them before it waits.
-        r.wait = options.stop_when_empty || !held.receipts.empty() ? Micros{0}
-                                                                   : Micros(kWaitSlice);
+        // Acknowledgements that are due ride in the claim's transaction (committed before any
+        // wait): one commit for both. Others held are not kept through a wait: with some held,
+        // a receive that finds nothing sends them before it waits.
+        const bool ride = acks_due(held);
+        r.wait = options.stop_when_empty || (!held.receipts.empty() && !ride)
+                     ? Micros{0}
+                     : Micros(kWaitSlice);
         r.group = options.group;
         r.partitions = options.partitions;
-        messages = client.receive(topic, r);
+        if (ride) {
+          std::vector<Settle> settled;
+          messages = client.ack_and_receive(topic, held.receipts, settled, r);
+          record_acks(slot, held, settled);
+        } else {
+          messages = client.receive(topic, r);
+        }
         hold_leases(slot, messages, SteadyClock::now());
         if (outages > 0) event(fmt::format("topic {}: receiving again", topic));
         outages = 0;
       } catch (const Error& e) {
         unreserve(want);
-        if (!e.retryable()) {
+        if (e.code() == Errc::kCommitUnknown && !held.receipts.empty()) {
+          // The claim that carried them: they may or may not be acknowledged.
+          event(fmt::format("topic {}: {}; {} messages (ids {} to {}) may be delivered again",
+                            topic, e.what(), held.receipts.size(), held.ids.front(),
+                            held.ids.back()));
+          record_acks(slot, held, {});
+        } else {
+          flush_acks(slot, held);  // on their own (they did not ride), with retries
+        }
+        if (!e.retryable() && e.code() != Errc::kCommitUnknown) {
           fail(std::current_exception());
           break;
         }
@@ -326,8 +350,10 @@ struct Worker::Impl {
       std::size_t next = 0;
       for (; next < messages.size(); ++next) {
         if (next > 0 && stopping()) break;
-        handle(messages[next], slot, held);
-        if (acks_due(held)) flush_acks(slot, held);
+        // The last one's acknowledgement (and any held) rides with the next receive.
+        const bool last = next + 1 == messages.size();
+        handle(messages[next], slot, held, last);
+        if (!last && acks_due(held)) flush_acks(slot, held);
       }
       // Leased but not started when a stop came: give them back at once.
       for (; next < messages.size(); ++next) {

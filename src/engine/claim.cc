@@ -66,8 +66,9 @@ struct ClaimResult {
   std::vector<std::uint64_t> promoted;  // keyed messages moved in behind dead letters
 };
 
+// `riding`: acknowledgements to apply first, in the claim's transaction (ack_and_receive).
 ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQueue& unit,
-                       int max_messages, Micros lease) {
+                       int max_messages, Micros lease, RidingAcks* riding) {
   const TopicTables& t = unit.tables;
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
   try {
@@ -75,6 +76,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
           ClaimResult result;
           c.begin();
+          if (riding != nullptr) riding->apply(c);
           Result r = select_claimable(q, c, t, max_messages, topic.options.fair);
           if (r.rows.empty()) {
             c.commit();
@@ -142,6 +144,15 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
     // Not the caller's concern: a claim that did commit leased messages no one received, and
     // they are delivered again when the lease ends. Trying again is safe.
     if (e.code() != Errc::kCommitUnknown) throw;
+    if (riding != nullptr) {
+      throw Error(Errc::kCommitUnknown,
+                  fmt::format("the connection broke while a claim and the acknowledgements it "
+                              "carried committed: they may or may not have been applied (messages "
+                              "not acknowledged, and any the claim leased, are delivered again "
+                              "when their leases end): {}",
+                              e.what()),
+                  e.server_errno());
+    }
     throw Error(Errc::kUnavailable,
                 fmt::format("the connection broke while a claim committed (messages it may have "
                             "leased are delivered again when their lease ends): {}",
@@ -281,18 +292,29 @@ std::vector<std::string> queue_tables_of(const std::vector<PartitionQueue>& unit
   return tables;
 }
 
+namespace {
+
+void check_lease(Micros lease) {
+  if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
+    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
+  }
+}
+
+}  // namespace
+
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
-                             const ReceiveOptions& options) {
+                             const ReceiveOptions& options, RidingAcks* riding) {
   check_claim_options(options.max_messages, options.wait);
   const TopicLayout layout = q.catalog.layout(topic);
   const TopicInfo& info = layout.info;
   const GroupEntry& group = layout.group(options.group);
   Micros lease = options.lease.value_or(info.options.lease);
-  if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
-    throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
-  }
+  check_lease(lease);
   const std::vector<PartitionQueue> units = claim_order(layout, group, options.partitions);
-  if (units.empty()) return {};  // none of them on this server
+  if (units.empty()) {  // none of them on this server
+    if (riding != nullptr) riding->alone();
+    return {};
+  }
   const auto wanted = static_cast<std::size_t>(options.max_messages);
   std::vector<Message> messages;
   claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
@@ -303,8 +325,13 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
       const PartitionQueue& unit = units[(first + i) % units.size()];
       const auto start = std::chrono::steady_clock::now();
       ClaimResult claimed = on_topic(q, topic, [&] {
-        return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease);
+        return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease,
+                          riding);
       });
+      if (riding != nullptr) {  // they rode in this claim's transaction, which committed
+        riding->committed();
+        riding = nullptr;
+      }
       q.metrics.count(topic, group.name, Counter::kDeadLettered, claimed.dead_letters);
       if (!claimed.messages.empty()) {
         q.metrics.observe(topic, group.name, Histogram::kClaim,
@@ -319,7 +346,21 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
     }
     if (!messages.empty()) return messages.size() == wanted ? ClaimTry::kGotAll : ClaimTry::kGot;
     return dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
-  });
+  }, riding != nullptr);
+  if (riding != nullptr) riding->alone();  // not reached: the first try carries them
+  return messages;
+}
+
+std::vector<Message> ack_and_receive(QueueContext& q, std::string_view topic,
+                                     std::span<const std::string> receipts,
+                                     const ReceiveOptions& options, std::vector<Settle>& settled) {
+  // The options are checked before anything is acknowledged.
+  check_claim_options(options.max_messages, options.wait);
+  if (options.lease) check_lease(*options.lease);
+  (void)q.catalog.layout(topic).group(options.group);  // throws kNotFound for an unknown group
+  RidingAcks riding(q, topic, receipts);
+  std::vector<Message> messages = receive(q, topic, options, &riding);
+  settled = std::move(riding.results());
   return messages;
 }
 

@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/queue_context.h"
+#include "engine/settle.h"
 
 namespace txmq::internal {
 
@@ -37,10 +39,11 @@ enum class ClaimTry {
 };
 // Calls try_once() until it claims something or `wait` has passed, waiting on the topic's
 // waiter between tries (waiters.cc): woken at once by announced sends, at the latest within a
-// second for anything else. Returns whether it got something.
+// second for anything else. Returns whether it got something. With `try_first`, the first try
+// is made even when the waiter knows the topic is empty (it carries acknowledgements).
 template <typename Try>
 bool claim_within(QueueContext& q, std::string_view channel, const std::vector<std::string>& tables,
-                  Micros wait, Try&& try_once) {
+                  Micros wait, Try&& try_once, bool try_first = false) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   std::shared_ptr<TopicWaiter> waiter;
   if (wait > Micros{0}) waiter = q.waiters.enter(channel, tables);
@@ -50,7 +53,7 @@ bool claim_within(QueueContext& q, std::string_view channel, const std::vector<s
       if (waiter) waiter->leave();
     }
   } leave{waiter};
-  bool claim = !waiter || waiter->worth_claiming();
+  bool claim = try_first || !waiter || waiter->worth_claiming();
   for (;;) {
     if (claim) {
       const ClaimTry outcome = try_once();
@@ -64,7 +67,13 @@ bool claim_within(QueueContext& q, std::string_view channel, const std::vector<s
   }
 }
 
+// `riding`: acknowledgements to apply in the first claim's transaction (or on their own when
+// no claim is made).
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
-                             const ReceiveOptions& options);
+                             const ReceiveOptions& options, RidingAcks* riding = nullptr);
+// Client::ack_and_receive: `settled` gets the receipts' outcomes, in order.
+std::vector<Message> ack_and_receive(QueueContext& q, std::string_view topic,
+                                     std::span<const std::string> receipts,
+                                     const ReceiveOptions& options, std::vector<Settle>& settled);
 
 }  // namespace txmq::internal

@@ -90,117 +90,151 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
 
 namespace {
 
-// Acknowledges parsed[from, to) in one DELETE: in autocommit for messages without a key; in a
-// transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
-// Returns the ids moved in.
-// `acked` gets the end-to-end latency, in seconds, of each message deleted.
-std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
-                                     const std::vector<Receipt>& parsed,
-                                     const std::vector<std::size_t>& which, bool keyed,
-                                     bool archive, std::vector<Settle>& results,
-                                     std::vector<double>& acked) {
-  const std::size_t count = which.size();
-  const std::size_t n = in_list_size(count);
-  // id IN (...) lets the server walk the primary key; the lease token is the fence. Receipts of
-  // one claim share its token (the usual acknowledgement: a consumer's batch): then one
-  // `lease_token = ?` fences them all, which costs the server and the client less than a list
-  // of (id, token) pairs (4 x 100 drain +4-10%, bench/experiments/claim_variants.cc 't').
-  // Receipts of several claims (serve's grouped DeleteMessage) are fenced pair by pair: a row
-  // must match its own receipt's token, not any of the group's.
-  std::vector<Param> params;
-  for (std::size_t i : which) params.push_back(parsed[i].id);
-  pad_ids(params, 0, n);
-  const std::uint64_t first_token = parsed[which.front()].token;
-  const bool one_token = std::all_of(which.begin(), which.end(), [&](std::size_t i) {
-    return parsed[i].token == first_token;
-  });
-  std::string where;
-  if (one_token) {
-    params.push_back(first_token);
-    where = fmt::format("WHERE id IN {} AND lease_token = ?", placeholders(n));
-  } else {
+// The acknowledgements of receipts[which] (one queue table), fenced: each deletes its row only
+// while the row's lease token is still the receipt's.
+class FencedAck {
+ public:
+  FencedAck(const TopicTables& t, const std::vector<Receipt>& parsed,
+            std::vector<std::size_t> which)
+      : t_(t), parsed_(parsed), which_(std::move(which)) {
+    const std::size_t count = which_.size();
+    const std::size_t n = in_list_size(count);
+    // id IN (...) lets the server walk the primary key; the lease token is the fence. Receipts
+    // of one claim share its token (the usual acknowledgement: a consumer's batch): then one
+    // `lease_token = ?` fences them all, which costs the server and the client less than a list
+    // of (id, token) pairs (bench/experiments/claim_variants.cc, 't'). Receipts of several
+    // claims (serve's grouped DeleteMessage) are fenced pair by pair: a row must match its own
+    // receipt's token, not any of the group's.
+    for (std::size_t i : which_) params_.push_back(parsed_[i].id);
+    pad_ids(params_, 0, n);
+    const std::uint64_t first_token = parsed_[which_.front()].token;
+    const bool one_token = std::all_of(which_.begin(), which_.end(), [&](std::size_t i) {
+      return parsed_[i].token == first_token;
+    });
+    if (one_token) {
+      params_.push_back(first_token);
+      where_ = fmt::format("WHERE id IN {} AND lease_token = ?", placeholders(n));
+      return;
+    }
     for (std::size_t i = 0; i < n; ++i) {
-      const Receipt& r = parsed[which[std::min(i, count - 1)]];
-      params.push_back(r.id);
-      params.push_back(r.token);
+      const Receipt& r = parsed_[which_[std::min(i, count - 1)]];
+      params_.push_back(r.id);
+      params_.push_back(r.token);
     }
     std::string pairs = "(";
     for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
     pairs += ")";
-    where = fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
+    where_ = fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
   }
-  // What an ack reads of each row it deletes: id, key, end-to-end latency.
-  constexpr std::string_view kAcked = "id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))";
-  const auto delete_acked = [&](Connection& c) {
-    return delete_returning(c, t.queue, where, params, kAcked);
-  };
-  auto latencies = [&acked](const Result& r) {
-    acked.clear();
-    for (const Row& row : r.rows) acked.push_back(static_cast<double>(row.i64(2)) / 1e6);
-  };
-  auto classify = [&](Connection& c, const Attempt&, const Result& r) {
-    if (r.rows.size() == count) return;
-    // Some were not ours any more: say which. A fenced row still there is another lease's.
-    std::unordered_set<std::uint64_t> deleted;
-    for (const Row& row : r.rows) deleted.insert(row.u64(0));
-    for (std::size_t i : which) {
-      if (deleted.count(parsed[i].id) > 0) continue;
+
+  const TopicTables& tables() const { return t_; }
+
+  // Locks the fenced rows and copies them into the archive (in the caller's transaction).
+  void archive(Connection& c) const {
+    // Lock the rows this lease holds, then copy them: a consistent read could copy a row
+    // another consumer leases before the delete.
+    c.execute(fmt::format("SELECT id FROM {} {} FOR UPDATE", t_.queue, where_), params_);
+    c.execute(archive_sql(t_, where_), params_);
+  }
+
+  // Deletes the fenced rows; returns the deleted ones' id, key and end-to-end latency.
+  Result delete_returning(Connection& c) const {
+    return internal::delete_returning(c, t_.queue, where_, params_, kAcked);
+  }
+
+  // As delete_returning, where the rows have no key (or, in autocommit, where a key's move
+  // may follow in a transaction of its own). MySQL has no DELETE ... RETURNING: there a plain
+  // SELECT reads what the DELETE will take (ids, keys, latencies), then the DELETE runs: two
+  // statements, where delete_returning's locking SELECT, DELETE and COMMIT cost a round trip and
+  // a statement more in autocommit (docs/benchmarks.md, "MySQL 9.7 beside MariaDB 10.11"). Rows
+  // only ever leave the condition (a lease token never comes back), so a DELETE that took as
+  // many rows as the SELECT saw took exactly those. One that took fewer (a lease changed hands
+  // in between) leaves unknown which: then none counts as deleted here, and classify names each
+  // as it finds it (gone: kNotFound, held: kLeaseLost), never kOk for a row it may not have
+  // deleted.
+  Result delete_unkeyed(Connection& c) const {
+    if (c.server().returning()) return delete_returning(c);
+    Result seen = c.execute(fmt::format("SELECT {} FROM {} {}", kAcked, t_.queue, where_), params_);
+    const Result deleted = c.execute(fmt::format("DELETE FROM {} {}", t_.queue, where_), params_);
+    if (deleted.affected_rows != seen.rows.size()) seen.rows.clear();
+    return seen;
+  }
+
+  // Sets results[i] for the receipts whose rows `deleted` does not hold: the row is gone, or
+  // another lease holds it.
+  void classify(Connection& c, const Result& deleted, std::vector<Settle>& results) const {
+    if (deleted.rows.size() == which_.size()) return;
+    std::unordered_set<std::uint64_t> ids;
+    for (const Row& row : deleted.rows) ids.insert(row.u64(0));
+    for (std::size_t i : which_) {
+      if (ids.count(parsed_[i].id) > 0) continue;
       // Never "ok" for a row that is gone on a retry: the pool retries only what did not take
       // effect (a rolled-back transaction, a statement never sent or refused by a node), so
       // another consumer's lease acknowledged or dead-lettered it. (Counting such a miss as
       // ours let an ack whose node froze report ok after a peer took the message over.)
-      results[i] = classify_miss(c, t, parsed[i].id);
+      results[i] = classify_miss(c, t_, parsed_[i].id);
     }
-  };
-  auto keys_of = [](Result& r) {
+  }
+
+  // The end-to-end latencies, in seconds, of the deleted rows.
+  static std::vector<double> latencies(const Result& deleted) {
+    std::vector<double> seconds;
+    seconds.reserve(deleted.rows.size());
+    for (const Row& row : deleted.rows) seconds.push_back(static_cast<double>(row.i64(2)) / 1e6);
+    return seconds;
+  }
+
+  // The keys of the deleted rows (theirs to move on).
+  static std::vector<std::string> keys(Result& deleted) {
     std::vector<std::string> keys;
-    for (Row& row : r.rows) {
+    for (Row& row : deleted.rows) {
       if (!row.null(1)) keys.push_back(row.take_bytes(1));
     }
     return keys;
-  };
+  }
+
+ private:
+  // What an ack reads of each row it deletes: id, key, end-to-end latency.
+  static constexpr std::string_view kAcked =
+      "id, msg_key, TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(6))";
+
+  const TopicTables& t_;
+  const std::vector<Receipt>& parsed_;
+  const std::vector<std::size_t> which_;
+  std::vector<Param> params_;
+  std::string where_;
+};
+
+// Acknowledges receipts[which] in one DELETE: in autocommit for messages without a key; in a
+// transaction that also moves each key's next message in for keyed ones (kKeyedTokenBit).
+// Returns the ids moved in. `acked` gets the end-to-end latency, in seconds, of each message
+// deleted.
+std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
+                                     const std::vector<Receipt>& parsed,
+                                     std::vector<std::size_t> which, bool keyed, bool archive,
+                                     std::vector<Settle>& results, std::vector<double>& acked) {
+  const FencedAck fenced(t, parsed, std::move(which));
   if (keyed || archive) {
     return q.pool.run(OnLostConnection::kRetry, Work::kTransaction,
-                      [&](Connection& c, const Attempt& attempt) {
+                      [&](Connection& c, const Attempt&) {
                         c.begin();
-                        if (archive) {
-                          // Lock the rows this lease holds, then copy them: a consistent read
-                          // could copy a row another consumer leases before the delete.
-                          c.execute(fmt::format("SELECT id FROM {} {} FOR UPDATE", t.queue, where),
-                                    params);
-                          c.execute(archive_sql(t, where), params);
-                        }
-                        Result r = delete_acked(c);
-                        classify(c, attempt, r);
-                        latencies(r);
-                        std::vector<std::uint64_t> promoted = finish_keyed(c, t, keys_of(r));
+                        if (archive) fenced.archive(c);
+                        Result r = fenced.delete_returning(c);
+                        fenced.classify(c, r, results);
+                        acked = FencedAck::latencies(r);
+                        std::vector<std::uint64_t> promoted = finish_keyed(c, t, FencedAck::keys(r));
                         c.commit();
                         return promoted;
                       });
   }
-  // MySQL has no DELETE ... RETURNING: there a plain SELECT reads what the DELETE will take
-  // (ids, keys, latencies), then the DELETE runs in autocommit: two statements and one commit,
-  // where delete_returning's locking SELECT, DELETE and COMMIT cost a round trip and a
-  // statement more (docs/benchmarks.md, "MySQL 9.7 beside MariaDB 10.11"). Rows only ever leave
-  // the condition (a lease token never comes back), so a DELETE that took as many rows as the
-  // SELECT saw took exactly those. One that took fewer (a lease changed hands in between)
-  // leaves unknown which: then none counts as deleted here, and classify names each as it
-  // finds it (gone: kNotFound, held: kLeaseLost), never kOk for a row it may not have deleted.
-  const auto delete_unkeyed = [&](Connection& c) {
-    if (c.server().returning()) return delete_acked(c);
-    Result seen = c.execute(fmt::format("SELECT {} FROM {} {}", kAcked, t.queue, where), params);
-    const Result deleted = c.execute(fmt::format("DELETE FROM {} {}", t.queue, where), params);
-    if (deleted.affected_rows != seen.rows.size()) seen.rows.clear();
-    return seen;
-  };
   std::vector<std::string> stray_keys;
-  // A reply lost after the DELETE was sent leaves its outcome unknown: kCommitUnknown, not a
-  // guess (the message comes back if the delete did not happen).
-  q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt& attempt) {
-    Result r = delete_unkeyed(c);
-    classify(c, attempt, r);
-    latencies(r);
-    stray_keys = keys_of(r);
+  // In autocommit: a reply lost after the DELETE was sent leaves its outcome unknown:
+  // kCommitUnknown, not a guess (the message comes back if the delete did not happen).
+  q.pool.run(OnLostConnection::kCommitUnknown, [&](Connection& c, const Attempt&) {
+    Result r = fenced.delete_unkeyed(c);
+    fenced.classify(c, r, results);
+    acked = FencedAck::latencies(r);
+    stray_keys = FencedAck::keys(r);
   });
   if (stray_keys.empty()) return {};
   // A keyed message acknowledged with a receipt that does not say so: one handed out before
@@ -213,7 +247,6 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                       return promoted;
                     });
 }
-
 
 // Whether the receipt's group and partition exist (a dropped group's receipts find nothing to
 // settle).
@@ -281,7 +314,7 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
         std::vector<std::size_t> chunk(which.begin() + from,
                                        which.begin() + std::min(which.size(), from + kChunk));
         made_claimable(q, unit,
-                       ack_chunk(q, unit.tables, parsed, chunk, std::get<2>(where), archive,
+                       ack_chunk(q, unit.tables, parsed, std::move(chunk), std::get<2>(where), archive,
                                  results, acked));
         q.metrics.count(topic, group, Counter::kAcked, acked.size());
         for (double seconds : acked) q.metrics.observe(topic, group, Histogram::kEndToEnd, seconds);
@@ -290,6 +323,79 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
   });
   purge_archive_now_and_then(q, layout.info);
   return results;
+}
+
+RidingAcks::RidingAcks(QueueContext& q, std::string_view topic,
+                       std::span<const std::string> receipts)
+    : q_(q), topic_(topic) {
+  const TopicLayout layout = q.catalog.layout(topic);
+  const bool archive = layout.info.options.archive > Micros{0};
+  parsed_.reserve(receipts.size());
+  for (const std::string& r : receipts) parsed_.push_back(Receipt::parse(r));
+  results_.assign(parsed_.size(), Settle::kOk);
+  std::vector<std::string> now;  // acknowledged at once: keyed, archived, not in the layout
+  std::vector<std::size_t> now_at;
+  std::map<std::pair<unsigned, unsigned>, std::vector<std::size_t>> by_queue;
+  for (std::size_t i = 0; i < parsed_.size(); ++i) {
+    const Receipt& r = parsed_[i];
+    if (archive || (r.token & kKeyedTokenBit) != 0 || !in_layout(layout, r)) {
+      now.push_back(receipts[i]);
+      now_at.push_back(i);
+    } else {
+      by_queue[{r.group, partition_of(r.id)}].push_back(i);
+    }
+  }
+  if (!now.empty()) {
+    const std::vector<Settle> settled = ack(q, topic, now);
+    for (std::size_t k = 0; k < now_at.size(); ++k) results_[now_at[k]] = settled[k];
+  }
+  constexpr std::size_t kChunk = 512;
+  for (auto& [where, which] : by_queue) {
+    for (std::size_t from = 0; from < which.size(); from += kChunk) {
+      Chunk chunk;
+      chunk.unit = partition_queue(topic, where.first, where.second);
+      chunk.group = std::string(group_name(layout, where.first));
+      chunk.which.assign(which.begin() + static_cast<std::ptrdiff_t>(from),
+                         which.begin() + static_cast<std::ptrdiff_t>(
+                                             std::min(which.size(), from + kChunk)));
+      chunks_.push_back(std::move(chunk));
+    }
+  }
+}
+
+void RidingAcks::apply(Connection& c) {
+  for (Chunk& chunk : chunks_) {
+    for (std::size_t i : chunk.which) results_[i] = Settle::kOk;
+    const FencedAck fenced(chunk.unit.tables, parsed_, chunk.which);
+    Result r = fenced.delete_returning(c);
+    fenced.classify(c, r, results_);
+    chunk.acked = FencedAck::latencies(r);
+    // Keys only of receipts handed out before schema version 4, which do not say so.
+    chunk.promoted = finish_keyed(c, chunk.unit.tables, FencedAck::keys(r));
+  }
+}
+
+void RidingAcks::committed() {
+  for (const Chunk& chunk : chunks_) {
+    made_claimable(q_, chunk.unit, chunk.promoted);
+    q_.metrics.count(topic_, chunk.group, Counter::kAcked, chunk.acked.size());
+    for (double seconds : chunk.acked) {
+      q_.metrics.observe(topic_, chunk.group, Histogram::kEndToEnd, seconds);
+    }
+  }
+  chunks_.clear();
+}
+
+void RidingAcks::alone() {
+  if (!pending()) return;
+  on_topic(q_, topic_, [&] {
+    q_.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
+      c.begin();
+      apply(c);
+      c.commit();
+    });
+  });
+  committed();
 }
 
 Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,

@@ -34,6 +34,43 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts);
+
+// Acknowledgements carried by another transaction: ack_and_receive's, which ride in the
+// transaction of the claim that follows them (claim.cc), so that a consumer that acknowledges a
+// batch and asks for the next pays one commit, not two. Only receipts of messages without a key,
+// on a topic without an archive, ride; the constructor acknowledges the others at once (ack).
+class RidingAcks {
+ public:
+  RidingAcks(QueueContext& q, std::string_view topic, std::span<const std::string> receipts);
+  RidingAcks(const RidingAcks&) = delete;
+  RidingAcks& operator=(const RidingAcks&) = delete;
+
+  // Whether acknowledgements still wait for a transaction to ride in.
+  bool pending() const { return !chunks_.empty(); }
+  // Deletes their rows (fenced, as ack) in c's open transaction. Again on a retry: each call
+  // starts the outcomes afresh.
+  void apply(Connection& c);
+  // After the transaction that applied them committed: counts them; pending() is false after.
+  void committed();
+  // Acknowledges them in a transaction of their own (when no claim took them along).
+  void alone();
+  // Each receipt's outcome, in the order given (valid once nothing is pending).
+  std::vector<Settle>& results() { return results_; }
+
+ private:
+  struct Chunk {
+    PartitionQueue unit;
+    std::string group;
+    std::vector<std::size_t> which;
+    std::vector<double> acked;             // end-to-end latencies, for the metrics
+    std::vector<std::uint64_t> promoted;  // keys moved on (receipts from before schema 4)
+  };
+  QueueContext& q_;
+  std::string topic_;
+  std::vector<Receipt> parsed_;
+  std::vector<Settle> results_;
+  std::vector<Chunk> chunks_;
+};
 Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             std::optional<Micros> delay);
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);

@@ -556,5 +556,146 @@ TEST(Claim, AMessageNackedByAnotherClientIsFoundWhenNothingElseIs) {
   EXPECT_EQ(again[0].attempt, 2);
 }
 
+std::vector<std::string> receipts_of(const std::vector<Message>& messages) {
+  std::vector<std::string> out;
+  for (const Message& m : messages) out.push_back(m.receipt);
+  return out;
+}
+
+// ack_and_receive: the acknowledgements ride in the next claim's transaction, with ack's
+// outcomes.
+TEST(AckAndReceive, AcknowledgesOneBatchAndLeasesTheNext) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send_batch(name, numbered(6));
+  ReceiveOptions three{.max_messages = 3};
+  std::vector<Message> first = c->receive(name, three);
+  ASSERT_EQ(first.size(), 3u);
+  std::vector<Settle> settled;
+  std::vector<Message> second = c->ack_and_receive(name, receipts_of(first), settled, three);
+  EXPECT_EQ(settled, std::vector<Settle>(3, Settle::kOk));
+  ASSERT_EQ(second.size(), 3u);
+  EXPECT_EQ(second[0].payload, "m3");
+  EXPECT_EQ(c->stats(name).in_flight, 3u);
+  EXPECT_EQ(c->stats(name).ready, 0u);
+  // The last batch, with a receipt already acknowledged: kNotFound for it, nothing to lease.
+  std::vector<std::string> last = receipts_of(second);
+  last.push_back(first[0].receipt);
+  EXPECT_TRUE(c->ack_and_receive(name, last, settled, three).empty());
+  EXPECT_EQ(settled, (std::vector<Settle>{Settle::kOk, Settle::kOk, Settle::kOk,
+                                          Settle::kNotFound}));
+  EXPECT_EQ(c->stats(name).in_flight, 0u);
+  // No receipts: a plain receive.
+  EXPECT_TRUE(c->ack_and_receive(name, {}, settled, three).empty());
+  EXPECT_TRUE(settled.empty());
+}
+
+// A receipt whose lease moved on is fenced out, pair by pair among receipts of several claims;
+// the others apply.
+TEST(AckAndReceive, AStaleReceiptIsRefusedAndTheOthersApply) {
+  auto a = client("first");
+  auto b = client("second");
+  std::string name = topic_for_test();
+  a->create_topic(name, TopicOptions{.retry = {.initial = 0s}});
+  a->send_batch(name, numbered(2));
+  std::vector<Message> early = a->receive(name, ReceiveOptions{.lease = 300ms});
+  std::vector<Message> kept = a->receive(name, ReceiveOptions{.lease = 30s});
+  ASSERT_EQ(early.size(), 1u);
+  ASSERT_EQ(kept.size(), 1u);
+  std::this_thread::sleep_for(400ms);
+  std::vector<Message> taken = b->receive(name, ReceiveOptions{.lease = 30s});
+  ASSERT_EQ(taken.size(), 1u);
+  ASSERT_EQ(taken[0].id, early[0].id);
+  std::vector<Settle> settled;
+  const std::vector<std::string> both = {early[0].receipt, kept[0].receipt};
+  EXPECT_TRUE(a->ack_and_receive(name, both, settled, {}).empty());
+  EXPECT_EQ(settled, (std::vector<Settle>{Settle::kLeaseLost, Settle::kOk}));
+  EXPECT_EQ(a->stats(name).in_flight, 1u);  // b's lease is untouched
+  EXPECT_EQ(b->ack(name, taken[0].receipt), Settle::kOk);
+}
+
+// With a wait on an empty topic, the acknowledgements are committed before the wait.
+TEST(AckAndReceive, AcknowledgementsAreCommittedBeforeTheWait) {
+  auto a = client();
+  auto b = client();
+  std::string name = topic_for_test();
+  a->create_topic(name);
+  a->send(name, "done");
+  std::vector<Message> got = a->receive(name);
+  ASSERT_EQ(got.size(), 1u);
+  std::vector<Settle> settled;
+  std::vector<Message> next;
+  std::atomic<bool> returned{false};
+  std::thread waiting([&] {
+    next = a->ack_and_receive(name, receipts_of(got), settled, ReceiveOptions{.wait = 5s});
+    returned = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (b->stats(name).in_flight != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(b->stats(name).in_flight, 0u);
+  EXPECT_FALSE(returned.load());  // still waiting, with the acknowledgement applied
+  b->send(name, "next");
+  waiting.join();
+  EXPECT_EQ(settled, std::vector<Settle>{Settle::kOk});
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].payload, "next");
+}
+
+// Options and groups are checked before anything is acknowledged.
+TEST(AckAndReceive, BadOptionsAcknowledgeNothing) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send(name, "x");
+  std::vector<Message> got = c->receive(name);
+  ASSERT_EQ(got.size(), 1u);
+  std::vector<Settle> settled;
+  EXPECT_THROW(c->ack_and_receive(name, receipts_of(got), settled, {.lease = 0s}), Error);
+  EXPECT_THROW(c->ack_and_receive(name, receipts_of(got), settled, {.max_messages = 0}), Error);
+  try {
+    c->ack_and_receive(name, receipts_of(got), settled, {.group = "nobody"});
+    FAIL() << "an unknown group was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kNotFound);
+  }
+  const std::vector<std::string> bad = {"not a receipt"};
+  EXPECT_THROW(c->ack_and_receive(name, bad, settled, {}), Error);
+  EXPECT_EQ(c->stats(name).in_flight, 1u);
+  EXPECT_EQ(c->ack(name, got[0].receipt), Settle::kOk);
+}
+
+// Keyed receipts and an archived topic's are acknowledged on their own first: a key's next
+// message is claimable by the same call, and the archive keeps its copy.
+TEST(AckAndReceive, KeyedAndArchivedAcknowledgementsKeepTheirGuarantees) {
+  auto c = client();
+  std::string keyed = topic_for_test();
+  c->create_topic(keyed);
+  c->send(keyed, "k-first", {.key = "k"});
+  c->send(keyed, "k-second", {.key = "k"});
+  c->send(keyed, "plain");
+  std::vector<Message> got = c->receive(keyed, ReceiveOptions{.max_messages = 10});
+  ASSERT_EQ(got.size(), 2u);  // the key's head and the plain one
+  std::vector<Settle> settled;
+  std::vector<Message> next =
+      c->ack_and_receive(keyed, receipts_of(got), settled, ReceiveOptions{.max_messages = 10});
+  EXPECT_EQ(settled, std::vector<Settle>(2, Settle::kOk));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].payload, "k-second");
+
+  std::string archived = topic_for_test() + "_a";
+  c->create_topic(archived, TopicOptions{.archive = std::chrono::hours(1)});
+  const std::uint64_t id = c->send(archived, "kept");
+  got = c->receive(archived);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(c->ack_and_receive(archived, receipts_of(got), settled, {}).empty());
+  EXPECT_EQ(settled, std::vector<Settle>{Settle::kOk});
+  std::vector<ArchivedMessage> copies = c->archived(archived);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].id, id);
+}
+
 }  // namespace
 }  // namespace txmq
