@@ -798,8 +798,8 @@ class Bench {
     report_.section(fmt::format("Drain of a {}k backlog: leased receive + ack, and exactly-once",
                                 sizes_.drain_backlog / 1000));
     const std::string topic = "txmq_bench_drain";
-    enum class Mode { kLeased, kWorker, kWorkerGrouped, kExactlyOnce, kExactlyOnceWithWork,
-                      kExactlyOnceXa };
+    enum class Mode { kLeased, kRiding, kWorker, kWorkerGrouped, kExactlyOnce,
+                      kExactlyOnceWithWork, kExactlyOnceXa };
     struct Case {
       int consumers;
       int batch;
@@ -811,6 +811,9 @@ class Bench {
       for (int consumers : {1, 4, 8}) cases.push_back({consumers, batch, kSmall});
     }
     cases.push_back({4, 100, kLarge});
+    // Each batch's acknowledgements riding in the next claim's transaction
+    // (Client::ack_and_receive), against receive + ack of the same batch.
+    for (int batch : {1, 10, 100}) cases.push_back({batch == 1 ? 1 : 4, batch, kSmall, Mode::kRiding});
     // A Worker whose handler takes one message at a time: leasing 1 and acknowledging each (as
     // receive 1 + ack), then leasing 100 ahead and acknowledging 100 at a time (WorkerOptions),
     // each against the receive + ack of its batch size.
@@ -864,6 +867,14 @@ class Bench {
                            "raw.insert.4.drains"));
         measured.push_back(
             drain(client, topic, k.consumers, k.batch, limit, sizes_.drain_cap_seconds));
+        continue;
+      }
+      if (k.mode == Mode::kRiding) {
+        rows.push_back(row(fmt::format("drain.riding.{}x{}", k.consumers, k.batch),
+                           fmt::format("ack riding receive {}, {}", k.batch, consumers_text),
+                           fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
+        measured.push_back(drain(client, topic, k.consumers, k.batch, limit,
+                                 sizes_.drain_cap_seconds, true));
         continue;
       }
       if (k.mode == Mode::kWorker || k.mode == Mode::kWorkerGrouped) {

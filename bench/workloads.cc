@@ -66,27 +66,41 @@ Measured send_batch_rate(Client& client, const std::string& topic, int batch, in
 }
 
 Measured drain(Client& client, const std::string& topic, int consumers, int batch,
-               std::uint64_t limit, double cap_seconds) {
+               std::uint64_t limit, double cap_seconds, bool riding) {
   std::atomic<std::uint64_t> consumed{0};
   const auto deadline = SteadyClock::now() + std::chrono::duration<double>(cap_seconds);
+  auto check = [](const std::vector<Settle>& settled) {
+    for (Settle s : settled) {
+      if (s != Settle::kOk) throw Error(Errc::kInternal, "bench: an ack was refused");
+    }
+  };
   return run_threads(consumers, [&](int, Latencies& lat) {
     std::uint64_t n = 0;
     ReceiveOptions options;
     options.max_messages = batch;
     std::vector<std::string> receipts;
+    std::vector<Settle> settled;
     while (consumed.load() < limit && SteadyClock::now() < deadline) {
       const auto start = SteadyClock::now();
-      std::vector<Message> messages = client.receive(topic, options);
-      if (messages.empty()) break;
+      std::vector<Message> messages;
+      if (riding) {
+        messages = client.ack_and_receive(topic, receipts, settled, options);
+        check(settled);
+      } else {
+        messages = client.receive(topic, options);
+      }
       receipts.clear();
+      if (messages.empty()) break;
       for (Message& m : messages) receipts.push_back(std::move(m.receipt));
-      for (Settle s : client.ack(topic, receipts)) {
-        if (s != Settle::kOk) throw Error(Errc::kInternal, "bench: an ack was refused");
+      if (!riding) {
+        check(client.ack(topic, receipts));
+        receipts.clear();
       }
       lat.add_since(start);
       n += messages.size();
       consumed += messages.size();
     }
+    if (!receipts.empty()) check(client.ack(topic, receipts));  // the last batch (riding)
     return n;
   });
 }

@@ -30,9 +30,10 @@ Measured send_batch_rate(Client& client, const std::string& topic, int batch, in
 
 // receive (up to `batch`) + ack of what came, from `consumers` threads sharing one client, until
 // `limit` messages were consumed, a receive finds nothing, or `cap_seconds` pass.
-// Latency is one receive+ack cycle.
+// Latency is one receive+ack cycle. With `riding`, each batch's acknowledgements go with the
+// next receive (Client::ack_and_receive): one transaction for both.
 Measured drain(Client& client, const std::string& topic, int consumers, int batch,
-               std::uint64_t limit, double cap_seconds);
+               std::uint64_t limit, double cap_seconds, bool riding = false);
 
 // The same drain by a Worker of `threads` threads whose handler takes one message at a time:
 // each thread leases `batch` messages per claim and acknowledges `ack_every` at a time

@@ -124,6 +124,15 @@ struct Worker::Impl {
     reserved += static_cast<std::uint64_t>(got);
     return got;
   }
+  // A thread found the limit reserved by others: it ends, and the last one to end stops the
+  // worker. (Stopping at once gave back what the others had leased but not yet handled, so a
+  // worker with a limit handled fewer messages than it could.)
+  void reached_limit() {
+    std::lock_guard lock(mutex);
+    if (++ended_at_limit < options.threads) return;
+    stop_requested = true;
+    wake.notify_all();
+  }
   void unreserve(int n) {
     if (options.limit == 0 || n <= 0) return;
     std::lock_guard lock(mutex);
@@ -290,7 +299,7 @@ struct Worker::Impl {
     while (!stopping()) {
       const int want = reserve(options.batch);
       if (want == 0) {
-        request_stop();
+        reached_limit();
         break;
       }
       std::vector<Message> messages;
@@ -487,6 +496,7 @@ struct Worker::Impl {
   std::condition_variable wake;
   bool stop_requested = false;
   int in_flight = 0;  // XA threads in the middle of a batch (InFlight)
+  int ended_at_limit = 0;  // leased-message threads that found the limit reached
   bool threads_done = false;
   std::exception_ptr failure;
   std::uint64_t reserved = 0;

@@ -446,6 +446,31 @@ TEST(Worker, AThrowingHandlerRetriesThenDeadLetters) {
   EXPECT_EQ(c->stats(topic).dead, 1u);
 }
 
+// A limit is reached by handling messages, not by reserving them: threads that find it reserved
+// by others end, and the last one stops the worker, so that nothing leased is given back
+// unhandled. Riding acknowledgements (the last of each batch) are all sent.
+TEST(Worker, ALimitSharedByFourThreadsIsHandledInFull) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send_batch(topic, std::vector<OutgoingMessage>(500, OutgoingMessage{.payload = "x"}));
+  WorkerOptions options;
+  options.threads = 4;
+  options.batch = 30;
+  options.limit = 200;
+  std::atomic<int> handled{0};
+  Worker worker(*c, topic, [&](const Message&) {
+    ++handled;
+    std::this_thread::sleep_for(1ms);
+  }, options);
+  worker.join();
+  EXPECT_EQ(handled.load(), 200);
+  EXPECT_EQ(worker.counts().acked, 200u);
+  const TopicStats stats = c->stats(topic);
+  EXPECT_EQ(stats.in_flight, 0u);
+  EXPECT_EQ(stats.ready, 300u);
+}
+
 TEST(Worker, AcknowledgesInGroupsAndHandlesEachMessageOnce) {
   auto c = client();
   const std::string topic = topic_for_test();

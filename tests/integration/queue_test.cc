@@ -697,5 +697,47 @@ TEST(AckAndReceive, KeyedAndArchivedAcknowledgementsKeepTheirGuarantees) {
   EXPECT_EQ(copies[0].id, id);
 }
 
+// Competing consumers that each acknowledge their batch with the next receive: every message
+// once, every acknowledgement kOk, nothing left.
+TEST(AckAndReceive, CompetingConsumersTakeEveryMessageOnce) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  constexpr int kMessages = 2000;
+  c->send_batch(name, numbered(kMessages));
+  std::mutex mutex;
+  std::map<std::uint64_t, int> seen;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      std::vector<std::string> receipts;
+      std::vector<Settle> settled;
+      for (;;) {
+        std::vector<Message> got =
+            c->ack_and_receive(name, receipts, settled, ReceiveOptions{.max_messages = 10});
+        std::lock_guard lock(mutex);
+        for (std::size_t i = 0; i < settled.size(); ++i) {
+          if (settled[i] != Settle::kOk) {
+            failures.push_back(fmt::format("{}: {}", receipts[i], static_cast<int>(settled[i])));
+          }
+        }
+        receipts.clear();
+        if (got.empty()) return;
+        for (const Message& m : got) {
+          ++seen[m.id];
+          receipts.push_back(m.receipt);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " refused, first " << failures.front();
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(kMessages));
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](auto& p) { return p.second == 1; }));
+  const TopicStats stats = c->stats(name);
+  EXPECT_EQ(stats.ready + stats.in_flight, 0u);
+}
+
 }  // namespace
 }  // namespace txmq
