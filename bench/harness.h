@@ -62,6 +62,8 @@ struct Measured {
   double seconds = 0;
   Latencies latencies;
   CpuSeconds cpu;  // CPU taken during the run (empty unless the bench watches CPU)
+  // Each round's rate, when the row adds up several rounds (accumulate): how far they scatter.
+  std::vector<double> round_rates;
   double rate() const { return seconds > 0 ? static_cast<double>(messages) / seconds : 0; }
 };
 

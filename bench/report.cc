@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -43,6 +44,19 @@ Row& Report::add(Row row, Measured measured) {
   row.p50_ms = measured.latencies.percentile(50);
   row.p99_ms = measured.latencies.percentile(99);
   row.cpu = std::move(measured.cpu);
+  // Rounds that scatter by more than 10 % around their mean say so: the row's figure is then
+  // less sure than its digits.
+  const std::vector<double>& rounds = measured.round_rates;
+  if (rounds.size() >= 2) {
+    const auto [low, high] = std::minmax_element(rounds.begin(), rounds.end());
+    double mean = 0;
+    for (double r : rounds) mean += r / static_cast<double>(rounds.size());
+    if (mean > 0 && (*high - *low) / mean > 0.10) {
+      row.note += fmt::format("{}rounds scatter: {:.0f} to {:.0f} msgs/s ({:.0f} % of their mean)",
+                              row.note.empty() ? "" : "; ", *low, *high,
+                              100.0 * (*high - *low) / mean);
+    }
+  }
   add_row(std::move(row));
   return rows_.back();
 }
