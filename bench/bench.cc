@@ -195,6 +195,8 @@ nlohmann::json describe(const internal::Dsn& dsn, bool json, const std::string& 
 }
 
 void accumulate(Measured& total, Measured part) {
+  // A total that was one run so far (not built by accumulate) is its first round.
+  if (total.round_rates.empty() && total.seconds > 0) total.round_rates.push_back(total.rate());
   if (part.round_rates.empty()) {
     total.round_rates.push_back(part.rate());
   } else {
@@ -731,7 +733,9 @@ class Bench {
       accumulate(raw_large, raw_multirow(dsn_, rows / 4, 1000, kLarge));
       for (std::size_t i = 0; i < cases.size(); ++i) {
         fresh(client, topic);
-        const int n = cases[i].payload == kLarge ? rows / 4 : rows;
+        // At least 5 batches a round: --quick's rows made one batch of 10,000 a round, whose
+        // time says little.
+        const int n = std::max(cases[i].payload == kLarge ? rows / 4 : rows, 5 * cases[i].size);
         accumulate(ours[i], send_batch_rate(client, topic, cases[i].size, n, cases[i].payload));
       }
     }
@@ -838,74 +842,91 @@ class Bench {
     Measured raw;
     std::vector<Row> rows;
     std::vector<std::optional<Measured>> measured;
-    for (const Case& k : cases) {
-      const auto limit = static_cast<std::uint64_t>(sizes_.drain_backlog);
-      const std::string consumers_text =
-          fmt::format("{} consumer{}", k.consumers, k.consumers == 1 ? "" : "s");
-      if (k.mode == Mode::kExactlyOnceXa) {
-        Row r = row(fmt::format("drain.exactly_once_xa.{}x{}", k.consumers, k.batch),
-                    fmt::format("exactly-once XA {}, {}, INSERTs in B", k.batch, consumers_text),
-                    fmt::format("drain.exactly_once.{}x{}.work", k.consumers, k.batch));
-        const XaServer& b = xa_server();
-        if (b.dsn.empty()) {
-          r.note = "skipped: " + b.reason;
-          r.basis.clear();
-          rows.push_back(std::move(r));
-          measured.emplace_back();
+    // Rounds of every case in turn, as the other sections: a drain of the backlog at 4 x 100
+    // lasts a tenth of a second, and one such run scatters by tens of percent.
+    for (int round = 0; round < sizes_.rounds; ++round) {
+      std::vector<Row> round_rows;
+      std::vector<std::optional<Measured>> round_measured;
+      for (const Case& k : cases) {
+        const auto limit = static_cast<std::uint64_t>(sizes_.drain_backlog);
+        const std::string consumers_text =
+            fmt::format("{} consumer{}", k.consumers, k.consumers == 1 ? "" : "s");
+        if (k.mode == Mode::kExactlyOnceXa) {
+          Row r = row(fmt::format("drain.exactly_once_xa.{}x{}", k.consumers, k.batch),
+                      fmt::format("exactly-once XA {}, {}, INSERTs in B", k.batch, consumers_text),
+                      fmt::format("drain.exactly_once.{}x{}.work", k.consumers, k.batch));
+          const XaServer& b = xa_server();
+          if (b.dsn.empty()) {
+            r.note = "skipped: " + b.reason;
+            r.basis.clear();
+            round_rows.push_back(std::move(r));
+            round_measured.emplace_back();
+            continue;
+          }
+          accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
+          fresh(client, topic);
+          fill_topic(client, topic, sizes_.drain_backlog, k.payload);
+          round_measured.push_back(
+              drain_xa(client, topic, b, k.consumers, k.batch, limit, work_table, r.note));
+          round_rows.push_back(std::move(r));
           continue;
         }
         accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
         fresh(client, topic);
         fill_topic(client, topic, sizes_.drain_backlog, k.payload);
-        measured.push_back(drain_xa(client, topic, b, k.consumers, k.batch, limit, work_table,
-                                    r.note));
-        rows.push_back(std::move(r));
+        if (k.mode == Mode::kLeased) {
+          round_rows.push_back(row(fmt::format("drain.leased.{}x{}{}", k.consumers, k.batch,
+                                               k.payload == kLarge ? ".4k" : ""),
+                                   fmt::format("receive {} + ack, {}{}", k.batch, consumers_text,
+                                               k.payload == kLarge ? ", 4 KiB" : ""),
+                                   "raw.insert.4.drains"));
+          round_measured.push_back(
+              drain(client, topic, k.consumers, k.batch, limit, sizes_.drain_cap_seconds));
+          continue;
+        }
+        if (k.mode == Mode::kRiding) {
+          round_rows.push_back(
+              row(fmt::format("drain.riding.{}x{}", k.consumers, k.batch),
+                  fmt::format("ack riding receive {}, {}", k.batch, consumers_text),
+                  fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
+          round_measured.push_back(
+              drain(client, topic, k.consumers, k.batch, limit, sizes_.drain_cap_seconds, true));
+          continue;
+        }
+        if (k.mode == Mode::kWorker || k.mode == Mode::kWorkerGrouped) {
+          const bool grouped = k.mode == Mode::kWorkerGrouped;
+          const int ack_every = grouped ? k.batch : 1;
+          round_rows.push_back(row(
+              fmt::format("drain.worker.{}x{}{}", k.consumers, k.batch, grouped ? ".grouped" : ""),
+              fmt::format("Worker, {} thread{}, batch {}, ack every {}", k.consumers,
+                          k.consumers == 1 ? "" : "s", k.batch, ack_every),
+              // Against the receive + ack of the same batch: how near a
+              // one-message handler gets to the batched rate.
+              fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
+          round_measured.push_back(drain_worker(client, topic, k.consumers, k.batch, ack_every,
+                                                limit, sizes_.drain_cap_seconds));
+          continue;
+        }
+        const bool work = k.mode == Mode::kExactlyOnceWithWork;
+        if (work) reset_work_table(client, work_table);
+        round_rows.push_back(row(
+            fmt::format("drain.exactly_once.{}x{}{}", k.consumers, k.batch, work ? ".work" : ""),
+            fmt::format("exactly-once {}, {}{}", k.batch, consumers_text,
+                        work ? ", handler INSERTs a row each" : ""),
+            "raw.insert.4.drains"));
+        round_measured.push_back(drain_exactly_once(client, topic, k.consumers, k.batch, limit,
+                                                    sizes_.drain_cap_seconds,
+                                                    work ? work_table : ""));
+      }
+      if (round == 0) {
+        rows = std::move(round_rows);
+        measured = std::move(round_measured);
         continue;
       }
-      accumulate(raw, raw_insert(dsn_, 4, sizes_.drain_basis_seconds, kSmall));
-      fresh(client, topic);
-      fill_topic(client, topic, sizes_.drain_backlog, k.payload);
-      if (k.mode == Mode::kLeased) {
-        rows.push_back(row(fmt::format("drain.leased.{}x{}{}", k.consumers, k.batch,
-                                       k.payload == kLarge ? ".4k" : ""),
-                           fmt::format("receive {} + ack, {}{}", k.batch, consumers_text,
-                                       k.payload == kLarge ? ", 4 KiB" : ""),
-                           "raw.insert.4.drains"));
-        measured.push_back(
-            drain(client, topic, k.consumers, k.batch, limit, sizes_.drain_cap_seconds));
-        continue;
+      for (std::size_t i = 0; i < measured.size(); ++i) {
+        if (measured[i] && round_measured[i])
+          accumulate(*measured[i], std::move(*round_measured[i]));
       }
-      if (k.mode == Mode::kRiding) {
-        rows.push_back(row(fmt::format("drain.riding.{}x{}", k.consumers, k.batch),
-                           fmt::format("ack riding receive {}, {}", k.batch, consumers_text),
-                           fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
-        measured.push_back(drain(client, topic, k.consumers, k.batch, limit,
-                                 sizes_.drain_cap_seconds, true));
-        continue;
-      }
-      if (k.mode == Mode::kWorker || k.mode == Mode::kWorkerGrouped) {
-        const bool grouped = k.mode == Mode::kWorkerGrouped;
-        const int ack_every = grouped ? k.batch : 1;
-        rows.push_back(row(fmt::format("drain.worker.{}x{}{}", k.consumers, k.batch,
-                                       grouped ? ".grouped" : ""),
-                           fmt::format("Worker, {} thread{}, batch {}, ack every {}", k.consumers,
-                                       k.consumers == 1 ? "" : "s", k.batch, ack_every),
-                           // Against the receive + ack of the same batch: how near a
-                           // one-message handler gets to the batched rate.
-                           fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
-        measured.push_back(drain_worker(client, topic, k.consumers, k.batch, ack_every, limit,
-                                             sizes_.drain_cap_seconds));
-        continue;
-      }
-      const bool work = k.mode == Mode::kExactlyOnceWithWork;
-      if (work) reset_work_table(client, work_table);
-      rows.push_back(row(fmt::format("drain.exactly_once.{}x{}{}", k.consumers, k.batch,
-                                     work ? ".work" : ""),
-                         fmt::format("exactly-once {}, {}{}", k.batch, consumers_text,
-                                     work ? ", handler INSERTs a row each" : ""),
-                         "raw.insert.4.drains"));
-      measured.push_back(drain_exactly_once(client, topic, k.consumers, k.batch, limit,
-                                            sizes_.drain_cap_seconds, work ? work_table : ""));
     }
     report_.add(row("raw.insert.4.drains", "raw INSERT, 4 threads, between the drains"),
                 std::move(raw));
