@@ -13,6 +13,8 @@
 //                        commit per batch; the last batch is acknowledged on its own)
 //                     t  the ack fenced by the batch's one lease token (id IN (...) AND
 //                        lease_token = ?), not by (id, lease_token) pairs
+//                     x  the claim's UPDATE with txmq's expressions (the retry delay from the
+//                        attempts, the token by whether the row has a key)
 //                     e  the exactly-once shape for comparison: SELECT ... FOR UPDATE SKIP
 //                        LOCKED, DELETE, COMMIT (no lease written)
 //                     -  none of these
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   const bool ride = variants.find('r') != std::string::npos;
   const bool exactly_once = variants.find('e') != std::string::npos;
   const bool token_fence = variants.find('t') != std::string::npos;
+  const bool expressions = variants.find('x') != std::string::npos;
   {
     Connection c(dsn);
     c.query("DROP TABLE IF EXISTS txmq_experiment_claim");
@@ -89,8 +92,12 @@ int main(int argc, char** argv) {
       "SKIP LOCKED",
       index ? "visible_at" : "PRIMARY", index ? "visible_at, id" : "id");
   const std::string update =
-      "UPDATE txmq_experiment_claim SET attempts = attempts + 1, visible_at = NOW(6) + "
-      "INTERVAL ? MICROSECOND, lease_token = ?, owner = ? WHERE id IN " + in;
+      expressions
+          ? "UPDATE txmq_experiment_claim SET visible_at = NOW(6) + INTERVAL (? + CAST(LEAST(?, "
+            "? * POW(?, LEAST(attempts, 20))) * ? AS SIGNED)) MICROSECOND, attempts = attempts + "
+            "1, lease_token = IF(msg_key IS NULL, ?, ?), owner = ? WHERE id IN " + in
+          : "UPDATE txmq_experiment_claim SET attempts = attempts + 1, visible_at = NOW(6) + "
+            "INTERVAL ? MICROSECOND, lease_token = ?, owner = ? WHERE id IN " + in;
   const std::string ack = "DELETE FROM txmq_experiment_claim WHERE id IN " + in +
                           (token_fence ? std::string(" AND lease_token = ?")
                                        : " AND (id, lease_token) IN " + pairs) +
@@ -155,8 +162,12 @@ int main(int argc, char** argv) {
             done += static_cast<long>(r.rows.size());
             continue;
           }
-          std::vector<Param> up = {std::int64_t{30000000}, token,
-                                   fixed ? Param(std::uint64_t{7}) : Param(std::string_view("host:12345"))};
+          std::vector<Param> up = {std::int64_t{30000000}};
+          if (expressions) {
+            up.insert(up.end(), {300e6, 1e6, 2.0, 1.0, token});
+          }
+          up.push_back(token);
+          up.push_back(fixed ? Param(std::uint64_t{7}) : Param(std::string_view("host:12345")));
           for (int i = 0; i < batch; ++i) up.push_back(id_at(i));
           c.execute(update, up);
           c.commit();
