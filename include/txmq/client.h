@@ -154,7 +154,8 @@ class Client {
   // an archive or of a sharded topic are acknowledged first, on their own.
   // Throws as receive. On kCommitUnknown the acknowledgements may or may not have been applied;
   // on any other error none that rode with the claim were (acknowledging them again is safe: one
-  // already applied gives kNotFound).
+  // already applied gives kNotFound). Once they are applied, a claim that fails after them
+  // answers with their outcomes and no messages.
   std::vector<Message> ack_and_receive(std::string_view topic,
                                        std::span<const std::string> receipts,
                                        std::vector<Settle>& settled,

@@ -428,9 +428,17 @@ std::vector<Message> Client::ack_and_receive(std::string_view topic,
       topic,
       [&] { return internal::ack_and_receive(i.queue, topic, receipts, options, settled); },
       [&](const internal::ShardMap&) {
-        // Partitions on several servers: no one transaction holds both.
+        // Partitions on several servers: no one transaction holds both. Options first, then
+        // the acknowledgements; once they are applied, a claim that fails for a while (a
+        // server away) answers with their outcomes and no messages.
+        internal::check_claim_options(options.max_messages, options.wait);
         settled = i.router.ack(topic, receipts);
-        return i.router.receive(topic, options);
+        try {
+          return i.router.receive(topic, options);
+        } catch (const Error& e) {
+          if (!e.retryable()) throw;
+          return std::vector<Message>{};
+        }
       });
 }
 

@@ -307,13 +307,13 @@ struct Worker::Impl {
         ReceiveOptions r;
         r.max_messages = want;
         r.lease = lease;
-        // Acknowledgements that are due ride in the claim's transaction (committed before any
-        // wait): one commit for both. Others held are not kept through a wait: with some held,
-        // a receive that finds nothing sends them before it waits.
+        // Acknowledgements that are due ride in the claim's transaction: one commit for both.
+        // With some held the receive does not wait (a riding one answers at once, so that the
+        // acknowledged messages leave the extender's list before it could extend them; one
+        // not riding sends them before it waits, below).
         const bool ride = acks_due(held);
-        r.wait = options.stop_when_empty || (!held.receipts.empty() && !ride)
-                     ? Micros{0}
-                     : Micros(kWaitSlice);
+        r.wait = options.stop_when_empty || !held.receipts.empty() ? Micros{0}
+                                                                   : Micros(kWaitSlice);
         r.group = options.group;
         r.partitions = options.partitions;
         if (ride) {

@@ -75,11 +75,17 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
     return q.pool.run(
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
           ClaimResult result;
+          // Acknowledgements riding here count as done the moment the transaction commits,
+          // whatever happens after (a retry of this function must not apply them again).
+          const auto commit = [&] {
+            c.commit();
+            if (riding != nullptr) riding->committed();
+          };
           c.begin();
-          if (riding != nullptr) riding->apply(c);
+          if (riding != nullptr && riding->pending()) riding->apply(c);
           Result r = select_claimable(q, c, t, max_messages, topic.options.fair);
           if (r.rows.empty()) {
-            c.commit();
+            commit();
             return result;
           }
           const std::int64_t now_us = r.rows[0].i64(3);
@@ -105,7 +111,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
             result.promoted.insert(result.promoted.end(), moved_in.begin(), moved_in.end());
           }
           if (live.empty()) {
-            c.commit();
+            commit();
             return result;
           }
           const std::uint64_t token = new_lease_token();
@@ -127,7 +133,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
                           "owner_id = ? WHERE id IN {}",
                           t.queue, retry_delay_sql("attempts"), placeholders(n)),
               params);
-          c.commit();
+          commit();
           result.messages.reserve(live.size());
           for (Row* row : live) {
             if (row->i64(8) != 0) ++result.lease_expiries;
@@ -144,7 +150,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQ
     // Not the caller's concern: a claim that did commit leased messages no one received, and
     // they are delivered again when the lease ends. Trying again is safe.
     if (e.code() != Errc::kCommitUnknown) throw;
-    if (riding != nullptr) {
+    if (riding != nullptr && riding->pending()) {
       throw Error(Errc::kCommitUnknown,
                   fmt::format("the connection broke while a claim and the acknowledgements it "
                               "carried committed: they may or may not have been applied (messages "
@@ -328,10 +334,7 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
         return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease,
                           riding);
       });
-      if (riding != nullptr) {  // they rode in this claim's transaction, which committed
-        riding->committed();
-        riding = nullptr;
-      }
+      riding = nullptr;  // they rode in this claim's transaction, which committed
       q.metrics.count(topic, group.name, Counter::kDeadLettered, claimed.dead_letters);
       if (!claimed.messages.empty()) {
         q.metrics.observe(topic, group.name, Histogram::kClaim,
@@ -346,20 +349,32 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
     }
     if (!messages.empty()) return messages.size() == wanted ? ClaimTry::kGotAll : ClaimTry::kGot;
     return dead_lettered > 0 ? ClaimTry::kAgainNow : ClaimTry::kEmpty;
-  }, riding != nullptr);
-  if (riding != nullptr) riding->alone();  // not reached: the first try carries them
+  }, riding != nullptr && riding->pending());
+  if (riding != nullptr) riding->alone();  // a safeguard: the first try carries them
   return messages;
 }
 
 std::vector<Message> ack_and_receive(QueueContext& q, std::string_view topic,
                                      std::span<const std::string> receipts,
                                      const ReceiveOptions& options, std::vector<Settle>& settled) {
-  // The options are checked before anything is acknowledged.
+  // The options (partitions and group included) are checked before anything is acknowledged.
   check_claim_options(options.max_messages, options.wait);
   if (options.lease) check_lease(*options.lease);
-  (void)q.catalog.layout(topic).group(options.group);  // throws kNotFound for an unknown group
+  {
+    const TopicLayout layout = q.catalog.layout(topic);
+    (void)claim_order(layout, layout.group(options.group), options.partitions);
+  }
   RidingAcks riding(q, topic, receipts);
-  std::vector<Message> messages = receive(q, topic, options, &riding);
+  std::vector<Message> messages;
+  try {
+    messages = receive(q, topic, options, &riding);
+  } catch (const Error& e) {
+    // Not applied (or, for kCommitUnknown, not known to be): the caller's to send again.
+    if (riding.pending() || e.code() == Errc::kCommitUnknown) throw;
+    // Applied, and a claim after them failed (another partition, a try after a wait): their
+    // outcomes are the answer; messages that claim leased come back when their leases end.
+    messages.clear();
+  }
   settled = std::move(riding.results());
   return messages;
 }

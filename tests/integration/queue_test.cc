@@ -648,12 +648,13 @@ TEST(AckAndReceive, AcknowledgementsAreCommittedBeforeTheWait) {
   EXPECT_EQ(next[0].payload, "next");
 }
 
-// Options and groups are checked before anything is acknowledged.
+// Options, groups and partitions are checked before anything is acknowledged, a keyed receipt
+// (acknowledged on its own, before the claim) included.
 TEST(AckAndReceive, BadOptionsAcknowledgeNothing) {
   auto c = client();
   std::string name = topic_for_test();
   c->create_topic(name);
-  c->send(name, "x");
+  c->send(name, "x", {.key = "k"});
   std::vector<Message> got = c->receive(name);
   ASSERT_EQ(got.size(), 1u);
   std::vector<Settle> settled;
@@ -664,6 +665,12 @@ TEST(AckAndReceive, BadOptionsAcknowledgeNothing) {
     FAIL() << "an unknown group was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::kNotFound);
+  }
+  try {
+    c->ack_and_receive(name, receipts_of(got), settled, {.partitions = {3}});
+    FAIL() << "a partition the topic does not have was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
   }
   const std::vector<std::string> bad = {"not a receipt"};
   EXPECT_THROW(c->ack_and_receive(name, bad, settled, {}), Error);
