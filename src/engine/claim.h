@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "engine/queue_context.h"
-#include "engine/settle.h"
 
 namespace txmq::internal {
+
+class RidingAcks;  // settle.h
 
 // Locks up to max_messages claimable rows (FOR UPDATE SKIP LOCKED, in the transaction open on
 // c) from the client's scan hint, sweeping from the lowest id when nothing is past it; a fair

@@ -285,6 +285,36 @@ void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic) {
 
 }  // namespace
 
+std::vector<AckChunk> ack_chunks(const TopicLayout& layout, const std::vector<Receipt>& parsed,
+                                 const std::vector<std::size_t>& indices) {
+  constexpr std::size_t kChunk = 512;
+  std::map<std::tuple<unsigned, unsigned, bool>, std::vector<std::size_t>> by_queue;
+  for (std::size_t i : indices) {
+    const bool keyed = (parsed[i].token & kKeyedTokenBit) != 0;
+    by_queue[{parsed[i].group, partition_of(parsed[i].id), keyed}].push_back(i);
+  }
+  std::vector<AckChunk> chunks;
+  for (const auto& [where, which] : by_queue) {
+    const auto [group, partition, keyed] = where;
+    for (std::size_t from = 0; from < which.size(); from += kChunk) {
+      AckChunk& chunk = chunks.emplace_back();
+      chunk.unit = partition_queue(layout.info.name, group, partition);
+      chunk.group = std::string(group_name(layout, group));
+      chunk.keyed = keyed;
+      chunk.which.assign(which.begin() + static_cast<std::ptrdiff_t>(from),
+                         which.begin() + static_cast<std::ptrdiff_t>(
+                                             std::min(which.size(), from + kChunk)));
+    }
+  }
+  return chunks;
+}
+
+void count_acked(QueueContext& q, std::string_view topic, std::string_view group,
+                 const std::vector<double>& acked) {
+  q.metrics.count(topic, group, Counter::kAcked, acked.size());
+  for (double seconds : acked) q.metrics.observe(topic, group, Histogram::kEndToEnd, seconds);
+}
+
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts) {
   const TopicLayout layout = q.catalog.layout(topic);
@@ -294,31 +324,22 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
   for (const std::string& r : receipts) parsed.push_back(Receipt::parse(r));
   std::vector<Settle> results(parsed.size(), Settle::kOk);
   if (parsed.empty()) return results;
-  // By queue (group and partition), unkeyed and keyed apart.
-  std::map<std::tuple<unsigned, unsigned, bool>, std::vector<std::size_t>> by_queue;
+  std::vector<std::size_t> known;
   for (std::size_t i = 0; i < parsed.size(); ++i) {
-    if (!in_layout(layout, parsed[i])) {
+    if (in_layout(layout, parsed[i])) {
+      known.push_back(i);
+    } else {
       results[i] = Settle::kNotFound;
-      continue;
     }
-    const bool keyed = (parsed[i].token & kKeyedTokenBit) != 0;
-    by_queue[{parsed[i].group, partition_of(parsed[i].id), keyed}].push_back(i);
   }
-  constexpr std::size_t kChunk = 512;
+  const std::vector<AckChunk> chunks = ack_chunks(layout, parsed, known);
   std::vector<double> acked;
   on_topic(q, topic, [&] {
-    for (const auto& [where, which] : by_queue) {
-      const PartitionQueue unit = partition_queue(topic, std::get<0>(where), std::get<1>(where));
-      const std::string_view group = group_name(layout, std::get<0>(where));
-      for (std::size_t from = 0; from < which.size(); from += kChunk) {
-        std::vector<std::size_t> chunk(which.begin() + from,
-                                       which.begin() + std::min(which.size(), from + kChunk));
-        made_claimable(q, unit,
-                       ack_chunk(q, unit.tables, parsed, std::move(chunk), std::get<2>(where), archive,
-                                 results, acked));
-        q.metrics.count(topic, group, Counter::kAcked, acked.size());
-        for (double seconds : acked) q.metrics.observe(topic, group, Histogram::kEndToEnd, seconds);
-      }
+    for (const AckChunk& chunk : chunks) {
+      made_claimable(q, chunk.unit,
+                     ack_chunk(q, chunk.unit.tables, parsed, chunk.which, chunk.keyed, archive,
+                               results, acked));
+      count_acked(q, topic, chunk.group, acked);
     }
   });
   purge_archive_now_and_then(q, layout.info);
@@ -335,53 +356,42 @@ RidingAcks::RidingAcks(QueueContext& q, std::string_view topic,
   results_.assign(parsed_.size(), Settle::kOk);
   std::vector<std::string> now;  // acknowledged at once: keyed, archived, not in the layout
   std::vector<std::size_t> now_at;
-  std::map<std::pair<unsigned, unsigned>, std::vector<std::size_t>> by_queue;
+  std::vector<std::size_t> riding;
   for (std::size_t i = 0; i < parsed_.size(); ++i) {
     const Receipt& r = parsed_[i];
     if (archive || (r.token & kKeyedTokenBit) != 0 || !in_layout(layout, r)) {
       now.push_back(receipts[i]);
       now_at.push_back(i);
     } else {
-      by_queue[{r.group, partition_of(r.id)}].push_back(i);
+      riding.push_back(i);
     }
   }
   if (!now.empty()) {
     const std::vector<Settle> settled = ack(q, topic, now);
     for (std::size_t k = 0; k < now_at.size(); ++k) results_[now_at[k]] = settled[k];
   }
-  constexpr std::size_t kChunk = 512;
-  for (auto& [where, which] : by_queue) {
-    for (std::size_t from = 0; from < which.size(); from += kChunk) {
-      Chunk chunk;
-      chunk.unit = partition_queue(topic, where.first, where.second);
-      chunk.group = std::string(group_name(layout, where.first));
-      chunk.which.assign(which.begin() + static_cast<std::ptrdiff_t>(from),
-                         which.begin() + static_cast<std::ptrdiff_t>(
-                                             std::min(which.size(), from + kChunk)));
-      chunks_.push_back(std::move(chunk));
-    }
+  for (AckChunk& chunk : ack_chunks(layout, parsed_, riding)) {
+    chunks_.push_back(Chunk{std::move(chunk), {}, {}});
   }
 }
 
 void RidingAcks::apply(Connection& c) {
   for (Chunk& chunk : chunks_) {
-    for (std::size_t i : chunk.which) results_[i] = Settle::kOk;
-    const FencedAck fenced(chunk.unit.tables, parsed_, chunk.which);
+    const AckChunk& receipts = chunk.receipts;
+    for (std::size_t i : receipts.which) results_[i] = Settle::kOk;
+    const FencedAck fenced(receipts.unit.tables, parsed_, receipts.which);
     Result r = fenced.delete_returning(c);
     fenced.classify(c, r, results_);
     chunk.acked = FencedAck::latencies(r);
     // Keys only of receipts handed out before schema version 4, which do not say so.
-    chunk.promoted = finish_keyed(c, chunk.unit.tables, FencedAck::keys(r));
+    chunk.promoted = finish_keyed(c, receipts.unit.tables, FencedAck::keys(r));
   }
 }
 
 void RidingAcks::committed() {
   for (const Chunk& chunk : chunks_) {
-    made_claimable(q_, chunk.unit, chunk.promoted);
-    q_.metrics.count(topic_, chunk.group, Counter::kAcked, chunk.acked.size());
-    for (double seconds : chunk.acked) {
-      q_.metrics.observe(topic_, chunk.group, Histogram::kEndToEnd, seconds);
-    }
+    made_claimable(q_, chunk.receipts.unit, chunk.promoted);
+    count_acked(q_, topic_, chunk.receipts.group, chunk.acked);
   }
   chunks_.clear();
 }

@@ -35,6 +35,22 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts);
 
+// Receipts of one queue table (group and partition), of keyed or unkeyed messages: up to one
+// acknowledging DELETE's worth (512).
+struct AckChunk {
+  PartitionQueue unit;
+  std::string group;
+  bool keyed = false;
+  std::vector<std::size_t> which;  // indices into the parsed receipts
+};
+// parsed[i] for each i of `indices`, by queue, keyed and unkeyed apart, in chunks. REQUIRES:
+// each is in the layout (in_layout).
+std::vector<AckChunk> ack_chunks(const TopicLayout& layout, const std::vector<Receipt>& parsed,
+                                 const std::vector<std::size_t>& indices);
+// Counts acknowledged messages, and their end-to-end latencies, in the metrics.
+void count_acked(QueueContext& q, std::string_view topic, std::string_view group,
+                 const std::vector<double>& acked);
+
 // Acknowledgements carried by another transaction: ack_and_receive's, which ride in the
 // transaction of the claim that follows them (claim.cc), so that a consumer that acknowledges a
 // batch and asks for the next pays one commit, not two. Only receipts of messages without a key,
@@ -59,9 +75,7 @@ class RidingAcks {
 
  private:
   struct Chunk {
-    PartitionQueue unit;
-    std::string group;
-    std::vector<std::size_t> which;
+    AckChunk receipts;
     std::vector<double> acked;             // end-to-end latencies, for the metrics
     std::vector<std::uint64_t> promoted;  // keys moved on (receipts from before schema 4)
   };
