@@ -1272,6 +1272,26 @@ class Bench {
   std::unique_ptr<XaServer> xa_;  // the XA row's second server, once asked for
 };
 
+// The database server's pid when it runs on this machine: its pid file (@@pid_file) names a
+// process whose command is mariadbd or mysqld. A server elsewhere, or one whose pid file this
+// user cannot read, has none: the rows then show the machine's CPU, not the server's.
+std::optional<int> local_server_pid(internal::Connection& c) {
+  const internal::Result r = c.execute("SELECT @@pid_file", {});
+  if (r.rows.empty() || r.rows[0].null(0)) return std::nullopt;
+  std::ifstream file(r.rows[0].bytes(0));
+  int pid = 0;
+  if (!(file >> pid) || pid <= 0) return std::nullopt;
+  std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+  std::string name;
+  if (!std::getline(comm, name) || (name != "mariadbd" && name != "mysqld")) return std::nullopt;
+  return pid;
+}
+
+bool watched_pid(const BenchOptions& options, int pid) {
+  return std::any_of(options.cpu_pids.begin(), options.cpu_pids.end(),
+                     [&](const auto& named) { return named.second == pid; });
+}
+
 }  // namespace
 
 const std::vector<std::string>& bench_sections() { return kSections; }
@@ -1313,6 +1333,9 @@ int run_bench(const BenchOptions& options) {
         }
         return out;
       });
+      if (auto pid = local_server_pid(*status); pid && !watched_pid(options, *pid)) {
+        watch.watch("server", *pid);
+      }
     } catch (const std::exception&) {
       // No connection: no counts; the CPU figures stand alone.
     }

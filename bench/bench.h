@@ -13,9 +13,11 @@ struct BenchOptions {
   bool json = false;                  // one JSON document on stdout instead of tables
   bool huge = false;                  // also the 10M backlog
   std::vector<std::string> sections;  // run only these sections (empty: all)
-  // CPU taken during each timed run by the bench, these processes (name, pid) and the machine,
-  // printed with each row and in the JSON document's rows ("cpu_seconds").
-  bool cpu = false;
+  // CPU taken during each timed run by the bench, these processes (name, pid), the database
+  // server when it runs on this machine ("server") and the machine, and the server's commits,
+  // fsyncs and statements, printed with each row and in the JSON document's rows
+  // ("cpu_seconds"). On by default (txmq bench --no-cpu: off).
+  bool cpu = true;
   std::vector<std::pair<std::string, int>> cpu_pids;
   // The bench's topics spread over these servers (registered with Client::add_server; partition
   // p on servers[p % n]) with `partitions` partitions (0: two per server). Empty: the client's

@@ -42,7 +42,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
     bool quick = false;
     bool huge = false;
     std::string only;
-    bool cpu = false;
+    bool cpu = true;
     std::string cpu_pids;
     std::string servers;
     int partitions = 0;
@@ -64,8 +64,11 @@ void add_bench_command(CLI::App& app, Globals& g) {
                         "10,000 queues, 1,000 with --quick; chaos and pressure restart the "
                         "local server and take about 20 minutes each; with --quick, 2 cells in "
                         "under 3 minutes; one cell alone: --only pressure.held_snapshot)");
-  bench->add_flag("--cpu", a->cpu,
-                  "print the CPU each row took: the bench process and the machine (/proc)");
+  bench->add_flag("--cpu,!--no-cpu", a->cpu,
+                  "print with each row what it cost per message (the default): CPU of the "
+                  "bench, of the database server when it runs on this machine, and of the "
+                  "machine (/proc), and the server's commits, fsyncs and statements; --no-cpu "
+                  "leaves them out");
   bench->add_option("--cpu-pids", a->cpu_pids,
                     "also these processes, NAME=PID,... (such as the servers' mariadbd); "
                     "implies --cpu");

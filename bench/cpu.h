@@ -1,7 +1,7 @@
 #pragma once
 // CPU time taken during each timed run: the bench's own process, processes named on the command
 // line (the servers' mariadbd, by pid) and the whole machine (/proc/stat), so that a figure on a
-// small machine says who had the cores. Off unless the bench is asked for it (--cpu).
+// small machine says who had the cores. On unless the bench is asked to leave it out (--no-cpu).
 
 #include <time.h>
 #include <unistd.h>

@@ -86,7 +86,7 @@ std::optional<double> Report::ratio_of(const Row& row) const {
 
 namespace {
 
-// "CPU cores (us/msg): bench 0.52 (41), load 0.20 (16), s1 0.81 (64), machine 1.90 (150)": each
+// "CPU cores (us/msg): bench 0.52 (41), load 0.20 (16), server 0.81 (64), machine 1.90 (150)": each
 // process's CPU seconds over the row's seconds, and per message, the servers in name order
 // between the bench (then its timed threads, "load") and the machine.
 std::string cpu_note(const Row& row) {
@@ -95,7 +95,7 @@ std::string cpu_note(const Row& row) {
   auto add = [&](const std::string& name, double seconds) {
     out += fmt::format("{} {} {:.2f}", out.back() == ':' ? "" : ",", name, seconds / row.seconds);
     if (row.messages > 0) {
-      out += fmt::format(" ({:.0f})", seconds * 1e6 / static_cast<double>(row.messages));
+      out += fmt::format(" ({:.3g})", seconds * 1e6 / static_cast<double>(row.messages));
     }
   };
   if (auto it = row.cpu.find("bench"); it != row.cpu.end()) add(it->first, it->second);
