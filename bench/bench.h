@@ -37,6 +37,9 @@ struct BenchOptions {
   // The embedded server's folder when the bench runs on it (the chaos section restarts it by
   // its pid file); empty on a --dsn or TXMQ_DSN server.
   std::string local_home;
+  // The bench's server is one of its own (the embedded one, --binlog's or --server's), whose
+  // settings it may change: it turns on InnoDB's count of transactions there.
+  bool private_server = false;
 };
 
 // Runs the workloads, printing each row as it completes, then the table of targets.

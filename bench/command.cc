@@ -67,7 +67,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_flag("--cpu,!--no-cpu", a->cpu,
                   "print with each row what it cost per message (the default): CPU of the "
                   "bench, of the database server when it runs on this machine, and of the "
-                  "machine (/proc), and the server's commits, fsyncs and statements; --no-cpu "
+                  "machine (/proc), and the server's fsyncs, statements and transactions; --no-cpu "
                   "leaves them out");
   bench->add_option("--cpu-pids", a->cpu_pids,
                     "also these processes, NAME=PID,... (such as the servers' mariadbd); "
@@ -156,6 +156,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
       o.dsn = resolve_dsn(g);
     }
     o.xa_dsn = a->xa_dsn;
+    o.private_server = local;
     if (o.xa_dsn.empty() && local && a->server.empty()) o.xa_home = home + "-xa";
     // The chaos cells restart the embedded server by its pid file (not the --binlog one, which
     // they would start again without its binary log, nor a --server one: they are skipped
