@@ -17,6 +17,9 @@
 //                        attempts, the token by whether the row has a key)
 //                     e  the exactly-once shape for comparison: SELECT ... FOR UPDATE SKIP
 //                        LOCKED, DELETE, COMMIT (no lease written)
+//                     m  the claim's UPDATE, the riding ack's DELETE (with 'r') and the COMMIT
+//                        in one round trip: a multi-statement text query, the ids and tokens
+//                        written as integers (needs 'f' and 't')
 //                     -  none of these
 // Each consumer loops: claim (SELECT ... FOR UPDATE SKIP LOCKED; UPDATE; COMMIT), then ack
 // (DELETE ... RETURNING), until the backlog is empty. Prints messages per second.
@@ -57,6 +60,11 @@ int main(int argc, char** argv) {
   const bool exactly_once = variants.find('e') != std::string::npos;
   const bool token_fence = variants.find('t') != std::string::npos;
   const bool expressions = variants.find('x') != std::string::npos;
+  const bool multi = variants.find('m') != std::string::npos;
+  if (multi && (!fixed || !token_fence || expressions)) {
+    std::fprintf(stderr, "variant m needs f and t, and not x\n");
+    return 1;
+  }
   {
     Connection c(dsn);
     c.query("DROP TABLE IF EXISTS txmq_experiment_claim");
@@ -112,6 +120,28 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, t] {
       Connection c(dsn);
       if (no_autocommit) mysql_autocommit(c.handle(), 0);
+      if (multi && mysql_set_server_option(c.handle(), MYSQL_OPTION_MULTI_STATEMENTS_ON) != 0) {
+        std::fprintf(stderr, "multi-statements: %s\n", mysql_error(c.handle()));
+        std::exit(1);
+      }
+      // 'm': runs a multi-statement query, reading (and dropping) every result.
+      auto run_multi = [&](const std::string& sql) {
+        MYSQL* m = c.handle();
+        if (mysql_real_query(m, sql.data(), sql.size()) != 0) {
+          throw txmq::Error(mysql_errno(m) == 1213 ? txmq::Errc::kAborted : txmq::Errc::kInternal,
+                            mysql_error(m));
+        }
+        for (;;) {
+          if (MYSQL_RES* res = mysql_store_result(m)) mysql_free_result(res);
+          const int next = mysql_next_result(m);
+          if (next == -1) break;
+          if (next > 0) {
+            throw txmq::Error(mysql_errno(m) == 1213 ? txmq::Errc::kAborted : txmq::Errc::kInternal,
+                              mysql_error(m));
+          }
+        }
+      };
+      std::string pending_delete;  // 'm' with 'r': the last batch's ack, as text
       std::uint64_t token = 1000000ULL * static_cast<std::uint64_t>(t + 1);
       std::vector<Param> pending;  // 'r': the last batch's fenced ack, sent with the next claim
       auto ack_params = [&](const Result& r, std::uint64_t tok) {
@@ -134,12 +164,13 @@ int main(int argc, char** argv) {
         Result r;
         try {
           if (!no_autocommit) c.begin();
-          if (ride && !pending.empty()) c.execute(ack, pending);
+          if (ride && !multi && !pending.empty()) c.execute(ack, pending);
           r = c.execute(select, {hint ? next_id.load() : std::uint64_t{0}, std::int64_t{batch}});
           if (r.rows.empty() && hint && next_id.load() != 0) {
             r = c.execute(select, {std::uint64_t{0}, std::int64_t{batch}});
           }
           if (r.rows.empty()) {
+            if (!pending_delete.empty()) run_multi(pending_delete);
             c.commit();
             pending.clear();
             break;
@@ -159,6 +190,28 @@ int main(int argc, char** argv) {
             for (int i = 0; i < batch; ++i) ids.push_back(id_at(i));
             c.execute(take, ids);
             c.commit();
+            done += static_cast<long>(r.rows.size());
+            continue;
+          }
+          if (multi) {
+            std::string ids;
+            for (const Row& row : r.rows) ids += fmt::format("{}{}", ids.empty() ? "" : ",", row.u64(0));
+            std::string sql = fmt::format(
+                "UPDATE txmq_experiment_claim SET attempts = attempts + 1, visible_at = NOW(6) + "
+                "INTERVAL 30000000 MICROSECOND, lease_token = {}, owner = 7 WHERE id IN ({})",
+                token, ids);
+            if (!pending_delete.empty()) sql += "; " + pending_delete;
+            sql += "; COMMIT";
+            run_multi(sql);  // committed: the next begin() only marks the connection's state
+            const std::string ack_sql = fmt::format(
+                "DELETE FROM txmq_experiment_claim WHERE id IN ({}) AND lease_token = {} "
+                "RETURNING id",
+                ids, token);
+            if (ride) {
+              pending_delete = ack_sql;
+            } else {
+              run_multi(ack_sql + "; COMMIT");
+            }
             done += static_cast<long>(r.rows.size());
             continue;
           }
