@@ -105,6 +105,25 @@ CREATE FUNCTION txmq_i_table(p_kind VARCHAR(8), p_topic VARCHAR(48), p_group INT
   RETURN CONCAT('`txmq_', p_kind, '_', p_topic,
                 IF(p_group = 0 AND p_partition = 0, '', CONCAT('$', p_group, '_', p_partition)), '`')
 $$
+-- Whether the topic is one whose tables come at its first use (TableCreation::kAtFirstUse, txmq
+-- serve --tables-at-first-use) and have not come yet: it is in the catalog, and no queue table
+-- of it is on this server. The calls make no tables (DDL would commit the caller's
+-- transaction); their "Table ... doesn't exist" (1146) then says why instead. Read only then.
+DROP FUNCTION IF EXISTS txmq_i_lacks_tables
+$$
+CREATE FUNCTION txmq_i_lacks_tables(p_topic VARCHAR(255)) RETURNS TINYINT
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM txmq_topics WHERE name = p_topic) THEN
+    RETURN 0;
+  END IF;
+  RETURN NOT EXISTS (
+    SELECT 1 FROM information_schema.TABLES
+     WHERE TABLE_SCHEMA = DATABASE()
+       AND (TABLE_NAME = CONCAT('txmq_q_', p_topic)
+            OR TABLE_NAME LIKE CONCAT('txmq\\_q\\_', REPLACE(p_topic, '_', '\\_'), '$%')));
+END
+$$
 -- The channel that consumers of group g wait on (waiters.cc): the topic's name for group 0.
 DROP FUNCTION IF EXISTS txmq_i_channel
 $$
@@ -832,9 +851,14 @@ CREATE PROCEDURE txmq_i_send_staged(IN p_topic VARCHAR(255), IN p_batch TINYINT)
 BEGIN
   DECLARE v_own TINYINT DEFAULT 0;
   DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
+    GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(v_own);
+    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
+    END IF;
     RESIGNAL;
   END;
   CALL txmq_i_in_transaction(v_in);
@@ -895,9 +919,14 @@ BEGIN
   DECLARE v_p INT;
   DECLARE v_id BIGINT UNSIGNED;
   DECLARE v_name VARCHAR(48) DEFAULT NULL;
+  DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
+    GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(v_own);
+    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
+    END IF;
     RESIGNAL;
   END;
   IF p_options IS NOT NULL AND NOT JSON_VALID(p_options) THEN
@@ -1018,10 +1047,15 @@ BEGIN
   DECLARE v_step BIGINT UNSIGNED DEFAULT @@SESSION.auto_increment_increment;
   DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
   DECLARE v_values LONGTEXT;
+  DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
+    GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     SET SESSION group_concat_max_len = v_gcl;
     CALL txmq_i_undo(v_own);
+    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
+    END IF;
     RESIGNAL;
   END;
   SET p_sent = 0;
@@ -1385,9 +1419,14 @@ BEGIN
   DECLARE v_q VARCHAR(96);
   DECLARE v_live INT DEFAULT 0;
   DECLARE v_promoted INT DEFAULT 0;
+  DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
+    GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(0);
+    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
+    END IF;
     RESIGNAL;
   END;
   CALL txmq_i_check_name(p_topic);
@@ -1486,9 +1525,14 @@ BEGIN
   DECLARE v_next INT;
   DECLARE v_missing BIGINT UNSIGNED;
   DECLARE v_promoted INT DEFAULT 0;
+  DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
+    GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(0);
+    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
+    END IF;
     RESIGNAL;
   END;
   CALL txmq_i_check_name(p_topic);
@@ -1557,9 +1601,14 @@ BEGIN
   DECLARE v_multiplier DOUBLE;
   DECLARE v_max DOUBLE;
   DECLARE v_jitter DOUBLE;
+  DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
+    GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(v_own);
+    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
+    END IF;
     RESIGNAL;
   END;
   CALL txmq_i_check_name(p_topic);

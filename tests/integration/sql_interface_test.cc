@@ -344,6 +344,46 @@ TEST(SqlInterface, BadInputIsRefusedAndNothingIsHalfWritten) {
   lib->drop_topic(topic);
 }
 
+// A topic whose tables come at its first use (txmq serve --tables-at-first-use) and that no SQS
+// or library call has used yet: the calls make no tables (DDL would commit the caller's
+// transaction), so they refuse it saying why, not with the server's "Table ... doesn't exist",
+// and the caller's earlier work in its transaction stays. Once used, the calls work.
+TEST(SqlInterface, ATopicWithoutItsTablesYetIsRefusedSayingWhy) {
+  auto lib = client();
+  auto a = admin();
+  const std::string unused = topic_for_test("unused");
+  const std::string plain = topic_for_test("plain");
+  ASSERT_TRUE(lib->create_topic(unused, {}, TableCreation::kAtFirstUse));
+  ASSERT_TRUE(lib->create_topic(plain));
+  const std::string why = fmt::format("txmq: topic '{}' has no tables until its first use", unused);
+  const auto refused = [&](const std::string& sql) {
+    try {
+      a->query_rows(sql);
+      ADD_FAILURE() << sql << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << sql << ": " << e.what();
+    }
+  };
+  refused(fmt::format("CALL txmq_send('{}', 'p', NULL)", unused));
+  refused(fmt::format("CALL txmq_send('{}', 'p', '{{\"delay_ms\": 5}}')", unused));
+  refused(fmt::format("CALL txmq_send_batch('{}', '[\"a\", \"b\"]')", unused));
+  refused(fmt::format("CALL txmq_send_batch('{}', '[\"a\", {{\"payload\": \"b\", \"key\": \"k\"}}]')",
+                      unused));
+  a->begin();
+  a->query_rows(fmt::format("CALL txmq_send('{}', 'kept', NULL)", plain));
+  refused(fmt::format("CALL txmq_send('{}', 'p', NULL)", unused));
+  refused(fmt::format("CALL txmq_take('{}', NULL, 5)", unused));
+  a->commit();
+  EXPECT_EQ(lib->stats(plain).ready, 1u);
+  refused(fmt::format("CALL txmq_fail('{}', NULL, '[1]')", unused));
+  // The first use by the library makes the tables; the calls then work.
+  lib->send(unused, "first");
+  a->query_rows(fmt::format("CALL txmq_send('{}', 'second', NULL)", unused));
+  EXPECT_EQ(lib->stats(unused).ready, 2u);
+  lib->drop_topic(unused);
+  lib->drop_topic(plain);
+}
+
 // A send in a transaction commits and rolls back with it; a batch of 2,000 is one unit.
 TEST(SqlInterface, SendsCommitAndRollBackWithTheCallersTransaction) {
   auto lib = client();
