@@ -1354,7 +1354,7 @@ int run_bench(const BenchOptions& options) {
         return out;
       });
       if (auto pid = local_server_pid(*status); pid && !watched_pid(options, *pid)) {
-        watch.watch("server", *pid);
+        watch.watch("db", *pid);
       }
     } catch (const std::exception&) {
       // No connection: no counts; the CPU figures stand alone.

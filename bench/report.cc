@@ -86,7 +86,7 @@ std::optional<double> Report::ratio_of(const Row& row) const {
 
 namespace {
 
-// "CPU cores (us/msg): bench 0.52 (41), load 0.20 (16), server 0.81 (64), machine 1.90 (150)": each
+// "CPU cores (us/msg): bench 0.52 (41), load 0.20 (16), db 0.81 (64), machine 1.90 (150)": each
 // process's CPU seconds over the row's seconds, and per message, the servers in name order
 // between the bench (then its timed threads, "load") and the machine.
 std::string cpu_note(const Row& row) {
