@@ -14,7 +14,7 @@ struct BenchOptions {
   bool huge = false;                  // also the 10M backlog
   std::vector<std::string> sections;  // run only these sections (empty: all)
   // CPU taken during each timed run by the bench, these processes (name, pid), the database
-  // server when it runs on this machine ("db") and the machine, and the server.s fsyncs,
+  // server when it runs on this machine ("db") and the machine, and the server's fsyncs,
   // statements and transactions, printed with each row and in the JSON document's rows
   // ("cpu_seconds"). On by default (txmq bench --no-cpu: off).
   bool cpu = true;
