@@ -17,6 +17,8 @@
 //                        attempts, the token by whether the row has a key)
 //                     e  the exactly-once shape for comparison: SELECT ... FOR UPDATE SKIP
 //                        LOCKED, DELETE, COMMIT (no lease written)
+//                     w  the claim's UPDATE writes only visible_at and lease_token (not attempts
+//                        and the owner): what two columns fewer would save
 //                     m  the claim's UPDATE, the riding ack's DELETE (with 'r') and the COMMIT
 //                        in one round trip: a multi-statement text query, the ids and tokens
 //                        written as integers (needs 'f' and 't')
@@ -99,8 +101,12 @@ int main(int argc, char** argv) {
       "FORCE INDEX ({}) WHERE id >= ? AND visible_at <= NOW(6) ORDER BY {} LIMIT ? FOR UPDATE "
       "SKIP LOCKED",
       index ? "visible_at" : "PRIMARY", index ? "visible_at, id" : "id");
+  const bool two_columns = variants.find('w') != std::string::npos;
   const std::string update =
-      expressions
+      two_columns
+          ? "UPDATE txmq_experiment_claim SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
+            "lease_token = ? WHERE id IN " + in
+      : expressions
           ? "UPDATE txmq_experiment_claim SET visible_at = NOW(6) + INTERVAL (? + CAST(LEAST(?, "
             "? * POW(?, LEAST(attempts, 20))) * ? AS SIGNED)) MICROSECOND, attempts = attempts + "
             "1, lease_token = IF(msg_key IS NULL, ?, ?), owner = ? WHERE id IN " + in
@@ -220,7 +226,9 @@ int main(int argc, char** argv) {
             up.insert(up.end(), {300e6, 1e6, 2.0, 1.0, token});
           }
           up.push_back(token);
-          up.push_back(fixed ? Param(std::uint64_t{7}) : Param(std::string_view("host:12345")));
+          if (!two_columns) {
+            up.push_back(fixed ? Param(std::uint64_t{7}) : Param(std::string_view("host:12345")));
+          }
           for (int i = 0; i < batch; ++i) up.push_back(id_at(i));
           c.execute(update, up);
           c.commit();
