@@ -10,7 +10,9 @@
 namespace txmq::internal {
 
 std::string micros_of(std::string_view column) {
-  return fmt::format("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {})", column);
+  // A datetime literal, not a string: a string is parsed again for every row (SELECT
+  // BENCHMARK: 116 ns an evaluation against 96, three of them a claimed row).
+  return fmt::format("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {})", column);
 }
 
 Clock::time_point time_from_micros(std::int64_t micros) {
