@@ -1,6 +1,7 @@
 #include "bench.h"
 
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -1272,12 +1273,15 @@ class Bench {
   std::unique_ptr<XaServer> xa_;  // the XA row's second server, once asked for
 };
 
-// The database server's pid when it runs on this machine: its pid file (@@pid_file) names a
-// process whose command is mariadbd or mysqld. A server elsewhere, or one whose pid file this
-// user cannot read, has none: the rows then show the machine's CPU, not the server's.
+// The database server's pid when it runs on this machine: its host name is this machine's and
+// its pid file (@@pid_file) names a process whose command is mariadbd or mysqld. A server
+// elsewhere (whose default pid file may name a local server's), or one whose pid file this user
+// cannot read, has none: the rows then show the machine's CPU, not the server's.
 std::optional<int> local_server_pid(internal::Connection& c) {
-  const internal::Result r = c.execute("SELECT @@pid_file", {});
-  if (r.rows.empty() || r.rows[0].null(0)) return std::nullopt;
+  const internal::Result r = c.execute("SELECT @@pid_file, @@hostname", {});
+  if (r.rows.empty() || r.rows[0].null(0) || r.rows[0].null(1)) return std::nullopt;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || r.rows[0].bytes(1) != host) return std::nullopt;
   std::ifstream file(r.rows[0].bytes(0));
   int pid = 0;
   if (!(file >> pid) || pid <= 0) return std::nullopt;
@@ -1287,9 +1291,11 @@ std::optional<int> local_server_pid(internal::Connection& c) {
   return pid;
 }
 
+// Whether --cpu-pids names this process, or names another one "db".
 bool watched_pid(const BenchOptions& options, int pid) {
-  return std::any_of(options.cpu_pids.begin(), options.cpu_pids.end(),
-                     [&](const auto& named) { return named.second == pid; });
+  return std::any_of(options.cpu_pids.begin(), options.cpu_pids.end(), [&](const auto& named) {
+    return named.second == pid || named.first == "db";
+  });
 }
 
 }  // namespace
@@ -1325,9 +1331,14 @@ int run_bench(const BenchOptions& options) {
         } catch (const std::exception&) {
         }
       }
-      watch.count([&, transactions]() -> CpuSeconds {
+      // The watch's own statements in each reading, and the readings so far: the Questions
+      // between two readings count the later one's SHOW and the earlier one's other statements.
+      const double own_statements = transactions ? 2 : 1;
+      double readings = 0;
+      watch.count([&, transactions, own_statements]() -> CpuSeconds {
         std::lock_guard lock(status_mutex);
         CpuSeconds out;
+        readings += 1;
         try {
           internal::Result r = status->execute(
               "SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_commit', "
@@ -1338,8 +1349,8 @@ int run_bench(const BenchOptions& options) {
             const double value = std::stod(std::string(row.bytes(1)));
             if (name == "Handler_commit" && !transactions) out["#handler commits"] = value;
             if (name == "Innodb_data_fsyncs") out["#fsyncs"] = value;  // InnoDB's, log and data
-            // Less the watch's own statements: this one, and the monitor's read below.
-            if (name == "Questions") out["#statements"] = value - (transactions ? 2 : 1);
+            // Less the watch's own statements so far, so that a row's difference has none.
+            if (name == "Questions") out["#statements"] = value - own_statements * readings;
           }
           if (transactions) {
             internal::Result m = status->execute(
@@ -1361,9 +1372,21 @@ int run_bench(const BenchOptions& options) {
     }
   }
   if (options.cpu || !options.cpu_pids.empty()) g_cpu_watch = &watch;
+  // Off again at the end: the monitor is InnoDB's default off (the server may be the user's
+  // embedded one, kept between runs).
   struct Unwatch {
-    ~Unwatch() { g_cpu_watch = nullptr; }
-  } unwatch;
+    internal::Connection* status;
+    std::mutex& mutex;
+    ~Unwatch() {
+      g_cpu_watch = nullptr;
+      if (status == nullptr) return;
+      std::lock_guard lock(mutex);
+      try {
+        status->query("SET GLOBAL innodb_monitor_disable = 'trx_rw_commits'");
+      } catch (const std::exception&) {
+      }
+    }
+  } unwatch{options.private_server ? status.get() : nullptr, status_mutex};
   Bench bench(options, internal::parse_dsn(options.dsn));
   bench.run();
   return 0;

@@ -95,7 +95,9 @@ std::string cpu_note(const Row& row) {
   auto add = [&](const std::string& name, double seconds) {
     out += fmt::format("{} {} {:.2f}", out.back() == ':' ? "" : ",", name, seconds / row.seconds);
     if (row.messages > 0) {
-      out += fmt::format(" ({:.3g})", seconds * 1e6 / static_cast<double>(row.messages));
+      const double us = seconds * 1e6 / static_cast<double>(row.messages);
+      // Three significant digits, with no exponent past 1,000.
+      out += us >= 100 ? fmt::format(" ({:.0f})", us) : fmt::format(" ({:.3g})", us);
     }
   };
   if (auto it = row.cpu.find("bench"); it != row.cpu.end()) add(it->first, it->second);

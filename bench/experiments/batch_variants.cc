@@ -4,19 +4,28 @@
 //
 //   txmq_batch_variants DSN SERVER_PID [ROUNDS] [ROWS_PER_ROUND] [VARIANT,...]
 //
-// Variants (each into its own table, emptied before each round):
+// Variants, each into its own table, dropped and made again before each round; "queue-shaped":
+// the columns of a queue table (catalog/topic_tables.cc). 10,000 rows a transaction unless said:
 //   raw       INSERT INTO (id, payload): the bench's reference (raw.multirow), 1,000 rows/txn
-//   raw10k    the same, 10,000 rows a transaction (ten statements)
-//   queue     txmq's statement, (UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, ?), into a table
-//             shaped as a queue table, 10,000 rows a transaction: what send_batch does
+//   raw10k    the same, 10,000 rows a transaction
+//   queue     txmq's statement, (UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, ?), queue-shaped
 //   queue1k   the same, 1,000 rows a transaction
-//   bound     the times bound once per row as parameters: (?, ?, NULL, ?)
+//   returning txmq's statement with RETURNING id (MariaDB's way to the new ids)
+//   send      Client::send_batch of 10,000 to a topic
+//   bound     the times bound as text parameters: (?, ?, NULL, ?)
+//   timebind  the times bound as binary MYSQL_TIME parameters, one buffer for all rows
 //   var       the times from a user variable set once per statement: (@t, @t, NULL, ?)
 //   default   the times from the columns' defaults (DEFAULT (UTC_TIMESTAMP(6))): (?)
-//   narrow    txmq's statement into a table of only id, visible_at, enqueued_at, payload
-//   returning txmq's statement with RETURNING id (MariaDB's way to the new ids)
+//   constdef  the times from constant defaults: only the payload is given
+//   qone      visible_at from a constant default, enqueued_at given: (UTC_TIMESTAMP(6), ?)
+//   qoneret   qone with RETURNING id
+//   colref    enqueued_at given, visible_at copied from it: (UTC_TIMESTAMP(6), enqueued_at, ?)
+//   nokey     txmq's statement without the msg_key column
+//   narrow    txmq's statement into (id, visible_at, enqueued_at, msg_key, payload)
+//   onetime   one time column: (id, visible_at, payload)
+//   bigint    two BIGINT constants instead of the times: (id, a, b, payload)
 //   big       txmq's statement, one of 10,000 rows a transaction
-//   send      Client::send_batch of 10,000 to a topic
+// ROWS_PER_ROUND: a multiple of 10,000.
 // SERVER_PID: the mariadbd's pid (its CPU is read from /proc); 0 to leave it out.
 #include <mysql.h>
 #include <sys/resource.h>
@@ -102,6 +111,10 @@ int main(int argc, char** argv) {
   const int server_pid = std::atoi(argv[2]);
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
   const int rows_per_round = argc > 4 ? std::atoi(argv[4]) : 200000;
+  if (rows_per_round <= 0 || rows_per_round % 10000 != 0) {
+    std::fprintf(stderr, "ROWS_PER_ROUND must be a multiple of 10,000\n");
+    return 1;
+  }
   std::vector<std::string> chosen;
   {
     std::stringstream in(argc > 5 ? argv[5] : "raw,queue,bound,var,default,narrow,send");

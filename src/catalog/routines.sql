@@ -106,22 +106,26 @@ CREATE FUNCTION txmq_i_table(p_kind VARCHAR(8), p_topic VARCHAR(48), p_group INT
                 IF(p_group = 0 AND p_partition = 0, '', CONCAT('$', p_group, '_', p_partition)), '`')
 $$
 -- Whether the topic is one whose tables come at its first use (TableCreation::kAtFirstUse, txmq
--- serve --tables-at-first-use) and have not come yet: it is in the catalog, and no queue table
--- of it is on this server. The calls make no tables (DDL would commit the caller's
+-- serve --tables-at-first-use) and have not come yet: it is in the catalog, and the table that
+-- the library makes last (its allocating group's first queue table, named as txmq_i_table
+-- names it: catalog has_tables) is
+-- absent, also after a make cut short. The calls make no tables (DDL would commit the caller's
 -- transaction); their "Table ... doesn't exist" (1146) then says why instead. Read only then.
 DROP FUNCTION IF EXISTS txmq_i_lacks_tables
 $$
 CREATE FUNCTION txmq_i_lacks_tables(p_topic VARCHAR(255)) RETURNS TINYINT
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM txmq_topics WHERE name = p_topic) THEN
+  DECLARE v_allocator INT UNSIGNED DEFAULT NULL;
+  SELECT MIN(number) INTO v_allocator FROM txmq_groups WHERE topic = p_topic;
+  IF v_allocator IS NULL THEN
     RETURN 0;
   END IF;
   RETURN NOT EXISTS (
     SELECT 1 FROM information_schema.TABLES
      WHERE TABLE_SCHEMA = DATABASE()
-       AND (TABLE_NAME = CONCAT('txmq_q_', p_topic)
-            OR TABLE_NAME LIKE CONCAT('txmq\\_q\\_', REPLACE(p_topic, '_', '\\_'), '$%')));
+       AND TABLE_NAME = CONCAT('txmq_q_', p_topic,
+                               IF(v_allocator = 0, '', CONCAT('$', v_allocator, '_0'))));
 END
 $$
 -- The channel that consumers of group g wait on (waiters.cc): the topic's name for group 0.
