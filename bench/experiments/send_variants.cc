@@ -36,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "process_cpu.h"
 #include "db/connection.h"
 #include "db/dsn.h"
 #include "txmq/client.h"
@@ -43,32 +44,12 @@
 
 using namespace txmq::internal;
 using SteadyClock = std::chrono::steady_clock;
+using txmq::experiments::process_cpu;
+using txmq::experiments::self_cpu;
 
 namespace {
 
 constexpr const char* kTopic = "txmq_experiment_send";
-
-double self_cpu() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-// utime + stime of a process, in seconds (0 when it cannot be read).
-double process_cpu(int pid) {
-  if (pid <= 0) return 0;
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  if (!std::getline(in, text)) return 0;
-  std::size_t at = text.rfind(')') + 2;
-  // Fields after the command: state is field 3; utime and stime are fields 14 and 15.
-  for (int field = 3; field < 14; ++field) at = text.find(' ', at) + 1;
-  const double utime = std::strtod(text.c_str() + at, nullptr);
-  at = text.find(' ', at) + 1;
-  const double stime = std::strtod(text.c_str() + at, nullptr);
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 struct Totals {
   std::uint64_t messages = 0;
