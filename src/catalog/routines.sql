@@ -105,27 +105,30 @@ CREATE FUNCTION txmq_i_table(p_kind VARCHAR(8), p_topic VARCHAR(48), p_group INT
   RETURN CONCAT('`txmq_', p_kind, '_', p_topic,
                 IF(p_group = 0 AND p_partition = 0, '', CONCAT('$', p_group, '_', p_partition)), '`')
 $$
--- Whether the topic is one whose tables come at its first use (TableCreation::kAtFirstUse, txmq
--- serve --tables-at-first-use) and have not come yet: it is in the catalog, and the table that
--- the library makes last (its allocating group's first queue table, named as txmq_i_table
--- names it: catalog has_tables) is
--- absent, also after a make cut short. The calls make no tables (DDL would commit the caller's
--- transaction); their "Table ... doesn't exist" (1146) then says why instead. Read only then.
-DROP FUNCTION IF EXISTS txmq_i_lacks_tables
+-- In a routine's handler, before RESIGNAL: on "Table ... doesn't exist" (1146) for a topic whose
+-- tables come at its first use (TableCreation::kAtFirstUse, txmq serve --tables-at-first-use)
+-- and have not come yet, raises txmq's error saying so. Such a topic is in the catalog and lacks
+-- the table that the library makes last, its allocating group's first queue table (named as
+-- txmq_i_table names it; catalog has_tables), also after a make cut short. The calls make no
+-- tables: DDL would commit the caller's transaction. Any other error: nothing, and the caller
+-- re-raises it.
+DROP PROCEDURE IF EXISTS txmq_i_raise_if_no_tables
 $$
-CREATE FUNCTION txmq_i_lacks_tables(p_topic VARCHAR(255)) RETURNS TINYINT
+CREATE PROCEDURE txmq_i_raise_if_no_tables(IN p_errno INT, IN p_topic VARCHAR(255))
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_allocator INT UNSIGNED DEFAULT NULL;
-  SELECT MIN(number) INTO v_allocator FROM txmq_groups WHERE topic = p_topic;
-  IF v_allocator IS NULL THEN
-    RETURN 0;
+  IF p_errno = 1146 THEN
+    SELECT MIN(number) INTO v_allocator FROM txmq_groups WHERE topic = p_topic;
+    IF v_allocator IS NOT NULL AND NOT EXISTS (
+         SELECT 1 FROM information_schema.TABLES
+          WHERE TABLE_SCHEMA = DATABASE()
+            AND TABLE_NAME = CONCAT('txmq_q_', p_topic,
+                                    IF(v_allocator = 0, '', CONCAT('$', v_allocator, '_0')))) THEN
+      CALL txmq_i_raise(CONCAT('topic ''', p_topic,
+                               ''' has no tables until its first use by serve or the library'));
+    END IF;
   END IF;
-  RETURN NOT EXISTS (
-    SELECT 1 FROM information_schema.TABLES
-     WHERE TABLE_SCHEMA = DATABASE()
-       AND TABLE_NAME = CONCAT('txmq_q_', p_topic,
-                               IF(v_allocator = 0, '', CONCAT('$', v_allocator, '_0'))));
 END
 $$
 -- The channel that consumers of group g wait on (waiters.cc): the topic's name for group 0.
@@ -860,9 +863,7 @@ BEGIN
   BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(v_own);
-    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
-      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
-    END IF;
+    CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
   END;
   CALL txmq_i_in_transaction(v_in);
@@ -928,9 +929,7 @@ BEGIN
   BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(v_own);
-    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
-      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
-    END IF;
+    CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
   END;
   IF p_options IS NOT NULL AND NOT JSON_VALID(p_options) THEN
@@ -1057,9 +1056,7 @@ BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     SET SESSION group_concat_max_len = v_gcl;
     CALL txmq_i_undo(v_own);
-    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
-      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
-    END IF;
+    CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
   END;
   SET p_sent = 0;
@@ -1428,9 +1425,7 @@ BEGIN
   BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(0);
-    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
-      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
-    END IF;
+    CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
   END;
   CALL txmq_i_check_name(p_topic);
@@ -1534,9 +1529,7 @@ BEGIN
   BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(0);
-    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
-      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
-    END IF;
+    CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
   END;
   CALL txmq_i_check_name(p_topic);
@@ -1610,9 +1603,7 @@ BEGIN
   BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
     CALL txmq_i_undo(v_own);
-    IF v_errno = 1146 AND txmq_i_lacks_tables(p_topic) THEN
-      CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' has no tables until its first use by serve or the library'));
-    END IF;
+    CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
   END;
   CALL txmq_i_check_name(p_topic);
