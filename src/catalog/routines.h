@@ -10,15 +10,17 @@ namespace txmq::internal {
 
 // Drops and creates every routine (and the txmq_takes table), each statement on its own:
 // routines are DDL. They run as their definer, the user that installs them. Returns false, with
-// the server's reason in `why`, when that user may not create routines (no CREATE ROUTINE, or
-// MySQL with binary logging and neither SUPER nor log_bin_trust_function_creators): then
-// applications have no SQL interface until someone who may runs `txmq sql install`.
+// the server's reason in `why`, when that user may not create routines (no CREATE ROUTINE or
+// ALTER ROUTINE): then applications have no SQL interface (or keep an earlier one) until someone
+// who may runs `txmq sql install`. Procedures only: on MySQL with binary logging, a function
+// would need SUPER or log_bin_trust_function_creators, which managed servers do not grant.
 bool install_routines(Connection& c, std::string* why = nullptr);
 // Forgets the counted takes (txmq_takes) of a queue table that is dropped: a table created
 // again under its name starts its ids anew.
 void forget_takes(Connection& c, const std::string& queue_table);
-// Whether the routines are in the connection's database (as the installing user sees them): the
-// last one that install_routines creates, txmq_fail, is there.
+// Whether this txmq's routines are in the connection's database (as the installing user sees
+// them): the last one that install_routines creates, whose name says which text they are, is
+// there. False for a database without them, or with an earlier text.
 bool routines_installed(Connection& c);
 
 }  // namespace txmq::internal

@@ -33,12 +33,36 @@ bool catalog_is_current(Connection& c) {
   }
 }
 
+// The SQL interface of this txmq, unless the database has it: if this user may create routines
+// (migrate_from_12), by one client at a time: routines are dropped and created one by one, and
+// two clients interleaving them collide (1304). A user who may not leaves them as they are
+// (none, or an earlier text, which keeps working) for `txmq sql install`.
+void install_current_routines(Connection& c) {
+  if (routines_installed(c)) return;
+  const std::string token = lock_token();
+  const Param key(std::int64_t{1});
+  if (lock_row(c, kSchemaLock, key, token, [&] { return routines_installed(c); }) !=
+      Locked::kWon) {
+    return;
+  }
+  try {
+    if (!routines_installed(c)) install_routines(c);
+  } catch (...) {
+    release_row_lock(c, kSchemaLock, key, token);
+    throw;
+  }
+  release_row_lock(c, kSchemaLock, key, token);
+}
 
 }  // namespace
 
 void TopicCatalog::bootstrap() {
   pool_.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
-    if (catalog_is_current(c)) return;
+    if (catalog_is_current(c)) {
+      // The routines' text can change within a schema version (routines.sql's last routine).
+      install_current_routines(c);
+      return;
+    }
     c.query(
         "CREATE TABLE IF NOT EXISTS txmq_schema ("
         " singleton TINYINT UNSIGNED NOT NULL PRIMARY KEY,"
@@ -134,23 +158,8 @@ void TopicCatalog::bootstrap() {
         " PRIMARY KEY (topic, grp, metric, bucket)) ENGINE=InnoDB");
     c.query(kCreateXaTable);
     if (version == kSchemaVersion) {
-      // A new database (or one missing a catalog table): the SQL interface too, if this user
-      // may create routines (migrate_from_12), by one client at a time: routines are dropped
-      // and created one by one, and two clients interleaving them collide (1304).
-      if (routines_installed(c)) return;
-      const std::string token = lock_token();
-      const Param key(std::int64_t{1});
-      if (lock_row(c, kSchemaLock, key, token, [&] { return routines_installed(c); }) !=
-          Locked::kWon) {
-        return;
-      }
-      try {
-        if (!routines_installed(c)) install_routines(c);
-      } catch (...) {
-        release_row_lock(c, kSchemaLock, key, token);
-        throw;
-      }
-      release_row_lock(c, kSchemaLock, key, token);
+      // A new database (or one missing a catalog table): the SQL interface too.
+      install_current_routines(c);
       return;
     }
     // One client migrates; the others wait for its lock on txmq_schema's row and find the

@@ -483,8 +483,8 @@ void Client::install_sql_interface() {
   if (!installed) {
     throw Error(Errc::kFailedPrecondition,
                 fmt::format("this database user may not create the SQL interface's routines "
-                            "(CREATE ROUTINE, and on MySQL with binary logging SUPER or "
-                            "log_bin_trust_function_creators): {}",
+                            "(it needs CREATE ROUTINE, ALTER ROUTINE and CREATE TEMPORARY TABLES "
+                            "on the database): {}",
                             why));
   }
 }

@@ -278,8 +278,8 @@ TEST(SqlInterface, KeyPartitionsMatchTheLibrary) {
     const int length = 1 + static_cast<int>(rng() % 40);
     for (int j = 0; j < length; ++j) key.push_back(static_cast<char>(rng()));
     const std::uint64_t id = lib->send(topic, "x", {.key = key});
-    internal::Result r = a->execute(
-        fmt::format("SELECT txmq_i_key_partition({}, 64)", hex_literal(key)), {});
+    a->query(fmt::format("CALL txmq_i_key_partition({}, 64, @txmq_test_p)", hex_literal(key)));
+    internal::Result r = a->execute("SELECT @txmq_test_p", {});
     EXPECT_EQ(r.rows.at(0).i64(0), static_cast<std::int64_t>(id >> 48)) << util::hex_encode(key);
   }
   lib->drop_topic(topic);
@@ -581,7 +581,8 @@ TEST(SqlInterface, SendsToPartitionsOnAnotherServerAreRefused) {
   std::string to_zero;  // a key of partition 0
   for (int i = 0; to_zero.empty(); ++i) {
     const std::string key = fmt::format("key{}", i);
-    if (a->execute(fmt::format("SELECT txmq_i_key_partition('{}', 2)", key), {}).rows.at(0).i64(0) == 0) {
+    a->query(fmt::format("CALL txmq_i_key_partition('{}', 2, @txmq_test_p)", key));
+    if (a->execute("SELECT @txmq_test_p", {}).rows.at(0).i64(0) == 0) {
       to_zero = key;
     }
   }

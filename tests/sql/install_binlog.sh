@@ -1,0 +1,89 @@
+#!/bin/bash
+# The SQL interface installs on MySQL 9.7 with binary logging on (MySQL's default) by a user
+# without SUPER and with log_bin_trust_function_creators off, as on a managed server: the
+# routines are procedures only (a function would need either). The user has the rights
+# docs/sql.md lists for the definer; an application user with EXECUTE on the public procedures
+# then sends and takes. And a database that holds the functions of the earlier routines (schema
+# 13 and 14) is upgraded by the same user: they are dropped, the procedures made.
+#   tests/sql/install_binlog.sh TXMQ_BINARY
+# Starts a private MySQL 9.7 of scripts/server in a scratch folder and stops it (by its pid file)
+# however the run ends.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+TXMQ="$1"
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/txmq-binlog.XXXXXX")"
+SERVER="$ROOT/scripts/server"
+cleanup() {
+  local status=$?
+  "$SERVER" mysql-9.7 stop --home "$SCRATCH/server" >/dev/null 2>&1 || true
+  rm -rf "$SCRATCH"
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+"$SERVER" mysql-9.7 start --home "$SCRATCH/server" --binlog >/dev/null
+SOCKET="$SCRATCH/server/mysqld.sock"
+sql() { "$SERVER" mysql-9.7 sql --home "$SCRATCH/server" -N -B "$@"; }
+fail() { echo "install_binlog: $*" >&2; exit 1; }
+
+[ "$(sql -e 'SELECT @@log_bin, @@log_bin_trust_function_creators')" = "$(printf '1\t0')" ] ||
+  fail "the server does not log binary with log_bin_trust_function_creators off"
+
+# The definer: docs/sql.md's rights on its database, nothing global.
+sql <<'EOF'
+CREATE DATABASE queue;
+CREATE DATABASE shop;
+CREATE USER 'installer'@'localhost' IDENTIFIED BY 'installer-pw';
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, CREATE ROUTINE, ALTER ROUTINE,
+      CREATE TEMPORARY TABLES, EXECUTE ON queue.* TO 'installer'@'localhost';
+CREATE USER 'app'@'localhost' IDENTIFIED BY 'app-pw';
+GRANT ALL ON shop.* TO 'app'@'localhost';
+EOF
+sql -e "SHOW GRANTS FOR 'installer'@'localhost'" | grep -qi 'SUPER\|SET_USER_ID\|SYSTEM_USER' &&
+  fail "the installer has a global privilege it should not"
+
+# A database that a txmq of schema 14 made, with the installer as its routines' definer (root
+# makes this one for it: under binary logging the installer could not): the functions of its
+# routines are there. (One stands for all: the installer must drop what it cannot create.)
+sql queue <<'EOF'
+CREATE DEFINER = 'installer'@'localhost' FUNCTION txmq_i_channel(p_topic VARCHAR(48), p_group INT UNSIGNED) RETURNS VARCHAR(64)
+  DETERMINISTIC NO SQL SQL SECURITY DEFINER
+  RETURN IF(p_group = 0, p_topic, CONCAT(p_topic, '$', p_group));
+EOF
+
+DSN="mysql://installer:installer-pw@localhost/queue?socket=$SOCKET"
+"$TXMQ" --dsn "$DSN" topic create orders >/dev/null
+installed="$(sql queue -e "SELECT ROUTINE_TYPE, COUNT(*) FROM information_schema.ROUTINES
+  WHERE ROUTINE_SCHEMA = 'queue' GROUP BY ROUTINE_TYPE ORDER BY ROUTINE_TYPE")"
+case "$installed" in
+  PROCEDURE*) ;;
+  *) fail "after the installer's first client: routines by type: $installed" ;;
+esac
+[ "$(sql queue -e "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'queue' AND ROUTINE_NAME = 'txmq_i_routines_2'")" = 1 ] ||
+  fail "the routines were not installed: $installed"
+
+# `txmq sql install` by the same user, again: works, as an upgrade does.
+"$TXMQ" --dsn "$DSN" sql install >/dev/null
+
+# The application: EXECUTE on the public procedures only.
+sql <<'EOF'
+GRANT EXECUTE ON PROCEDURE queue.txmq_send TO 'app'@'localhost';
+GRANT EXECUTE ON PROCEDURE queue.txmq_send_batch TO 'app'@'localhost';
+GRANT EXECUTE ON PROCEDURE queue.txmq_take TO 'app'@'localhost';
+GRANT EXECUTE ON PROCEDURE queue.txmq_ack TO 'app'@'localhost';
+GRANT EXECUTE ON PROCEDURE queue.txmq_fail TO 'app'@'localhost';
+EOF
+app() {
+  MYSQL_PWD=app-pw "$SERVER" mysql-9.7 sql --home "$SCRATCH/server" -N -B --user=app shop "$@" 2>&1
+}
+app -e "CALL queue.txmq_send('orders', 'one', NULL); CALL queue.txmq_send_batch('orders', '[\"two\", \"three\"]')" >/dev/null ||
+  fail "the application could not send"
+taken="$(app -e "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION;
+  CALL queue.txmq_take('orders', NULL, 10); COMMIT")"
+[ "$(echo "$taken" | cut -f2 | sort | tr '\n' ' ')" = "one three two " ] ||
+  fail "the application took: $taken"
+denied="$(app -e "SELECT COUNT(*) FROM queue.txmq_q_orders" || true)"
+echo "$denied" | grep -q "1142" || fail "the application read txmq's table: $denied"
+echo "install_binlog: installed without SUPER on MySQL with binary logging; the function of schema 14 dropped; sent and taken as an EXECUTE-only user"
