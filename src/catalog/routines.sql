@@ -50,13 +50,17 @@ END
 $$
 -- Ends a failed call: back to its savepoint inside the caller's transaction, or its own
 -- transaction rolled back. A deadlock has rolled the whole transaction back already (the
--- savepoint is gone): nothing more to undo then.
+-- savepoint is gone): nothing more to undo then. Its warnings are dropped: MariaDB warns that
+-- the call's temporary tables "couldn't be rolled back" (1196, SQLSTATE HY000), which would
+-- come first in the caller's diagnostics, before the error the call re-raises (GET DIAGNOSTICS
+-- CONDITION 1 read HY000 where the error is 45000).
 DROP PROCEDURE IF EXISTS txmq_i_undo
 $$
 CREATE PROCEDURE txmq_i_undo(IN p_own TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+  DECLARE CONTINUE HANDLER FOR SQLWARNING BEGIN END;
   IF p_own = 1 THEN
     ROLLBACK;
   ELSE

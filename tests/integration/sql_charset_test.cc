@@ -295,5 +295,41 @@ TEST(SqlCharset, DeadLettersAndErrorsKeepTheirText) {
             std::string::npos);
 }
 
+// An application that reads a failed call's error with GET DIAGNOSTICS gets txmq's SQLSTATE,
+// 45000, in condition 1, as the error packet says; MariaDB's ROLLBACK TO SAVEPOINT of a call
+// that made its temporary tables warned first (1196, HY000).
+TEST(SqlInterface, GetDiagnosticsReadsTheSqlstateOfTheError) {
+  auto lib = client();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.max_payload_bytes = 100;
+  ASSERT_TRUE(lib->create_topic(topic, options));
+  AppConnection app(test::dsn());
+  app.run("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  const std::vector<std::string> failing = {
+      fmt::format("CALL txmq_send('{}', REPEAT('x', 101), NULL)", topic),
+      fmt::format("CALL txmq_send_batch('{}', '[\"a\", {{\"payload\": \"b\", \"key\": 3}}]')", topic),
+      fmt::format("CALL txmq_ack('{}', NULL, '[1]')", topic),
+      fmt::format("CALL txmq_take('{}', 'nosuchgroup', 1)", topic),
+  };
+  for (const std::string& call : failing) {
+    app.run("START TRANSACTION");
+    app.run(fmt::format("CALL txmq_take('{}', NULL, 1)", topic));  // the temporary tables exist
+    try {
+      app.run(call);
+      ADD_FAILURE() << call << " succeeded";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("txmq: "), std::string::npos) << e.what();
+    }
+    app.run("GET DIAGNOSTICS CONDITION 1 @txmq_test_state = RETURNED_SQLSTATE, "
+            "@txmq_test_errno = MYSQL_ERRNO");
+    const auto read = app.rows("SELECT @txmq_test_state, @txmq_test_errno");
+    EXPECT_EQ(read.at(0).at(0), "45000") << call;
+    EXPECT_EQ(read.at(0).at(1), "1644") << call;
+    app.run("ROLLBACK");
+  }
+  lib->drop_topic(topic);
+}
+
 }  // namespace
 }  // namespace txmq::test
