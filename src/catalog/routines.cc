@@ -1,5 +1,7 @@
 #include "catalog/routines.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "catalog/routines_sql.h"
@@ -20,11 +22,31 @@ constexpr unsigned kNotAllowed[] = {
     1419,  // (a function under binary logging: none is made since the routines of schema 14)
 };
 
+// routines.sql as this server takes it: MariaDB has no @@transaction_isolation before 11.1, and
+// its SLEEP is not safe to KILL (waiters.cc): a waiting take waits in MASTER_GTID_WAIT for a
+// GTID that never comes, which a KILL ends at once (error 1317, which the take handles).
+std::string routines_for(const Connection& c) {
+  std::string text(kRoutinesSql);
+  if (c.server().mysql) return text;
+  const auto replace = [&](std::string_view from, std::string_view to) {
+    std::size_t at = text.find(from);
+    if (at == std::string::npos) throw Error(Errc::kInternal, fmt::format("routines.sql lacks {}", from));
+    for (; at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
+  };
+  replace("@@SESSION.transaction_isolation", "@@SESSION.tx_isolation");
+  replace("SELECT SLEEP(v_slice) INTO v_r;",
+          "SELECT MASTER_GTID_WAIT('4294967295-1-18446744073709551615', v_slice) INTO v_r;");
+  return text;
+}
+
 }  // namespace
 
 bool install_routines(Connection& c, std::string* why) {
   constexpr std::string_view kSeparator = "\n$$\n";
-  std::string_view rest = kRoutinesSql;
+  const std::string text = routines_for(c);
+  std::string_view rest = text;
   while (!rest.empty()) {
     const std::size_t end = rest.find(kSeparator);
     std::string_view statement = rest.substr(0, end);

@@ -331,26 +331,29 @@ decode: BEGIN
 END
 $$
 -- Wakes up to p_count consumers waiting on a channel (waiters.cc, the watches registered in
--- txmq_waiters): KILL QUERY of their watch statements, as a sender does after its commit. A
--- routine runs before its caller commits, so the woken watch finds the messages not yet
--- committed and waits for them on their row locks (waiters.cc). Only reads txmq_waiters (a
--- MEMORY table: no write inside the caller's transaction). Errors are ignored: a watch that has
--- gone (1094), or a definer without the right to end other users' statements (1095).
+-- txmq_waiters, and txmq_take_wait's registrations): KILL QUERY of their waiting statements, as
+-- a sender does after its commit. A routine runs before its caller commits, so the woken watch
+-- or take finds the messages not yet committed and waits for them on their row locks (the
+-- fences). Takes the watches' registrations from nobody (no write inside the caller's
+-- transaction); a take's, which it drops itself when woken, it drops too (best effort: a take
+-- whose CALL a KILL ended leaves its own). Errors are ignored: a watch that has gone (1094), or a
+-- definer without the right to end other users' statements (1095).
 DROP PROCEDURE IF EXISTS txmq_i_wake
 $$
 CREATE PROCEDURE txmq_i_wake(IN p_channel VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_count INT)
-  READS SQL DATA SQL SECURITY DEFINER
+  MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_done TINYINT DEFAULT 0;
   DECLARE v_id BIGINT UNSIGNED;
+  DECLARE v_take TINYINT;
   DECLARE watches CURSOR FOR
-    SELECT connection_id FROM txmq_waiters WHERE topic = p_channel
-    ORDER BY registered_at LIMIT p_count;
+    SELECT connection_id, registered_at = '1000-01-01 00:00:00' FROM txmq_waiters
+     WHERE topic = p_channel ORDER BY registered_at LIMIT p_count;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   IF p_count > 0 THEN
     OPEN watches;
     wake: LOOP
-      FETCH watches INTO v_id;
+      FETCH watches INTO v_id, v_take;
       IF v_done = 1 THEN
         LEAVE wake;
       END IF;
@@ -360,6 +363,9 @@ BEGIN
         PREPARE txmq_kill FROM @txmq_sql;
         EXECUTE txmq_kill;
         DEALLOCATE PREPARE txmq_kill;
+        IF v_take = 1 THEN
+          DELETE FROM txmq_waiters WHERE connection_id = v_id AND topic = p_channel;
+        END IF;
       END;
     END LOOP;
     CLOSE watches;
@@ -1485,15 +1491,133 @@ BEGIN
   CLOSE with_attributes;
 END
 $$
--- Up to p_max messages of a topic's group, held by the caller's transaction (FOR UPDATE SKIP
--- LOCKED: peers skip them) until it ends: acknowledged with txmq_ack in it, or claimable again
--- at once after a rollback. From one partition, the first in turn (from a random one) that has
--- some. Messages past the topic's retention are deleted, and those taken more than max_attempts
--- times without an ack are dead-lettered, in the caller's transaction, before the rest are
--- returned: id, payload, msg_key, attempt, enqueued_at, attributes.
-DROP PROCEDURE IF EXISTS txmq_take
+-- One claim of txmq_i_take: up to p_max messages of one partition of the group into
+-- txmq_i_delivered (fate 0), held by the caller's transaction (FOR UPDATE SKIP LOCKED: peers skip
+-- them). From one partition, the first in turn (from a random one) that has some. Messages past
+-- the topic's retention are deleted, and those taken more than max_attempts times without an
+-- ack are dead-lettered, in the caller's transaction (fates 1 and 2). p_live: how many are left
+-- to return.
+DROP PROCEDURE IF EXISTS txmq_i_claim
 $$
-CREATE PROCEDURE txmq_take(IN p_topic VARCHAR(255) CHARACTER SET utf8mb4, IN p_group VARCHAR(255) CHARACTER SET utf8mb4, IN p_max INT)
+CREATE PROCEDURE txmq_i_claim(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
+                              IN p_group INT UNSIGNED, IN p_max INT, IN p_partitions INT UNSIGNED,
+                              IN p_placed BIGINT UNSIGNED, IN p_max_attempts INT UNSIGNED,
+                              IN p_retention BIGINT UNSIGNED, INOUT p_promoted INT,
+                              OUT p_live INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_first INT;
+  DECLARE v_i INT DEFAULT 0;
+  DECLARE v_p INT;
+  DECLARE v_q VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+  SET p_live = 0;
+  DELETE FROM txmq_i_delivered;
+  SET v_first = FLOOR(RAND() * p_partitions);
+  each_partition: WHILE v_i < p_partitions DO
+    SET v_p = (v_first + v_i) % p_partitions, v_i = v_i + 1;
+    IF p_placed IS NULL OR (p_placed >> v_p) & 1 = 1 THEN
+      SET v_q = CONCAT('`txmq_q_', p_topic, IF(p_group = 0 AND v_p = 0, '', CONCAT('$', p_group, '_', v_p)), '`');
+      -- FORCE INDEX (PRIMARY): rows are locked only as they are taken (select_claimable).
+      SET @txmq_sql = CONCAT('INSERT INTO txmq_i_delivered (id, attempts, enqueued_at, msg_key, payload, ',
+        'attributes) SELECT id, attempts, enqueued_at, msg_key, payload, attributes FROM ', v_q,
+        ' FORCE INDEX (PRIMARY) WHERE visible_at <= UTC_TIMESTAMP(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED');
+      SET @txmq_a = p_max;
+      CALL txmq_i_exec(1);
+      IF EXISTS (SELECT 1 FROM txmq_i_delivered) THEN
+        IF p_retention > 0 THEN
+          UPDATE txmq_i_delivered SET fate = 1
+            WHERE enqueued_at < UTC_TIMESTAMP(6) - INTERVAL p_retention MICROSECOND;
+        END IF;
+        BEGIN
+          DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;  -- no counts (txmq_i_forget_takes)
+          INSERT INTO txmq_takes (queue, id, takes, taken_at)
+            SELECT v_q, id, 1, UTC_TIMESTAMP(6) FROM txmq_i_delivered WHERE fate = 0
+            ON DUPLICATE KEY UPDATE txmq_takes.takes = txmq_takes.takes + 1, taken_at = VALUES(taken_at);
+          UPDATE txmq_i_delivered AS t JOIN txmq_takes AS m ON m.queue = v_q AND m.id = t.id
+            SET t.takes = GREATEST(m.takes, 1);
+          -- Counts of messages that went for good without an ack (dead letters, or an ack that
+          -- rolled back after forgetting) are dropped after an hour without a take.
+          IF RAND() < 0.001 THEN
+            DELETE FROM txmq_takes WHERE taken_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR;
+          END IF;
+        END;
+        IF p_max_attempts > 0 THEN
+          UPDATE txmq_i_delivered SET fate = 2 WHERE fate = 0 AND attempts + takes - 1 >= p_max_attempts;
+        END IF;
+        IF EXISTS (SELECT 1 FROM txmq_i_delivered WHERE fate <> 0) THEN
+          CALL txmq_i_parse_ids('[]');
+          INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_delivered WHERE fate = 1;
+          CALL txmq_i_finish(p_topic, p_group, v_p, 0, p_promoted);
+          DELETE FROM txmq_i_ids;
+          INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_delivered WHERE fate = 2;
+          CALL txmq_i_finish(p_topic, p_group, v_p, 1, p_promoted);
+        END IF;
+        SELECT COUNT(*) INTO p_live FROM txmq_i_delivered WHERE fate = 0;
+        IF p_live > 0 THEN
+          LEAVE each_partition;
+        END IF;
+        DELETE FROM txmq_i_delivered;
+      END IF;
+    END IF;
+  END WHILE;
+  SET @txmq_sql = NULL, @txmq_a = NULL;
+END
+$$
+-- After a wake-up: waits until the sends that woke this take have ended (waiters.cc's fence). A
+-- send through txmq_send wakes before its caller commits: the message is not committed yet. For
+-- each of the group's partition tables, the first row above the highest committed id is read
+-- with a shared lock, which waits on an uncommitted message's row lock until its transaction
+-- ends (at most innodb_lock_wait_timeout, which the waiting take sets to 1 s). Two statements:
+-- as one (MAX in a subquery), MariaDB 11.8 fails it with 1020 at the sender's COMMIT.
+DROP PROCEDURE IF EXISTS txmq_i_fence
+$$
+CREATE PROCEDURE txmq_i_fence(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
+                              IN p_group INT UNSIGNED, IN p_partitions INT UNSIGNED,
+                              IN p_placed BIGINT UNSIGNED)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_p INT DEFAULT 0;
+  DECLARE v_q VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+  DECLARE CONTINUE HANDLER FOR 1205 BEGIN END;  -- the sender is still open after a second
+  DECLARE CONTINUE HANDLER FOR 1020 BEGIN END;  -- MariaDB 11.6+: the row changed at its COMMIT
+  WHILE v_p < p_partitions DO
+    IF p_placed IS NULL OR (p_placed >> v_p) & 1 = 1 THEN
+      SET v_q = CONCAT('`txmq_q_', p_topic, IF(p_group = 0 AND v_p = 0, '', CONCAT('$', p_group, '_', v_p)), '`');
+      SET @txmq_f = NULL;
+      SET @txmq_sql = CONCAT('SELECT COALESCE(MAX(id), 0) INTO @txmq_f FROM ', v_q);
+      CALL txmq_i_exec(0);
+      SET @txmq_sql = CONCAT('SELECT id INTO @txmq_g FROM ', v_q,
+                             ' WHERE id > ? ORDER BY id LIMIT 1 LOCK IN SHARE MODE');
+      SET @txmq_a = @txmq_f;
+      CALL txmq_i_exec(1);
+    END IF;
+    SET v_p = v_p + 1;
+  END WHILE;
+  SET @txmq_sql = NULL, @txmq_a = NULL, @txmq_f = NULL, @txmq_g = NULL;
+END
+$$
+-- txmq_take and txmq_take_wait: up to p_max messages of a topic's group, held by the caller's
+-- transaction until it ends: acknowledged with txmq_ack in it, or claimable again at once after a
+-- rollback; as a result set: id, payload, msg_key, attempt, enqueued_at, attributes.
+--
+-- With p_wait > 0 seconds (at most 20, as SQS's long poll) and nothing to take, it waits for a
+-- message, woken as the library's receivers are (waiters.cc): it registers its connection in
+-- txmq_waiters for the group's channel, with registered_at at 1000-01-01 (the mark of a SQL
+-- take: woken before the library's watches, and never put back by a sender that woke it), and
+-- waits a second at a time in a statement that a sender's KILL QUERY ends early: MASTER_GTID_WAIT
+-- for a GTID that never comes on MariaDB (its SLEEP is not safe to KILL, waiters.cc), SLEEP on
+-- MySQL (install_routines writes the server's). Woken, it drops its registration, fences
+-- (txmq_i_fence) and claims; else it claims after each second. A KILL that lands between two
+-- statements ends the whole CALL with 1317 on both servers, which the caller runs again (the
+-- registration is then dropped by the next sender that finds it, or the next take).
+-- READ COMMITTED only: a claim of an empty queue under REPEATABLE READ keeps a next-key lock at
+-- the end of its table, which every send to it would wait on for the whole wait.
+DROP PROCEDURE IF EXISTS txmq_i_take
+$$
+CREATE PROCEDURE txmq_i_take(IN p_topic VARCHAR(255) CHARACTER SET utf8mb4,
+                             IN p_group VARCHAR(255) CHARACTER SET utf8mb4, IN p_max INT,
+                             IN p_wait DOUBLE)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_in TINYINT DEFAULT 0;
@@ -1502,17 +1626,34 @@ BEGIN
   DECLARE v_placed BIGINT UNSIGNED;
   DECLARE v_max_attempts INT UNSIGNED;
   DECLARE v_retention BIGINT UNSIGNED;
-  DECLARE v_first INT;
-  DECLARE v_i INT DEFAULT 0;
-  DECLARE v_p INT;
-  DECLARE v_q VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_live INT DEFAULT 0;
   DECLARE v_promoted INT DEFAULT 0;
   DECLARE v_errno INT DEFAULT 0;
   DECLARE v_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_channel VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
+  DECLARE v_deadline DATETIME(6);
+  DECLARE v_slice DOUBLE;
+  DECLARE v_r BIGINT;
+  DECLARE v_woken TINYINT DEFAULT 0;
+  DECLARE v_registered TINYINT DEFAULT 0;
+  DECLARE v_hot TINYINT DEFAULT 0;
+  DECLARE v_fresh TINYINT DEFAULT 0;
+  DECLARE v_p INT;
+  DECLARE v_lock_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
     GET DIAGNOSTICS CONDITION 1 v_errno = MYSQL_ERRNO;
+    IF v_channel IS NOT NULL THEN
+      BEGIN
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+        DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID() AND topic = v_channel;
+      END;
+      SET SESSION innodb_lock_wait_timeout = v_lock_wait;
+      BEGIN
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+        DEALLOCATE PREPARE txmq_look;
+      END;
+    END IF;
     CALL txmq_i_undo(0);
     CALL txmq_i_raise_if_no_tables(v_errno, p_topic);
     RESIGNAL;
@@ -1521,10 +1662,17 @@ BEGIN
   SET v_topic = p_topic;  -- checked: ASCII, and the type of txmq's name columns (their index)
   CALL txmq_i_in_transaction(v_in);
   IF v_in = 0 THEN
-    CALL txmq_i_raise('txmq_take needs a transaction (START TRANSACTION first): the messages are held by it until it ends');
+    CALL txmq_i_raise(CONCAT(IF(p_wait > 0, 'txmq_take_wait', 'txmq_take'),
+      ' needs a transaction (START TRANSACTION first): the messages are held by it until it ends'));
   END IF;
   IF p_max IS NULL OR p_max < 1 OR p_max > 1000 THEN
     CALL txmq_i_raise('max_messages must be from 1 to 1000');
+  END IF;
+  IF p_wait IS NULL OR NOT (p_wait BETWEEN 0 AND 20) THEN
+    CALL txmq_i_raise('wait_seconds must be from 0 to 20');
+  END IF;
+  IF p_wait > 0 AND @@SESSION.transaction_isolation NOT IN ('READ-COMMITTED', 'READ-UNCOMMITTED') THEN
+    CALL txmq_i_raise('txmq_take_wait needs READ COMMITTED (SET TRANSACTION ISOLATION LEVEL READ COMMITTED before START TRANSACTION)');
   END IF;
   SAVEPOINT txmq_call;
   CALL txmq_i_group(v_topic, p_group, v_group);
@@ -1541,56 +1689,96 @@ BEGIN
     attributes_json LONGTEXT CHARACTER SET utf8mb4 NULL,
     takes INT UNSIGNED NOT NULL DEFAULT 1,
     fate TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB;  -- 0 live, 1 past retention, 2 dead letter
-  DELETE FROM txmq_i_delivered;
-  SET v_first = FLOOR(RAND() * v_partitions);
-  each_partition: WHILE v_i < v_partitions DO
-    SET v_p = (v_first + v_i) % v_partitions, v_i = v_i + 1;
-    IF v_placed IS NULL OR (v_placed >> v_p) & 1 = 1 THEN
-      SET v_q = CONCAT('`txmq_q_', v_topic, IF(v_group = 0 AND v_p = 0, '', CONCAT('$', v_group, '_', v_p)), '`');
-      -- FORCE INDEX (PRIMARY): rows are locked only as they are taken (select_claimable).
-      SET @txmq_sql = CONCAT('INSERT INTO txmq_i_delivered (id, attempts, enqueued_at, msg_key, payload, ',
-        'attributes) SELECT id, attempts, enqueued_at, msg_key, payload, attributes FROM ', v_q,
-        ' FORCE INDEX (PRIMARY) WHERE visible_at <= UTC_TIMESTAMP(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED');
-      SET @txmq_a = p_max;
-      CALL txmq_i_exec(1);
-      IF EXISTS (SELECT 1 FROM txmq_i_delivered) THEN
-        IF v_retention > 0 THEN
-          UPDATE txmq_i_delivered SET fate = 1
-            WHERE enqueued_at < UTC_TIMESTAMP(6) - INTERVAL v_retention MICROSECOND;
-        END IF;
-        BEGIN
-          DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;  -- no counts (txmq_i_forget_takes)
-          INSERT INTO txmq_takes (queue, id, takes, taken_at)
-            SELECT v_q, id, 1, UTC_TIMESTAMP(6) FROM txmq_i_delivered WHERE fate = 0
-            ON DUPLICATE KEY UPDATE txmq_takes.takes = txmq_takes.takes + 1, taken_at = VALUES(taken_at);
-          UPDATE txmq_i_delivered AS t JOIN txmq_takes AS m ON m.queue = v_q AND m.id = t.id
-            SET t.takes = GREATEST(m.takes, 1);
-          -- Counts of messages that went for good without an ack (dead letters, or an ack that
-          -- rolled back after forgetting) are dropped after an hour without a take.
-          IF RAND() < 0.001 THEN
-            DELETE FROM txmq_takes WHERE taken_at < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR;
-          END IF;
-        END;
-        IF v_max_attempts > 0 THEN
-          UPDATE txmq_i_delivered SET fate = 2 WHERE fate = 0 AND attempts + takes - 1 >= v_max_attempts;
-        END IF;
-        IF EXISTS (SELECT 1 FROM txmq_i_delivered WHERE fate <> 0) THEN
-          CALL txmq_i_parse_ids('[]');
-          INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_delivered WHERE fate = 1;
-          CALL txmq_i_finish(v_topic, v_group, v_p, 0, v_promoted);
-          DELETE FROM txmq_i_ids;
-          INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_delivered WHERE fate = 2;
-          CALL txmq_i_finish(v_topic, v_group, v_p, 1, v_promoted);
-        END IF;
-        SELECT COUNT(*) INTO v_live FROM txmq_i_delivered WHERE fate = 0;
-        IF v_live > 0 THEN
-          LEAVE each_partition;
-        END IF;
-        DELETE FROM txmq_i_delivered;
+  CALL txmq_i_claim(v_topic, v_group, p_max, v_partitions, v_placed, v_max_attempts, v_retention,
+                    v_promoted, v_live);
+  IF v_live = 0 AND p_wait > 0 THEN
+    SET v_channel = IF(v_group = 0, v_topic, CONCAT(v_topic, '$', v_group));
+    SET v_deadline = UTC_TIMESTAMP(6) + INTERVAL ROUND(p_wait * 1000000) MICROSECOND;
+    SET SESSION innodb_lock_wait_timeout = 1;
+    -- The look: is anything claimable in the group's tables here (prepared once for the wait).
+    SET v_p = 0, @txmq_sql = NULL;
+    WHILE v_p < v_partitions DO
+      IF v_placed IS NULL OR (v_placed >> v_p) & 1 = 1 THEN
+        SET @txmq_sql = CONCAT(IFNULL(CONCAT(@txmq_sql, ' OR '), ''), 'EXISTS (SELECT 1 FROM `txmq_q_',
+          v_topic, IF(v_group = 0 AND v_p = 0, '', CONCAT('$', v_group, '_', v_p)),
+          '` WHERE visible_at <= UTC_TIMESTAMP(6))');
       END IF;
-    END IF;
-  END WHILE;
-  SET @txmq_sql = NULL, @txmq_a = NULL;
+      SET v_p = v_p + 1;
+    END WHILE;
+    SET @txmq_sql = CONCAT('SELECT ', @txmq_sql, ' INTO @txmq_look');
+    PREPARE txmq_look FROM @txmq_sql;
+    BEGIN
+      -- A registration a CALL ended by a KILL left behind.
+      DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+      DELETE FROM txmq_waiters
+       WHERE connection_id = CONNECTION_ID() AND registered_at = '1000-01-01 00:00:00';
+    END;
+    wait: BEGIN
+      -- A sender's wake-up: a KILL QUERY that ends the statement running.
+      DECLARE CONTINUE HANDLER FOR 1317 SET v_woken = 1;
+      -- Registered, it looks, then waits; woken, or seeing a message, it leaves the registry
+      -- and claims. So a sender's KILL finds it in the look or the wait (a KILL between two
+      -- statements ends the CALL), and a send that commits after the look wakes it.
+      wait_loop: LOOP
+        IF v_registered = 0 THEN
+          BEGIN
+            -- MySQL with enforce_gtid_consistency refuses a MEMORY table's write inside a
+            -- transaction: then no wake-ups, a look each second.
+            DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET v_registered = 2;
+            SET v_registered = 1, v_fresh = 1;
+            INSERT IGNORE INTO txmq_waiters (connection_id, topic, registered_at)
+              VALUES (CONNECTION_ID(), v_channel, '1000-01-01 00:00:00');
+          END;
+        END IF;
+        SET @txmq_look = 0;
+        IF v_woken = 0 AND v_hot = 0 THEN
+          -- Anything claimable (one that fell due, or that no send announced)?
+          EXECUTE txmq_look;
+        END IF;
+        IF v_woken = 0 AND IFNULL(@txmq_look, 0) = 0 THEN
+          -- After a look that saw only messages others hold (a claim got none), a quarter of a
+          -- second before the next, as the library's watches treat such hot channels. Just
+          -- registered, a tenth: a KILL that lands between two statements is lost (or ends the
+          -- CALL), and a sender that finds the new registration kills at once.
+          SET v_slice = LEAST(IF(v_hot = 1, 0.25, IF(v_fresh = 1, 0.1, 1.0)),
+                              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_deadline) / 1e6);
+          SET v_fresh = 0;
+          IF v_slice <= 0 THEN
+            LEAVE wait_loop;
+          END IF;
+          SET v_r = NULL;
+          SELECT SLEEP(v_slice) INTO v_r;
+          IF v_r = 1 THEN
+            SET v_woken = 1;
+          END IF;
+          SET v_hot = 0;
+          IF v_woken = 0 THEN
+            ITERATE wait_loop;
+          END IF;
+        END IF;
+        DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID() AND topic = v_channel;
+        SET v_registered = 0;
+        IF v_woken = 1 THEN
+          SET v_woken = 0;
+          CALL txmq_i_fence(v_topic, v_group, v_partitions, v_placed);
+        END IF;
+        SET v_live = 0;
+        CALL txmq_i_claim(v_topic, v_group, p_max, v_partitions, v_placed, v_max_attempts,
+                          v_retention, v_promoted, v_live);
+        IF v_live > 0 THEN
+          LEAVE wait_loop;
+        END IF;
+        SET v_hot = IF(@txmq_look = 1, 1, 0);
+        IF UTC_TIMESTAMP(6) >= v_deadline THEN
+          LEAVE wait_loop;
+        END IF;
+      END LOOP;
+      DELETE FROM txmq_waiters WHERE connection_id = CONNECTION_ID() AND topic = v_channel;
+    END;
+    DEALLOCATE PREPARE txmq_look;
+    SET @txmq_look = NULL, @txmq_sql = NULL;
+    SET SESSION innodb_lock_wait_timeout = v_lock_wait;
+  END IF;
   IF v_promoted > 0 THEN
     CALL txmq_i_wake(IF(v_group = 0, v_topic, CONCAT(v_topic, '$', v_group)), v_promoted);
   END IF;
@@ -1599,6 +1787,28 @@ BEGIN
   END IF;
   SELECT id, payload, msg_key, attempts + takes AS attempt, enqueued_at, attributes_json AS attributes
     FROM txmq_i_delivered WHERE fate = 0 ORDER BY id;
+END
+$$
+-- Up to p_max messages of a topic's group, at once (none when there are none): txmq_i_take.
+DROP PROCEDURE IF EXISTS txmq_take
+$$
+CREATE PROCEDURE txmq_take(IN p_topic VARCHAR(255) CHARACTER SET utf8mb4,
+                           IN p_group VARCHAR(255) CHARACTER SET utf8mb4, IN p_max INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  CALL txmq_i_take(p_topic, p_group, p_max, 0);
+END
+$$
+-- The same, waiting up to p_wait_seconds (0 to 20) for a message when there is none, as SQS's
+-- long poll: it returns as soon as one is committed (txmq_i_take).
+DROP PROCEDURE IF EXISTS txmq_take_wait
+$$
+CREATE PROCEDURE txmq_take_wait(IN p_topic VARCHAR(255) CHARACTER SET utf8mb4,
+                                IN p_group VARCHAR(255) CHARACTER SET utf8mb4, IN p_max INT,
+                                IN p_wait_seconds DOUBLE)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  CALL txmq_i_take(p_topic, p_group, p_max, IFNULL(p_wait_seconds, -1));
 END
 $$
 -- Acknowledges messages taken in this transaction: deleted (archived when the topic keeps

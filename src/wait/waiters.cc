@@ -1089,21 +1089,24 @@ void Waiters::run_announcer() {
 
 namespace {
 
-// Takes the `wanted` oldest registrations on `topic` out of txmq_waiters; their connection ids.
-// MariaDB: one DELETE ... RETURNING, so two senders never take the same one. MySQL has no
-// RETURNING: a SELECT, then a DELETE of what it found. Two senders may then take the same
-// registration, and one of them kills a watch the other kills too: a wake-up spent twice, none
-// lost (the watch that is woken runs a pass that sees both senders' messages).
+// Takes the `wanted` oldest registrations on `topic` out of txmq_waiters: their connection ids,
+// and whether each is a SQL take's (txmq_take_wait, routines.sql: registered_at 1000-01-01,
+// which wakes it before the watches). MariaDB: one DELETE ... RETURNING, so two senders never
+// take the same one. MySQL has no RETURNING: a SELECT, then a DELETE of what it found. Two
+// senders may then take the same registration, and one of them kills a watch the other kills
+// too: a wake-up spent twice, none lost (the watch that is woken runs a pass that sees both
+// senders' messages).
 Result take_registrations(Connection& c, const std::string& topic, std::size_t wanted) {
   const Param params[] = {std::string_view(topic), static_cast<std::int64_t>(wanted)};
   if (c.server().returning()) {
     return c.execute(
         "DELETE FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ? "
-        "RETURNING connection_id",
+        "RETURNING connection_id, registered_at < '1001-01-01'",
         params);
   }
   Result r = c.execute(
-      "SELECT connection_id FROM txmq_waiters WHERE topic = ? ORDER BY registered_at LIMIT ?",
+      "SELECT connection_id, registered_at < '1001-01-01' FROM txmq_waiters WHERE topic = ? "
+      "ORDER BY registered_at LIMIT ?",
       params);
   if (r.rows.empty()) return r;
   std::vector<Param> ids;
@@ -1153,7 +1156,10 @@ void Waiters::wake_waiters(Connection& c, std::map<std::string, std::size_t, std
         const std::uint64_t id = row.u64(0);
         kill(id);
         if (killed.contains(id)) {
-          woken.emplace_back(id, &topic);
+          // A SQL take drops its registration when woken and registers again if it waits on:
+          // put back, it would outlive the take, and a later send would interrupt whatever the
+          // application's connection runs then.
+          if (row.i64(1) == 0) woken.emplace_back(id, &topic);
         } else if (gone.contains(id)) {
           ++lost;
         } else if (warn) {

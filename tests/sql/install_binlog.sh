@@ -79,6 +79,7 @@ GRANT EXECUTE ON PROCEDURE queue.txmq_send TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE queue.txmq_send_batch TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE queue.txmq_take TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE queue.txmq_ack TO 'app'@'localhost';
+GRANT EXECUTE ON PROCEDURE queue.txmq_take_wait TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE queue.txmq_fail TO 'app'@'localhost';
 EOF
 app() {
