@@ -24,6 +24,15 @@ Measured wake_latency(const std::string& dsn, Client& producer, const std::strin
 Measured wake_after_commit_latency(const std::string& dsn, int samples, const std::string& topic,
                                    const std::function<std::pair<std::uint64_t, std::int64_t>()>& send);
 
+// The same with a SQL consumer: a thread of this process that loops on CALL txmq_take_wait
+// (topic, NULL, 10, 20) in READ COMMITTED transactions, acknowledging what it takes. Latency:
+// from the COMMIT's return to the CALL's. Sets `interrupted` to the CALLs a wake-up ended (1317,
+// taken again) and `idle_statements_per_second` to the statements its session ran while waiting
+// on the empty topic for 5 s before the first send (a wait of 6 s against one of 1 s).
+Measured sql_take_wait_latency(const std::string& dsn, int samples, const std::string& topic,
+                               const std::function<std::pair<std::uint64_t, std::int64_t>()>& send,
+                               int& interrupted, double& idle_statements_per_second);
+
 // Statements per second the server executes (SHOW GLOBAL STATUS 'Questions') while
 // processes x threads consumers wait on an empty topic with the given wait, over `window`
 // seconds.

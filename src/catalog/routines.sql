@@ -950,14 +950,20 @@ BEGIN
   DECLARE v_group INT UNSIGNED;
   DECLARE each_group CURSOR FOR SELECT number FROM txmq_groups WHERE topic = p_topic ORDER BY number;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-  IF p_count > 0 AND EXISTS (SELECT 1 FROM txmq_waiters) THEN
+  -- Looked up by channel (txmq_waiters' hash index on topic): a scan of the MEMORY table reads
+  -- every row it ever had since the server started (deleted ones stay as slots), a thousand
+  -- after a burst of waiters.
+  IF p_count > 0 THEN
     OPEN each_group;
     wake: LOOP
       FETCH each_group INTO v_group;
       IF v_done = 1 THEN
         LEAVE wake;
       END IF;
-      CALL txmq_i_wake(IF(v_group = 0, p_topic, CONCAT(p_topic, '$', v_group)), p_count);
+      IF EXISTS (SELECT 1 FROM txmq_waiters
+                  WHERE topic = IF(v_group = 0, p_topic, CONCAT(p_topic, '$', v_group))) THEN
+        CALL txmq_i_wake(IF(v_group = 0, p_topic, CONCAT(p_topic, '$', v_group)), p_count);
+      END IF;
     END LOOP;
     CLOSE each_group;
   END IF;
@@ -1059,8 +1065,10 @@ BEGIN
       EXECUTE txmq_statement USING @txmq_a;
       DEALLOCATE PREPARE txmq_statement;
       SET v_id = LAST_INSERT_ID(), @txmq_a = NULL, @txmq_sql = NULL;
-      IF EXISTS (SELECT 1 FROM txmq_waiters) THEN
-        CALL txmq_i_wake_groups(v_name, 1);
+      -- The one group's channel, by txmq_waiters' index (txmq_i_wake_groups says why).
+      IF EXISTS (SELECT 1 FROM txmq_waiters
+                  WHERE topic = IF(v_allocator = 0, v_name, CONCAT(v_name, '$', v_allocator))) THEN
+        CALL txmq_i_wake(IF(v_allocator = 0, v_name, CONCAT(v_name, '$', v_allocator)), 1);
       END IF;
       IF v_own = 1 THEN
         COMMIT;
@@ -1194,8 +1202,9 @@ BEGIN
       DEALLOCATE PREPARE txmq_statement;
     END IF;
     SET v_first = LAST_INSERT_ID(), @txmq_sql = NULL;
-    IF EXISTS (SELECT 1 FROM txmq_waiters) THEN
-      CALL txmq_i_wake_groups(p_topic, v_count);
+    IF EXISTS (SELECT 1 FROM txmq_waiters
+                WHERE topic = IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator))) THEN
+      CALL txmq_i_wake(IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator)), v_count);
     END IF;
     IF v_own = 1 THEN
       COMMIT;
