@@ -78,6 +78,18 @@ void forget_takes(Connection& c, const std::string& queue_table) {
   }
 }
 
+void forget_sql_counts(Connection& c, const std::string& topic, const std::string* group) {
+  try {
+    if (group == nullptr) {
+      c.execute("DELETE FROM txmq_sql_counts WHERE topic = ?", {topic});
+    } else {
+      c.execute("DELETE FROM txmq_sql_counts WHERE topic = ? AND grp = ?", {topic, *group});
+    }
+  } catch (const Error& e) {
+    if (!is_missing_table(e.server_errno())) throw;  // none: no SQL interface installed
+  }
+}
+
 bool routines_installed(Connection& c) {
   return c.execute("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
                    "DATABASE() AND ROUTINE_NAME = ?",

@@ -18,6 +18,9 @@ bool install_routines(Connection& c, std::string* why = nullptr);
 // Forgets the counted takes (txmq_takes) of a queue table that is dropped: a table created
 // again under its name starts its ids anew.
 void forget_takes(Connection& c, const std::string& queue_table);
+// Forgets the SQL interface's counts (txmq_sql_counts) of a topic, or of one of its groups, that
+// is dropped: a topic created again under its name starts its totals anew.
+void forget_sql_counts(Connection& c, const std::string& topic, const std::string* group = nullptr);
 // Whether this txmq's routines are in the connection's database (as the installing user sees
 // them): the last one that install_routines creates, whose name says which text they are, is
 // there. False for a database without them, or with an earlier text.

@@ -925,6 +925,7 @@ BEGIN
     START TRANSACTION;
   END IF;
   CALL txmq_i_send_core(p_topic, p_batch, 1);
+  CALL txmq_i_count(p_topic, '', 'sent', (SELECT COUNT(*) FROM txmq_i_messages));
   IF v_own = 1 THEN
     -- Expired dedup keys, as the library's sends purge them (send.cc, purge_dedup): only in a
     -- transaction of the call's own (the library: not on an application's connection, whose
@@ -1065,6 +1066,8 @@ BEGIN
       EXECUTE txmq_statement USING @txmq_a;
       DEALLOCATE PREPARE txmq_statement;
       SET v_id = LAST_INSERT_ID(), @txmq_a = NULL, @txmq_sql = NULL;
+      INSERT INTO txmq_sql_counts (topic, grp, metric, conn, value)
+        VALUES (v_name, '', 'sent', CONNECTION_ID(), 1) ON DUPLICATE KEY UPDATE value = value + 1;
       -- The one group's channel, by txmq_waiters' index (txmq_i_wake_groups says why).
       IF EXISTS (SELECT 1 FROM txmq_waiters
                   WHERE topic = IF(v_allocator = 0, v_name, CONCAT(v_name, '$', v_allocator))) THEN
@@ -1202,6 +1205,7 @@ BEGIN
       DEALLOCATE PREPARE txmq_statement;
     END IF;
     SET v_first = LAST_INSERT_ID(), @txmq_sql = NULL;
+    CALL txmq_i_count(p_topic, '', 'sent', v_count);
     IF EXISTS (SELECT 1 FROM txmq_waiters
                 WHERE topic = IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator))) THEN
       CALL txmq_i_wake(IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator)), v_count);
@@ -1266,6 +1270,32 @@ $$
 -- ---------------------------------------------------------------------------------------------
 -- Consumption, exactly once: take, the caller's work, ack, one transaction.
 -- ---------------------------------------------------------------------------------------------
+-- What the calls did, for txmq's metrics (sent, received, acked, dead_lettered; metrics.cc adds
+-- them to txmq_metrics and deletes them): a row per connection, written in the caller's
+-- transaction, so that it counts only what commits and concurrent callers share no row.
+CREATE TABLE IF NOT EXISTS txmq_sql_counts (
+  topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  grp VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  metric VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  conn BIGINT UNSIGNED NOT NULL,
+  value BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (topic, grp, metric, conn)) ENGINE=InnoDB
+$$
+DROP PROCEDURE IF EXISTS txmq_i_count
+$$
+CREATE PROCEDURE txmq_i_count(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
+                              IN p_group VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
+                              IN p_metric VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+                              IN p_n BIGINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  IF p_n > 0 THEN
+    INSERT INTO txmq_sql_counts (topic, grp, metric, conn, value)
+      VALUES (p_topic, p_group, p_metric, CONNECTION_ID(), p_n)
+      ON DUPLICATE KEY UPDATE value = value + VALUES(value);
+  END IF;
+END
+$$
 -- Deliveries that did not end in an acknowledgement (the caller rolled back, or died with its
 -- transaction open) are counted here, outside the transaction: the count must survive the
 -- rollback, or a message that always fails would be taken for ever. MEMORY: lost with a server
@@ -1309,7 +1339,8 @@ $$
 DROP PROCEDURE IF EXISTS txmq_i_group
 $$
 CREATE PROCEDURE txmq_i_group(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_group VARCHAR(255) CHARACTER SET utf8mb4,
-                              OUT p_number INT UNSIGNED)
+                              OUT p_number INT UNSIGNED,
+                              OUT p_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
   -- Compared as the column's type (its index). A name that is not ASCII (each character one
@@ -1318,7 +1349,7 @@ BEGIN
     DEFAULT IF(CHAR_LENGTH(IFNULL(p_group, 'default')) = LENGTH(IFNULL(p_group, 'default'))
                  AND CHAR_LENGTH(IFNULL(p_group, 'default')) <= 64,
                CONVERT(IFNULL(p_group, 'default') USING ascii), '?');
-  SET p_number = NULL;
+  SET p_number = NULL, p_name = v_name;
   SELECT number INTO p_number FROM txmq_groups WHERE topic = p_topic AND name = v_name;
   IF p_number IS NULL THEN
     IF NOT EXISTS (SELECT 1 FROM txmq_topics WHERE name = p_topic) THEN
@@ -1512,7 +1543,7 @@ CREATE PROCEDURE txmq_i_claim(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE
                               IN p_group INT UNSIGNED, IN p_max INT, IN p_partitions INT UNSIGNED,
                               IN p_placed BIGINT UNSIGNED, IN p_max_attempts INT UNSIGNED,
                               IN p_retention BIGINT UNSIGNED, INOUT p_promoted INT,
-                              OUT p_live INT)
+                              INOUT p_dead INT, OUT p_live INT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_first INT;
@@ -1554,6 +1585,7 @@ BEGIN
           UPDATE txmq_i_delivered SET fate = 2 WHERE fate = 0 AND attempts + takes - 1 >= p_max_attempts;
         END IF;
         IF EXISTS (SELECT 1 FROM txmq_i_delivered WHERE fate <> 0) THEN
+          SELECT p_dead + COUNT(*) INTO p_dead FROM txmq_i_delivered WHERE fate = 2;
           CALL txmq_i_parse_ids('[]');
           INSERT INTO txmq_i_ids (id, msg_key, found) SELECT id, msg_key, 1 FROM txmq_i_delivered WHERE fate = 1;
           CALL txmq_i_finish(p_topic, p_group, v_p, 0, p_promoted);
@@ -1631,12 +1663,14 @@ CREATE PROCEDURE txmq_i_take(IN p_topic VARCHAR(255) CHARACTER SET utf8mb4,
 BEGIN
   DECLARE v_in TINYINT DEFAULT 0;
   DECLARE v_group INT UNSIGNED;
+  DECLARE v_group_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_partitions INT UNSIGNED;
   DECLARE v_placed BIGINT UNSIGNED;
   DECLARE v_max_attempts INT UNSIGNED;
   DECLARE v_retention BIGINT UNSIGNED;
   DECLARE v_live INT DEFAULT 0;
   DECLARE v_promoted INT DEFAULT 0;
+  DECLARE v_dead INT DEFAULT 0;
   DECLARE v_errno INT DEFAULT 0;
   DECLARE v_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_channel VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
@@ -1684,7 +1718,7 @@ BEGIN
     CALL txmq_i_raise('txmq_take_wait needs READ COMMITTED (SET TRANSACTION ISOLATION LEVEL READ COMMITTED before START TRANSACTION)');
   END IF;
   SAVEPOINT txmq_call;
-  CALL txmq_i_group(v_topic, p_group, v_group);
+  CALL txmq_i_group(v_topic, p_group, v_group, v_group_name);
   SELECT partitions, placed, max_attempts, retention_us
     INTO v_partitions, v_placed, v_max_attempts, v_retention
     FROM txmq_topics WHERE name = v_topic;
@@ -1699,7 +1733,7 @@ BEGIN
     takes INT UNSIGNED NOT NULL DEFAULT 1,
     fate TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB;  -- 0 live, 1 past retention, 2 dead letter
   CALL txmq_i_claim(v_topic, v_group, p_max, v_partitions, v_placed, v_max_attempts, v_retention,
-                    v_promoted, v_live);
+                    v_promoted, v_dead, v_live);
   IF v_live = 0 AND p_wait > 0 THEN
     SET v_channel = IF(v_group = 0, v_topic, CONCAT(v_topic, '$', v_group));
     SET v_deadline = UTC_TIMESTAMP(6) + INTERVAL ROUND(p_wait * 1000000) MICROSECOND;
@@ -1773,7 +1807,7 @@ BEGIN
         END IF;
         SET v_live = 0;
         CALL txmq_i_claim(v_topic, v_group, p_max, v_partitions, v_placed, v_max_attempts,
-                          v_retention, v_promoted, v_live);
+                          v_retention, v_promoted, v_dead, v_live);
         IF v_live > 0 THEN
           LEAVE wait_loop;
         END IF;
@@ -1791,6 +1825,8 @@ BEGIN
   IF v_promoted > 0 THEN
     CALL txmq_i_wake(IF(v_group = 0, v_topic, CONCAT(v_topic, '$', v_group)), v_promoted);
   END IF;
+  CALL txmq_i_count(v_topic, v_group_name, 'received', v_live);
+  CALL txmq_i_count(v_topic, v_group_name, 'dead_lettered', v_dead);
   IF v_live > 0 AND EXISTS (SELECT 1 FROM txmq_i_delivered WHERE fate = 0 AND attributes IS NOT NULL) THEN
     CALL txmq_i_decode_delivered();
   END IF;
@@ -1831,6 +1867,7 @@ CREATE PROCEDURE txmq_ack(IN p_topic VARCHAR(255) CHARACTER SET utf8mb4, IN p_gr
 BEGIN
   DECLARE v_in TINYINT DEFAULT 0;
   DECLARE v_group INT UNSIGNED;
+  DECLARE v_group_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_partitions INT UNSIGNED;
   DECLARE v_p INT;
   DECLARE v_next INT;
@@ -1852,7 +1889,7 @@ BEGIN
     CALL txmq_i_raise('txmq_ack needs the transaction that took the messages');
   END IF;
   SAVEPOINT txmq_call;
-  CALL txmq_i_group(v_topic, p_group, v_group);
+  CALL txmq_i_group(v_topic, p_group, v_group, v_group_name);
   SELECT partitions INTO v_partitions FROM txmq_topics WHERE name = v_topic;
   CALL txmq_i_parse_ids(p_ids);
   -- An id names its partition (id >> 48).
@@ -1888,6 +1925,7 @@ BEGIN
     CALL txmq_i_finish(v_topic, v_group, v_p, 0, v_promoted);
     UPDATE txmq_i_ids SET found = 2 WHERE found = 1;
   END LOOP;
+  CALL txmq_i_count(v_topic, v_group_name, 'acked', (SELECT COUNT(*) FROM txmq_i_ids WHERE found = 2));
   IF v_promoted > 0 THEN
     CALL txmq_i_wake(IF(v_group = 0, v_topic, CONCAT(v_topic, '$', v_group)), v_promoted);
   END IF;
@@ -1904,6 +1942,7 @@ BEGIN
   DECLARE v_own TINYINT DEFAULT 0;
   DECLARE v_in TINYINT DEFAULT 0;
   DECLARE v_group INT UNSIGNED;
+  DECLARE v_group_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_partitions INT UNSIGNED;
   DECLARE v_p INT;
   DECLARE v_next INT;
@@ -1930,7 +1969,7 @@ BEGIN
     SET v_own = 1;
     START TRANSACTION;
   END IF;
-  CALL txmq_i_group(v_topic, p_group, v_group);
+  CALL txmq_i_group(v_topic, p_group, v_group, v_group_name);
   SELECT partitions, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter
     INTO v_partitions, v_initial, v_multiplier, v_max, v_jitter
     FROM txmq_topics WHERE name = v_topic;

@@ -15,6 +15,10 @@ constexpr std::string_view kHistogramNames[] = {"send_seconds", "claim_seconds",
 // The bucket column: a counter's value and a histogram's count; a histogram's sum; else the
 // number of a histogram's bucket (kBucketCount: above the last bound).
 constexpr int kValueRow = -1;
+// The SQL interface's counts (txmq_sql_counts, routines.sql) are added to the totals this often
+// by a recording client, at most this many rows at a time.
+constexpr auto kFoldEvery = std::chrono::seconds(5);
+constexpr int kFoldRows = 500;
 constexpr int kSumRow = -2;
 constexpr auto kFlushEvery = std::chrono::seconds(1);
 constexpr std::size_t kRowsPerStatement = 500;
@@ -76,11 +80,16 @@ void MetricsRecorder::observe(std::string_view topic, std::string_view group,
 
 void MetricsRecorder::run_flusher() {
   std::unique_lock lock(mutex_);
+  auto next_fold = std::chrono::steady_clock::now();
   for (;;) {
     wake_.wait_for(lock, kFlushEvery, [this] { return stopping_; });
     const bool last = stopping_;
     lock.unlock();
     flush();
+    if (std::chrono::steady_clock::now() >= next_fold) {
+      fold_sql_counts(pool_);
+      next_fold = std::chrono::steady_clock::now() + kFoldEvery;
+    }
     lock.lock();
     if (last) return;
   }
@@ -166,14 +175,72 @@ std::size_t MetricsRecorder::write(const std::vector<Delta>& rows) {
   return written;
 }
 
+void fold_sql_counts(Pool& pool) {
+  try {
+    pool.run(OnLostConnection::kCommitUnknown, [](Connection& c, const Attempt&) {
+      c.begin();
+      try {
+        // Rows of connections in a transaction that counts are skipped: their counts may still
+        // roll back, and waiting for them would hold this up.
+        const Result r = c.execute(
+            fmt::format("SELECT topic, grp, metric, conn, value FROM txmq_sql_counts "
+                        "ORDER BY topic, grp, metric, conn LIMIT {} FOR UPDATE SKIP LOCKED",
+                        kFoldRows),
+            {});
+        if (!r.rows.empty()) {
+          std::map<std::tuple<std::string, std::string, std::string>, std::int64_t> totals;
+          std::string keys;
+          std::vector<Param> key_params;
+          for (const Row& row : r.rows) {
+            totals[{row.bytes(0), row.bytes(1), row.bytes(2)}] += row.i64(4);
+            keys += keys.empty() ? "(?,?,?,?)" : ",(?,?,?,?)";
+            key_params.insert(key_params.end(),
+                              {row.bytes(0), row.bytes(1), row.bytes(2), row.u64(3)});
+          }
+          std::string insert = "INSERT INTO txmq_metrics (topic, grp, metric, bucket, value) VALUES ";
+          std::vector<Param> params;
+          for (const auto& [key, value] : totals) {
+            insert += params.empty() ? "(?,?,?,?,?)" : ",(?,?,?,?,?)";
+            params.insert(params.end(), {std::get<0>(key), std::get<1>(key), std::get<2>(key),
+                                         std::int64_t{kValueRow}, static_cast<double>(value)});
+          }
+          c.execute(insert + " ON DUPLICATE KEY UPDATE value = value + VALUES(value)", params);
+          c.execute("DELETE FROM txmq_sql_counts WHERE (topic, grp, metric, conn) IN (" + keys + ")",
+                    key_params);
+        }
+        c.commit();
+      } catch (...) {
+        c.rollback();
+        throw;
+      }
+    });
+  } catch (const Error&) {
+    // No SQL interface (the table is missing), or the server is away: the counts wait, and
+    // read_metrics adds them meanwhile. An unknown commit outcome counts nothing twice: the
+    // totals and the delete commit together.
+  }
+}
+
 std::vector<RecordedMetric> read_metrics(Pool& pool) {
+  fold_sql_counts(pool);
   Result r = pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
-    return c.execute(
-        "SELECT m.topic, m.grp, m.metric, m.bucket, m.value FROM txmq_metrics AS m JOIN "
+    // With the SQL interface's counts not folded yet (its table is missing without it).
+    constexpr std::string_view kTotals =
+        "SELECT m.topic, m.grp, m.metric, m.bucket, SUM(m.value) FROM ({}) AS m JOIN "
         "txmq_topics AS t ON t.name = m.topic LEFT JOIN txmq_groups AS g ON g.topic = m.topic "
         "AND g.name = m.grp WHERE m.grp = '' OR g.name IS NOT NULL "
-        "ORDER BY m.topic, m.grp, m.metric, m.bucket",
-        {});
+        "GROUP BY m.topic, m.grp, m.metric, m.bucket ORDER BY m.topic, m.grp, m.metric, m.bucket";
+    try {
+      return c.execute(
+          fmt::format(kTotals,
+                      "SELECT topic, grp, metric, bucket, value FROM txmq_metrics UNION ALL "
+                      "SELECT topic, grp, metric, -1, value FROM txmq_sql_counts"),
+          {});
+    } catch (const Error& e) {
+      if (!is_missing_table(e.server_errno())) throw;
+    }
+    return c.execute(
+        fmt::format(kTotals, "SELECT topic, grp, metric, bucket, value FROM txmq_metrics"), {});
   });
   std::vector<RecordedMetric> out;
   for (const Row& row : r.rows) {

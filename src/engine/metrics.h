@@ -92,7 +92,12 @@ class MetricsRecorder {
   std::mutex write_mutex_;  // one write at a time, in order
 };
 
-// The totals in txmq_metrics for topics and groups that exist, ordered by topic, group, name.
+// Adds the counts of the SQL interface's calls (txmq_sql_counts: one row per connection, written
+// in the caller's transaction, so that concurrent callers share no row) to txmq_metrics, and
+// deletes them, in one transaction. Never throws (a missing table: no SQL interface).
+void fold_sql_counts(Pool& pool);
+// The totals in txmq_metrics (with the SQL interface's counts, folded first) for topics and
+// groups that exist, ordered by topic, group, name.
 std::vector<RecordedMetric> read_metrics(Pool& pool);
 
 }  // namespace txmq::internal

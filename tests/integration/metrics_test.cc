@@ -190,6 +190,59 @@ TEST(Metrics, LiveClientsFlushWithinSecondsAndAddUp) {
   EXPECT_EQ(sent, 7);
 }
 
+// The SQL interface's calls count as the library's: sent by txmq_send and txmq_send_batch (only
+// what commits), received and acked by txmq_take and txmq_ack, dead_lettered by a take; the
+// totals include them at once (read beside txmq_metrics) and after a client folds them in, the
+// same.
+TEST(Metrics, SqlCallsCountAsTheLibrarysDo) {
+  const std::string name = topic_for_test();
+  auto lib = client();
+  TopicOptions options;
+  options.max_attempts = 1;
+  ASSERT_TRUE(lib->create_topic(name, options));
+  auto c = test::admin();
+  for (int i = 0; i < 3; ++i) c->query_rows(fmt::format("CALL txmq_send('{}', 'one', NULL)", name));
+  c->query_rows(fmt::format("CALL txmq_send('{}', 'keyed', '{{\"key\": \"k\"}}')", name));
+  c->query_rows(fmt::format("CALL txmq_send_batch('{}', '[\"a\", \"b\", {{\"payload\": \"c\"}}]')", name));
+  c->begin();
+  c->query_rows(fmt::format("CALL txmq_send_batch('{}', '[\"rolled\", \"back\"]')", name));
+  c->rollback();
+  // 7 sent; take 5 and acknowledge them; take the other 2 and roll back: the next take
+  // dead-letters them (one attempt each).
+  c->begin();
+  internal::Result taken = c->query_rows(fmt::format("CALL txmq_take('{}', NULL, 5)", name));
+  ASSERT_EQ(taken.rows.size(), 5u);
+  std::string ids;
+  for (const internal::Row& row : taken.rows) ids += fmt::format("{}{}", ids.empty() ? "" : ",", row.u64(0));
+  c->query(fmt::format("CALL txmq_ack('{}', NULL, '[{}]')", name, ids));
+  c->commit();
+  c->begin();
+  ASSERT_EQ(c->query_rows(fmt::format("CALL txmq_take('{}', NULL, 5)", name)).rows.size(), 2u);
+  c->rollback();
+  c->begin();
+  ASSERT_EQ(c->query_rows(fmt::format("CALL txmq_take('{}', NULL, 5)", name)).rows.size(), 0u);
+  c->commit();
+  const auto check = [&](const char* when) {
+    const std::vector<RecordedMetric> all = lib->recorded_metrics();
+    EXPECT_EQ(total(all, name, "", "sent"), 7) << when;
+    EXPECT_EQ(total(all, name, "default", "received"), 5) << when;
+    EXPECT_EQ(total(all, name, "default", "acked"), 5) << when;
+    EXPECT_EQ(total(all, name, "default", "dead_lettered"), 2) << when;
+  };
+  check("read beside txmq_metrics");
+  check("folded in by the read before");
+  EXPECT_EQ(c->execute("SELECT COUNT(*) FROM txmq_sql_counts WHERE topic = ?", {name})
+                .rows.at(0)
+                .i64(0),
+            0);
+  // Dropped with the topic: one made again under its name starts at nothing.
+  c->query_rows(fmt::format("CALL txmq_send('{}', 'one', NULL)", name));
+  lib->drop_topic(name);
+  ASSERT_TRUE(lib->create_topic(name));
+  EXPECT_EQ(total(lib->recorded_metrics(), name, "", "sent"), 0);
+  lib->drop_topic(name);
+}
+
 // Past exact_up_to, stats estimate from the id range and say so; below, they are exact.
 TEST(Metrics, StatsEstimateDeepQueuesAndCountShallowOnesExactly) {
   auto c = client("metrics-estimate");
