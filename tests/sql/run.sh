@@ -134,7 +134,8 @@ if [ "$status" -eq 0 ]; then
   "$PY" "$HERE/admin.py" example-setup "$ROOT/examples/sql/setup.sql"
   export MYSQL_UNIX_PORT="$SOCKET" APP_USER="$TXMQ_SQL_USER" APP_PASSWORD="$TXMQ_SQL_PASSWORD" \
          APP_DB="${PREFIX}_shop" TXMQ_DB="$DATABASE" TOPIC="${PREFIX}_shop"
-  { run_example send 5 && run_example consume && "$PY" "$HERE/admin.py" example-check 5; } \
+  # consume exits after a wait of WAIT_SECONDS with nothing: 1 s, not the programs' 5
+  { run_example send 5 && WAIT_SECONDS=1 run_example consume && "$PY" "$HERE/admin.py" example-check 5; } \
     >"$SCRATCH/example.out" 2>&1 || status=$?
   sed 's/^/example: /' "$SCRATCH/example.out"
 fi
