@@ -12,5 +12,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON shop.* TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE txmq.txmq_send TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE txmq.txmq_send_batch TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE txmq.txmq_take TO 'app'@'localhost';
+GRANT EXECUTE ON PROCEDURE txmq.txmq_take_wait TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE txmq.txmq_ack TO 'app'@'localhost';
 GRANT EXECUTE ON PROCEDURE txmq.txmq_fail TO 'app'@'localhost';

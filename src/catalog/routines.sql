@@ -904,7 +904,8 @@ $$
 -- ids as a result set.
 DROP PROCEDURE IF EXISTS txmq_i_send_staged
 $$
-CREATE PROCEDURE txmq_i_send_staged(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_batch TINYINT)
+CREATE PROCEDURE txmq_i_send_staged(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_batch TINYINT,
+                                    IN p_result TINYINT, IN p_md5_attributes VARCHAR(32) CHARACTER SET ascii)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_own TINYINT DEFAULT 0;
@@ -939,7 +940,17 @@ BEGIN
     END IF;
     COMMIT;
   END IF;
-  SELECT id FROM txmq_i_messages ORDER BY n;
+  IF p_result = 0 THEN
+    SELECT id FROM txmq_i_messages ORDER BY n;
+  ELSE
+    -- txmq_sqs_send's: what SendMessage answers (send_actions.cc), MessageId as messages.cc
+    -- names it; p_result 2: a FIFO queue's, with its SequenceNumber.
+    SELECT id, CONCAT_WS('-', SUBSTRING(h, 1, 8), SUBSTRING(h, 9, 4), SUBSTRING(h, 13, 4),
+                         SUBSTRING(h, 17, 4), SUBSTRING(h, 21, 12)) AS MessageId,
+           IF(p_result = 2, LPAD(id, 20, '0'), NULL) AS SequenceNumber,
+           MD5(payload) AS MD5OfMessageBody, p_md5_attributes AS MD5OfMessageAttributes
+      FROM (SELECT id, payload, SHA2(CONCAT(p_topic, '/', id), 256) AS h FROM txmq_i_messages) AS m;
+  END IF;
 END
 $$
 DROP PROCEDURE IF EXISTS txmq_i_wake_groups
@@ -1086,14 +1097,14 @@ BEGIN
       SET v_own = 0;
       CALL txmq_i_stage();
       INSERT INTO txmq_i_messages (n, payload) VALUES (1, p_payload);
-      CALL txmq_i_send_staged(p_topic, 0);
+      CALL txmq_i_send_staged(p_topic, 0, 0, NULL);
     END IF;
   ELSE
     CALL txmq_i_check_name(p_topic);
     CALL txmq_i_stage();
     INSERT INTO txmq_i_messages (n, payload) VALUES (1, p_payload);
     CALL txmq_i_stage_options(1, p_options, '');
-    CALL txmq_i_send_staged(p_topic, 0);
+    CALL txmq_i_send_staged(p_topic, 0, 0, NULL);
   END IF;
 END
 $$
@@ -1263,7 +1274,7 @@ BEGIN
     CALL txmq_i_stage_options(v_n, v_options, CONCAT('message ', v_n, ' of the batch: '));
   END LOOP;
   CLOSE with_options;
-  CALL txmq_i_send_staged(p_topic, 1);
+  CALL txmq_i_send_staged(p_topic, 1, 0, NULL);
   END IF;
 END
 $$
@@ -1715,7 +1726,7 @@ BEGIN
     CALL txmq_i_raise('wait_seconds must be from 0 to 20');
   END IF;
   IF p_wait > 0 AND @@SESSION.transaction_isolation NOT IN ('READ-COMMITTED', 'READ-UNCOMMITTED') THEN
-    CALL txmq_i_raise('txmq_take_wait needs READ COMMITTED (SET TRANSACTION ISOLATION LEVEL READ COMMITTED before START TRANSACTION)');
+    CALL txmq_i_raise('txmq_take_wait needs READ COMMITTED (SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED)');
   END IF;
   SAVEPOINT txmq_call;
   CALL txmq_i_group(v_topic, p_group, v_group, v_group_name);
@@ -2003,6 +2014,294 @@ BEGIN
   END IF;
 END
 
+$$
+-- ---------------------------------------------------------------------------------------------
+-- Sending to an SQS queue of txmq serve by its name (docs/sqs.md, "Sending from SQL"): the
+-- queue's settings and SQS's rules as SendMessage applies them (server/sqs/send_actions.cc,
+-- messages.cc), the library's rows as serve writes them. serve stores nothing else for a
+-- message: MessageId, MD5s, SentTimestamp and SequenceNumber are derived when it is received.
+-- ---------------------------------------------------------------------------------------------
+-- One message attribute in SQS's shape, checked as check_attribute checks it, into
+-- txmq_i_sqs_attributes (user = 1); p_size: its bytes as SQS counts them.
+DROP PROCEDURE IF EXISTS txmq_i_sqs_attribute
+$$
+CREATE PROCEDURE txmq_i_sqs_attribute(IN p_name VARBINARY(1024), IN p_value LONGTEXT CHARACTER SET utf8mb4,
+                                      OUT p_size BIGINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_name VARCHAR(1024) CHARACTER SET utf8mb4 DEFAULT CONVERT(p_name USING utf8mb4);
+  DECLARE v_type VARBINARY(1024);
+  DECLARE v_base VARBINARY(1024);
+  DECLARE v_text LONGTEXT CHARACTER SET utf8mb4;
+  DECLARE v_bytes LONGBLOB;
+  IF NOT (v_name COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9_.-]{1,256}$') OR LEFT(v_name, 1) = '.'
+     OR RIGHT(v_name, 1) = '.' OR LOCATE('..', v_name) > 0 THEN
+    CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' is invalid: names are 1 to 256 of A-Z a-z 0-9 _ - .'));
+  END IF;
+  IF LOWER(v_name) LIKE 'aws.%' OR LOWER(v_name) LIKE 'amazon.%' THEN
+    CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' is invalid: AWS. and Amazon. are reserved'));
+  END IF;
+  IF JSON_TYPE(p_value) <> 'OBJECT' OR JSON_TYPE(JSON_EXTRACT(p_value, '$.DataType')) IS NULL
+     OR JSON_TYPE(JSON_EXTRACT(p_value, '$.DataType')) <> 'STRING' THEN
+    CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' is invalid: it needs a DataType'));
+  END IF;
+  SET v_type = CAST(JSON_UNQUOTE(JSON_EXTRACT(p_value, '$.DataType')) AS BINARY);
+  SET v_base = SUBSTRING_INDEX(v_type, '.', 1);
+  IF v_base NOT IN ('String', 'Number', 'Binary') OR LENGTH(v_type) > 256
+     OR NOT (CONVERT(v_type USING utf8mb4) COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9_.-]{1,256}$') THEN
+    CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''': DataType is String, Number or Binary, and a .suffix of A-Z a-z 0-9 _ - .'));
+  END IF;
+  IF v_base = 'Binary' THEN
+    SET v_text = JSON_UNQUOTE(JSON_EXTRACT(p_value, '$.BinaryValue'));
+    -- Strict base64, as util's decoder (FROM_BASE64 passes spaces over).
+    IF JSON_TYPE(JSON_EXTRACT(p_value, '$.BinaryValue')) IS NULL
+       OR JSON_TYPE(JSON_EXTRACT(p_value, '$.BinaryValue')) <> 'STRING'
+       OR LENGTH(v_text) % 4 <> 0 OR NOT (v_text COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9+/]*={0,2}$') THEN
+      CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' is invalid: BinaryValue must be base64 text'));
+    END IF;
+    SET v_bytes = FROM_BASE64(v_text);
+  ELSE
+    IF JSON_TYPE(JSON_EXTRACT(p_value, '$.StringValue')) IS NULL
+       OR JSON_TYPE(JSON_EXTRACT(p_value, '$.StringValue')) <> 'STRING' THEN
+      CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' must contain a non-empty StringValue'));
+    END IF;
+    SET v_text = JSON_UNQUOTE(JSON_EXTRACT(p_value, '$.StringValue'));
+    SET v_bytes = CAST(v_text AS BINARY);
+    IF v_base = 'Number' AND NOT (v_text COLLATE utf8mb4_bin REGEXP '^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]*)?$') THEN
+      CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' is invalid: a Number''s StringValue must be a number'));
+    END IF;
+  END IF;
+  IF v_bytes IS NULL OR LENGTH(v_bytes) = 0 THEN
+    CALL txmq_i_raise(CONCAT('message attribute ''', LEFT(v_name, 40), ''' must contain a non-empty value'));
+  END IF;
+  INSERT INTO txmq_i_sqs_attributes (name, type, value, user) VALUES (p_name, v_type, v_bytes, 1);
+  SET p_size = LENGTH(p_name) + LENGTH(v_type) + LENGTH(v_bytes);
+END
+$$
+-- One message to the SQS queue p_queue (its name, or its QueueUrl), in the caller's transaction
+-- or one of its own, as SendMessage sends it. p_options: NULL or an object of SendMessage's
+-- members: DelaySeconds, MessageGroupId, MessageDeduplicationId, MessageAttributes ({"name":
+-- {"DataType": ..., "StringValue" | "BinaryValue": ...}}), MessageSystemAttributes
+-- ({"AWSTraceHeader": {...}}). One row: id, MessageId, SequenceNumber (FIFO), MD5OfMessageBody,
+-- MD5OfMessageAttributes.
+DROP PROCEDURE IF EXISTS txmq_sqs_send
+$$
+CREATE PROCEDURE txmq_sqs_send(IN p_queue VARCHAR(1024) CHARACTER SET utf8mb4, IN p_body LONGBLOB,
+                               IN p_options LONGTEXT CHARACTER SET utf8mb4)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_name VARCHAR(1024) CHARACTER SET utf8mb4;
+  DECLARE v_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
+  DECLARE v_group_queue VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_fifo TINYINT;
+  DECLARE v_settings LONGTEXT CHARACTER SET utf8mb4;
+  DECLARE v_delay BIGINT;
+  DECLARE v_max_size BIGINT;
+  DECLARE v_size BIGINT DEFAULT 0;
+  DECLARE v_one BIGINT;
+  DECLARE v_group VARBINARY(1024) DEFAULT NULL;
+  DECLARE v_dedup VARBINARY(1024) DEFAULT NULL;
+  DECLARE v_trace VARBINARY(2048) DEFAULT NULL;
+  DECLARE v_attribute VARBINARY(1024);
+  DECLARE v_blob LONGBLOB DEFAULT NULL;
+  DECLARE v_md5_attributes VARCHAR(32) CHARACTER SET ascii DEFAULT NULL;
+  DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+  DECLARE v_attribute_name VARBINARY(1024);
+  DECLARE v_attribute_type VARBINARY(1024);
+  DECLARE v_attribute_value LONGBLOB;
+  DECLARE v_l1 VARBINARY(10);
+  DECLARE v_l2 VARBINARY(10);
+  DECLARE v_l3 VARBINARY(10);
+  DECLARE names CURSOR FOR
+    SELECT CAST(j.name AS BINARY) FROM JSON_TABLE(JSON_KEYS(JSON_EXTRACT(p_options, '$.MessageAttributes')), '$[*]'
+      COLUMNS (name VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS j;
+  DECLARE entries CURSOR FOR SELECT name, type, value FROM txmq_i_sqs_attributes ORDER BY name;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  -- The queue: the name is the QueueUrl's last path segment (inputs.cc).
+  SET v_name = SUBSTRING_INDEX(IFNULL(p_queue, ''), '/', -1);
+  IF NOT (v_name COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9_-]{1,80}$'
+          OR v_name COLLATE utf8mb4_bin REGEXP '^[A-Za-z0-9_-]{1,75}[.]fifo$') THEN
+    CALL txmq_i_raise('invalid SQS queue name (1 to 80 characters of A-Z a-z 0-9 _ -, a FIFO queue''s ending .fifo)');
+  END IF;
+  BEGIN
+    DECLARE CONTINUE HANDLER FOR 1146 SET v_topic = NULL;  -- txmq serve never ran here
+    SELECT topic, consumer_group, fifo, attributes INTO v_topic, v_group_queue, v_fifo, v_settings
+      FROM txmq_sqs_queues WHERE name = CAST(v_name AS BINARY);
+  END;
+  SET v_done = 0;
+  IF v_topic IS NULL THEN
+    CALL txmq_i_raise(CONCAT('no SQS queue ''', v_name, ''''));
+  END IF;
+  IF v_group_queue <> '' THEN
+    CALL txmq_i_raise(CONCAT('SQS queue ''', v_name, ''' is a consumer-group queue: send to the queue it reads'));
+  END IF;
+  SET v_max_size = IFNULL(CAST(JSON_UNQUOTE(JSON_EXTRACT(v_settings, '$.MaximumMessageSize')) AS SIGNED), 1048576);
+  SET v_delay = IFNULL(CAST(JSON_UNQUOTE(JSON_EXTRACT(v_settings, '$.DelaySeconds')) AS SIGNED), 0);
+  -- The body: text SQS allows (UTF-8 of #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF;
+  -- through UTF-16 and back, surrogates and malformed bytes do not come back the same).
+  IF p_body IS NULL OR LENGTH(p_body) = 0 THEN
+    CALL txmq_i_raise('MessageBody must not be empty');
+  END IF;
+  IF NOT (CAST(CONVERT(CONVERT(CONVERT(p_body USING utf8mb4) USING utf16) USING utf8mb4) AS BINARY) <=> p_body)
+     OR CONVERT(p_body USING utf8mb4) COLLATE utf8mb4_bin REGEXP '[\\x{0}-\\x{8}\\x{B}\\x{C}\\x{E}-\\x{1F}\\x{FFFE}\\x{FFFF}]' THEN
+    CALL txmq_i_raise('MessageBody must be UTF-8 of #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF');
+  END IF;
+  IF p_options IS NOT NULL AND NOT JSON_VALID(p_options) THEN
+    CALL txmq_i_raise('options must be a JSON object or NULL (malformed JSON)');
+  END IF;
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_sqs_attributes (
+    name VARBINARY(1024) NOT NULL PRIMARY KEY,
+    type VARBINARY(1024) NOT NULL,
+    value LONGBLOB NOT NULL,
+    user TINYINT NOT NULL) ENGINE=InnoDB;
+  DELETE FROM txmq_i_sqs_attributes;
+  IF p_options IS NOT NULL AND JSON_TYPE(p_options) <> 'NULL' THEN
+    IF JSON_TYPE(p_options) <> 'OBJECT' THEN
+      CALL txmq_i_raise('options must be a JSON object or NULL');
+    END IF;
+    SET v_attribute = NULL;
+    SELECT CAST(LEFT(j.name, 64) AS BINARY) INTO v_attribute
+      FROM JSON_TABLE(JSON_KEYS(p_options), '$[*]' COLUMNS (name VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS j
+     WHERE BINARY j.name NOT IN ('DelaySeconds', 'MessageGroupId', 'MessageDeduplicationId',
+                                 'MessageAttributes', 'MessageSystemAttributes')
+     LIMIT 1;
+    SET v_done = 0;
+    IF v_attribute IS NOT NULL THEN
+      CALL txmq_i_raise(CONCAT('unknown field "', CONVERT(v_attribute USING utf8mb4), '" (see docs/sqs.md, Sending from SQL)'));
+    END IF;
+    -- DelaySeconds: a FIFO queue takes 0 only (its queue's DelaySeconds applies).
+    IF COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.DelaySeconds')), 'NULL') <> 'NULL' THEN
+      IF JSON_TYPE(JSON_EXTRACT(p_options, '$.DelaySeconds')) NOT IN ('INTEGER', 'UNSIGNED INTEGER')
+         OR CAST(JSON_EXTRACT(p_options, '$.DelaySeconds') AS DECIMAL(30, 0)) NOT BETWEEN 0 AND 31622400 THEN
+        CALL txmq_i_raise('DelaySeconds must be a whole number from 0 to 31622400');
+      END IF;
+      SET v_one = CAST(JSON_EXTRACT(p_options, '$.DelaySeconds') AS SIGNED);
+      IF v_fifo = 1 AND v_one <> 0 THEN
+        CALL txmq_i_raise('a FIFO queue takes DelaySeconds 0 only (its queue''s DelaySeconds applies)');
+      ELSEIF v_fifo = 0 THEN
+        SET v_delay = v_one;
+      END IF;
+    END IF;
+    -- MessageGroupId, MessageDeduplicationId: 1 to 128 of ASCII alphanumerics and punctuation.
+    IF COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageGroupId')), 'NULL') <> 'NULL' THEN
+      SET v_group = CAST(JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.MessageGroupId')) AS BINARY);
+      IF JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageGroupId')) <> 'STRING'
+         OR NOT (CONVERT(v_group USING utf8mb4) COLLATE utf8mb4_bin REGEXP '^[!-~]{1,128}$') THEN
+        CALL txmq_i_raise('MessageGroupId must be 1 to 128 characters of ASCII alphanumerics and punctuation');
+      END IF;
+    END IF;
+    IF COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageDeduplicationId')), 'NULL') <> 'NULL' THEN
+      SET v_dedup = CAST(JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.MessageDeduplicationId')) AS BINARY);
+      IF JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageDeduplicationId')) <> 'STRING'
+         OR NOT (CONVERT(v_dedup USING utf8mb4) COLLATE utf8mb4_bin REGEXP '^[!-~]{1,128}$') THEN
+        CALL txmq_i_raise('MessageDeduplicationId must be 1 to 128 characters of ASCII alphanumerics and punctuation');
+      END IF;
+    END IF;
+    -- MessageAttributes: at most 10.
+    IF COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageAttributes')), 'NULL') <> 'NULL' THEN
+      IF JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageAttributes')) <> 'OBJECT' THEN
+        CALL txmq_i_raise('MessageAttributes must be an object');
+      END IF;
+      IF JSON_LENGTH(JSON_EXTRACT(p_options, '$.MessageAttributes')) > 10 THEN
+        CALL txmq_i_raise(CONCAT(JSON_LENGTH(JSON_EXTRACT(p_options, '$.MessageAttributes')),
+                                 ' message attributes are over the limit of 10'));
+      END IF;
+      OPEN names;
+      each_name: LOOP
+        FETCH names INTO v_attribute;
+        IF v_done = 1 THEN
+          LEAVE each_name;
+        END IF;
+        CALL txmq_i_sqs_attribute(v_attribute, JSON_EXTRACT(p_options, CONCAT('$.MessageAttributes.',
+          JSON_QUOTE(CONVERT(v_attribute USING utf8mb4)))), v_one);
+        SET v_size = v_size + v_one;
+      END LOOP;
+      CLOSE names;
+      SET v_done = 0;
+    END IF;
+    -- MessageSystemAttributes: AWSTraceHeader only.
+    IF COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageSystemAttributes')), 'NULL') <> 'NULL' THEN
+      IF JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageSystemAttributes')) <> 'OBJECT'
+         OR JSON_LENGTH(JSON_EXTRACT(p_options, '$.MessageSystemAttributes')) <> 1
+         OR JSON_EXTRACT(p_options, '$.MessageSystemAttributes.AWSTraceHeader') IS NULL
+         OR JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.MessageSystemAttributes.AWSTraceHeader.DataType')) <> 'String'
+         OR JSON_TYPE(JSON_EXTRACT(p_options, '$.MessageSystemAttributes.AWSTraceHeader.StringValue')) <> 'STRING' THEN
+        CALL txmq_i_raise('MessageSystemAttributes takes AWSTraceHeader, with DataType String and a StringValue');
+      END IF;
+      SET v_trace = CAST(JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.MessageSystemAttributes.AWSTraceHeader.StringValue')) AS BINARY);
+      IF NOT (CONVERT(v_trace USING utf8mb4) COLLATE utf8mb4_bin REGEXP '^[ -~]{1,1024}$') THEN
+        CALL txmq_i_raise('AWSTraceHeader must be 1 to 1024 printable ASCII characters');
+      END IF;
+    END IF;
+  END IF;
+  IF LENGTH(p_body) + v_size > v_max_size THEN
+    CALL txmq_i_raise(CONCAT('message of ', LENGTH(p_body) + v_size, ' bytes is over SQS queue ''',
+                             v_name, '''''s MaximumMessageSize of ', v_max_size));
+  END IF;
+  -- SQS's MD5 of the user's attributes, in name order (digests.cc), before the system's join.
+  IF v_size > 0 THEN
+    SET SESSION group_concat_max_len = 1073741824;
+    SELECT MD5(GROUP_CONCAT(CONCAT(UNHEX(LPAD(HEX(LENGTH(name)), 8, '0')), name,
+                                   UNHEX(LPAD(HEX(LENGTH(type)), 8, '0')), type,
+                                   IF(type LIKE 'Binary%', UNHEX('02'), UNHEX('01')),
+                                   UNHEX(LPAD(HEX(LENGTH(value)), 8, '0')), value)
+                            ORDER BY name SEPARATOR ''))
+      INTO v_md5_attributes FROM txmq_i_sqs_attributes WHERE user = 1;
+    SET SESSION group_concat_max_len = v_gcl;
+  END IF;
+  IF v_fifo = 1 THEN
+    IF v_group IS NULL THEN
+      CALL txmq_i_raise('a FIFO queue needs MessageGroupId');
+    END IF;
+    IF v_dedup IS NULL THEN
+      IF IFNULL(JSON_UNQUOTE(JSON_EXTRACT(v_settings, '$.ContentBasedDeduplication')), '') <> 'true' THEN
+        CALL txmq_i_raise(CONCAT('FIFO queue ''', v_name, ''' needs MessageDeduplicationId (ContentBasedDeduplication is off)'));
+      END IF;
+      SET v_dedup = CAST(SHA2(p_body, 256) AS BINARY);
+    END IF;
+    INSERT INTO txmq_i_sqs_attributes (name, type, value, user)
+      VALUES ('AWS.SQS.MessageDeduplicationId', 'String', v_dedup, 0);
+    IF IFNULL(JSON_UNQUOTE(JSON_EXTRACT(v_settings, '$.DeduplicationScope')), '') = 'messageGroup' THEN
+      SET v_dedup = CONCAT(v_group, UNHEX('0A'), v_dedup);
+      IF LENGTH(v_dedup) > 255 THEN
+        CALL txmq_i_raise('MessageGroupId and MessageDeduplicationId together are over 254 bytes');
+      END IF;
+    END IF;
+  ELSE
+    IF v_dedup IS NOT NULL THEN
+      CALL txmq_i_raise('a standard queue takes no MessageDeduplicationId');
+    END IF;
+    IF v_group IS NOT NULL THEN
+      CALL txmq_i_raise('MessageGroupId on a standard queue (a fair queue''s tenant) is not supported from SQL yet');
+    END IF;
+  END IF;
+  IF v_trace IS NOT NULL THEN
+    INSERT INTO txmq_i_sqs_attributes (name, type, value, user)
+      VALUES ('AWS.SQS.AWSTraceHeader', 'String', v_trace, 0);
+  END IF;
+  -- The library's encoding (attributes.cc): version 1, in name order, varint lengths.
+  IF EXISTS (SELECT 1 FROM txmq_i_sqs_attributes) THEN
+    SET v_blob = UNHEX('01');
+    OPEN entries;
+    each_entry: LOOP
+      FETCH entries INTO v_attribute_name, v_attribute_type, v_attribute_value;
+      IF v_done = 1 THEN
+        LEAVE each_entry;
+      END IF;
+      CALL txmq_i_varint(LENGTH(v_attribute_name), v_l1);
+      CALL txmq_i_varint(LENGTH(v_attribute_type), v_l2);
+      CALL txmq_i_varint(LENGTH(v_attribute_value), v_l3);
+      SET v_blob = CONCAT(v_blob, v_l1, v_attribute_name, v_l2, v_attribute_type, v_l3, v_attribute_value);
+    END LOOP;
+    CLOSE entries;
+  END IF;
+  CALL txmq_i_stage();
+  INSERT INTO txmq_i_messages (n, payload, msg_key, dedup_key, delay_us, attributes, attributes_size)
+    VALUES (1, p_body, IF(v_fifo = 1, v_group, NULL), IF(v_fifo = 1, v_dedup, NULL),
+            v_delay * 1000000, v_blob, v_size);
+  CALL txmq_i_send_staged(v_topic, 0, IF(v_fifo = 1, 2, 1), v_md5_attributes);
+END
 $$
 -- Made last: its name says which text of this file a database holds (routines_installed). A
 -- change to the routines renames it (txmq_i_routines_N), so that clients install the new text

@@ -20,7 +20,8 @@ import urllib.parse
 
 import pymysql
 
-ROUTINES = ("txmq_send", "txmq_send_batch", "txmq_take", "txmq_take_wait", "txmq_ack", "txmq_fail")
+ROUTINES = ("txmq_send", "txmq_send_batch", "txmq_take", "txmq_take_wait", "txmq_ack", "txmq_fail",
+            "txmq_sqs_send")
 
 
 def admin_params():

@@ -66,6 +66,8 @@ class SqsBridge(unittest.TestCase):
         cls.url = cls.sqs.create_queue(QueueName=cls.queue)["QueueUrl"]
         admin_conn = pymysql.connect(**admin.admin_params())
         with admin_conn.cursor() as cur:
+            cur.execute("SELECT VERSION()")
+            cls.mysql = "MariaDB" not in cur.fetchone()[0]
             cur.execute("SELECT topic FROM txmq_sqs_queues WHERE name = %s", (cls.queue,))
             (cls.topic,) = cur.fetchone()
         admin_conn.close()
@@ -127,6 +129,97 @@ class SqsBridge(unittest.TestCase):
         cur.execute(f"SELECT amount FROM `{sql.ORDERS}` WHERE ref = %s", (ref,))
         self.assertEqual(cur.fetchall(), ((2,),))
         conn.close()
+
+    def test_sqs_send_names_the_queue_as_send_message_does(self):
+        """CALL txmq_sqs_send(queue, body, options): what boto3 receives is what it receives of
+        the same message sent by SendMessage; the call answers SendMessage's MessageId and MD5s."""
+        conn = sql.connect()
+        cur = conn.cursor()
+        body = "żółty 🦀 " + os.urandom(4).hex()
+        attributes = {
+            "colour": {"DataType": "String", "StringValue": "żółty"},
+            "amount": {"DataType": "Number", "StringValue": "12.5"},
+            "blob": {"DataType": "Binary.gz", "BinaryValue": "AAEC/w=="},
+        }
+        conn.begin()
+        cur.execute(f"INSERT INTO `{sql.ORDERS}` (ref, amount) VALUES (%s, 3)", (body[-8:],))
+        (answer,) = sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                             (self.url, body, json.dumps({"MessageAttributes": attributes})))
+        conn.commit()
+        sent = self.sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageAttributes={
+            "colour": {"DataType": "String", "StringValue": "żółty"},
+            "amount": {"DataType": "Number", "StringValue": "12.5"},
+            "blob": {"DataType": "Binary.gz", "BinaryValue": bytes([0, 1, 2, 255])}})
+        _, message_id, sequence, md5_body, md5_attributes = answer
+        self.assertIsNone(sequence)
+        if md5_body is not None or not self.mysql:  # MySQL 9 has no MD5(): NULL there
+            self.assertEqual(md5_body, sent["MD5OfMessageBody"])
+            self.assertEqual(md5_attributes, sent["MD5OfMessageAttributes"])
+        got = []
+        for _ in range(5):
+            got += self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10,
+                                            MessageAttributeNames=["All"],
+                                            WaitTimeSeconds=1).get("Messages", [])
+            if len(got) >= 2:
+                break
+        self.assertEqual(len(got), 2)
+        by_id = {m["MessageId"]: m for m in got}
+        self.assertIn(message_id, by_id)
+        from_sql, from_sqs = by_id[message_id], by_id[sent["MessageId"]]
+        for field in ("Body", "MD5OfBody", "MessageAttributes", "MD5OfMessageAttributes"):
+            self.assertEqual(from_sql[field], from_sqs[field], field)
+        for m in got:
+            self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
+        # Refusals: nothing written, the caller's transaction usable.
+        for queue, options, says in (
+                ("no-such-queue", None, "no SQS queue"),
+                (self.queue, {"MessageDeduplicationId": "d"}, "a standard queue takes no"),
+                (self.queue, {"MessageAttributes": {"AWS.x": {"DataType": "String", "StringValue": "v"}}}, "reserved"),
+                (self.queue, {"MessageAttributes": {"n": {"DataType": "Number", "StringValue": "x1"}}}, "must be a number"),
+                (self.queue, {"DelaySecond": 1}, "unknown field")):
+            with self.assertRaises(pymysql.err.OperationalError) as caught:
+                sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                         (queue, "x", None if options is None else json.dumps(options)))
+            self.assertIn(says, caught.exception.args[1])
+        self.assertEqual(self.sqs.receive_message(QueueUrl=self.url, WaitTimeSeconds=1).get("Messages", []), [])
+        conn.close()
+
+    def test_sqs_send_to_a_fifo_queue_orders_and_deduplicates_with_send_message(self):
+        fifo = f"{os.environ['TXMQ_SQL_PREFIX']}-bridge.fifo"
+        url = self.sqs.create_queue(QueueName=fifo, Attributes={
+            "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+        try:
+            conn = sql.connect()
+            cur = conn.cursor()
+            conn.begin()
+            first = sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                             (fifo, "one", json.dumps({"MessageGroupId": "g"})))[0]
+            sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                     (fifo, "two", json.dumps({"MessageGroupId": "g"})))
+            conn.commit()
+            self.sqs.send_message(QueueUrl=url, MessageBody="three", MessageGroupId="g")
+            # The same body within the dedup window: the SQL send's message, not a new one.
+            again = self.sqs.send_message(QueueUrl=url, MessageBody="one", MessageGroupId="g")
+            self.assertEqual(again["MessageId"], first[1])
+            bodies = []
+            for _ in range(10):
+                for m in self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                  AttributeNames=["All"],
+                                                  WaitTimeSeconds=1).get("Messages", []):
+                    bodies.append(m["Body"])
+                    if m["Body"] == "one":
+                        self.assertEqual(m["Attributes"]["SequenceNumber"], first[2])
+                        self.assertEqual(m["Attributes"]["MessageGroupId"], "g")
+                    self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                if len(bodies) >= 3:
+                    break
+            self.assertEqual(bodies, ["one", "two", "three"])
+            with self.assertRaises(pymysql.err.OperationalError) as caught:
+                sql.call(cur, "CALL txmq_sqs_send(%s, %s, NULL)", (fifo, "x"))
+            self.assertIn("needs MessageGroupId", caught.exception.args[1])
+            conn.close()
+        finally:
+            self.sqs.delete_queue(QueueUrl=url)
 
 
 if __name__ == "__main__":
