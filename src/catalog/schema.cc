@@ -60,7 +60,13 @@ void TopicCatalog::bootstrap() {
   pool_.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
     if (catalog_is_current(c)) {
       // The routines' text can change within a schema version (routines.sql's last routine).
-      install_current_routines(c);
+      // Best effort: a client that may not write here (a read-only server) still starts, and
+      // the routines of an earlier text keep working.
+      try {
+        install_current_routines(c);
+      } catch (const Error& e) {
+        if (e.code() == Errc::kUnavailable) throw;  // the connection: the pool's to retry
+      }
       return;
     }
     c.query(

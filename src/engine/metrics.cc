@@ -224,23 +224,26 @@ void fold_sql_counts(Pool& pool) {
 std::vector<RecordedMetric> read_metrics(Pool& pool) {
   fold_sql_counts(pool);
   Result r = pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
-    // With the SQL interface's counts not folded yet (its table is missing without it).
-    constexpr std::string_view kTotals =
-        "SELECT m.topic, m.grp, m.metric, m.bucket, SUM(m.value) FROM ({}) AS m JOIN "
+    return c.execute(
+        "SELECT m.topic, m.grp, m.metric, m.bucket, m.value FROM txmq_metrics AS m JOIN "
         "txmq_topics AS t ON t.name = m.topic LEFT JOIN txmq_groups AS g ON g.topic = m.topic "
         "AND g.name = m.grp WHERE m.grp = '' OR g.name IS NOT NULL "
-        "GROUP BY m.topic, m.grp, m.metric, m.bucket ORDER BY m.topic, m.grp, m.metric, m.bucket";
+        "ORDER BY m.topic, m.grp, m.metric, m.bucket",
+        {});
+  });
+  // The SQL interface's counts the fold left (rows of connections in a transaction): few.
+  Result left = pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
     try {
       return c.execute(
-          fmt::format(kTotals,
-                      "SELECT topic, grp, metric, bucket, value FROM txmq_metrics UNION ALL "
-                      "SELECT topic, grp, metric, -1, value FROM txmq_sql_counts"),
+          "SELECT s.topic, s.grp, s.metric, SUM(s.value) FROM txmq_sql_counts AS s JOIN "
+          "txmq_topics AS t ON t.name = s.topic LEFT JOIN txmq_groups AS g ON g.topic = s.topic "
+          "AND g.name = s.grp WHERE s.grp = '' OR g.name IS NOT NULL "
+          "GROUP BY s.topic, s.grp, s.metric",
           {});
     } catch (const Error& e) {
       if (!is_missing_table(e.server_errno())) throw;
+      return Result();  // no SQL interface
     }
-    return c.execute(
-        fmt::format(kTotals, "SELECT topic, grp, metric, bucket, value FROM txmq_metrics"), {});
   });
   std::vector<RecordedMetric> out;
   for (const Row& row : r.rows) {
@@ -269,6 +272,25 @@ std::vector<RecordedMetric> read_metrics(Pool& pool) {
   }
   for (RecordedMetric& m : out) {  // cumulative, as Prometheus's buckets
     for (std::size_t b = 1; b < m.buckets.size(); ++b) m.buckets[b] += m.buckets[b - 1];
+  }
+  if (!left.rows.empty()) {
+    for (const Row& row : left.rows) {
+      const auto same = [&](const RecordedMetric& m) {
+        return m.topic == row.bytes(0) && m.group == row.bytes(1) && m.name == row.bytes(2);
+      };
+      auto it = std::find_if(out.begin(), out.end(), same);
+      if (it == out.end()) {
+        RecordedMetric m;
+        m.topic = row.bytes(0);
+        m.group = row.bytes(1);
+        m.name = row.bytes(2);
+        it = out.insert(out.end(), std::move(m));
+      }
+      it->value += row.f64(3);
+    }
+    std::sort(out.begin(), out.end(), [](const RecordedMetric& a, const RecordedMetric& b) {
+      return std::tie(a.topic, a.group, a.name) < std::tie(b.topic, b.group, b.name);
+    });
   }
   return out;
 }
