@@ -183,10 +183,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
     });
     c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(topic, g.number)});
     c.execute("DELETE FROM txmq_metrics WHERE topic = ? AND grp = ?", {topic, group});
-    {
-      const std::string group_name(group);
-      forget_sql_counts(c, std::string(topic), &group_name);
-    }
+    forget_sql_counts(c, topic, group);
     for (unsigned p = 0; p < layout->partitions(); ++p) {
       const TopicTables t = topic_tables(topic, g.number, p);
       c.query(

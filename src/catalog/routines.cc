@@ -84,9 +84,10 @@ void forget_takes(Connection& c, const std::string& queue_table) {
   }
 }
 
-void forget_sql_counts(Connection& c, const std::string& topic, const std::string* group) {
+void forget_sql_counts(Connection& c, std::string_view topic,
+                       std::optional<std::string_view> group) {
   try {
-    if (group == nullptr) {
+    if (!group) {
       c.execute("DELETE FROM txmq_sql_counts WHERE topic = ?", {topic});
     } else {
       c.execute("DELETE FROM txmq_sql_counts WHERE topic = ? AND grp = ?", {topic, *group});

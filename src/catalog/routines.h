@@ -2,7 +2,9 @@
 // call inside their own transactions. Their text is src/catalog/routines.sql.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "db/connection.h"
 
@@ -20,7 +22,8 @@ bool install_routines(Connection& c, std::string* why = nullptr);
 void forget_takes(Connection& c, const std::string& queue_table);
 // Forgets the SQL interface's counts (txmq_sql_counts) of a topic, or of one of its groups, that
 // is dropped: a topic created again under its name starts its totals anew.
-void forget_sql_counts(Connection& c, const std::string& topic, const std::string* group = nullptr);
+void forget_sql_counts(Connection& c, std::string_view topic,
+                       std::optional<std::string_view> group = std::nullopt);
 // Whether this txmq's routines are in the connection's database (as the installing user sees
 // them): the last one that install_routines creates, whose name says which text they are, is
 // there. False for a database without them, or with an earlier text.

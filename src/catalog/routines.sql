@@ -956,10 +956,11 @@ $$
 DROP PROCEDURE IF EXISTS txmq_i_wake_groups
 $$
 CREATE PROCEDURE txmq_i_wake_groups(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_count INT)
-  READS SQL DATA SQL SECURITY DEFINER
+  MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_done TINYINT DEFAULT 0;
   DECLARE v_group INT UNSIGNED;
+  DECLARE v_channel VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE each_group CURSOR FOR SELECT number FROM txmq_groups WHERE topic = p_topic ORDER BY number;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   -- Looked up by channel (txmq_waiters' hash index on topic): a scan of the MEMORY table reads
@@ -972,9 +973,9 @@ BEGIN
       IF v_done = 1 THEN
         LEAVE wake;
       END IF;
-      IF EXISTS (SELECT 1 FROM txmq_waiters
-                  WHERE topic = IF(v_group = 0, p_topic, CONCAT(p_topic, '$', v_group))) THEN
-        CALL txmq_i_wake(IF(v_group = 0, p_topic, CONCAT(p_topic, '$', v_group)), p_count);
+      SET v_channel = IF(v_group = 0, p_topic, CONCAT(p_topic, '$', v_group));
+      IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = v_channel) THEN
+        CALL txmq_i_wake(v_channel, p_count);
       END IF;
     END LOOP;
     CLOSE each_group;
@@ -1002,6 +1003,7 @@ BEGIN
   DECLARE v_allocator INT UNSIGNED;
   DECLARE v_p INT;
   DECLARE v_id BIGINT UNSIGNED;
+  DECLARE v_channel VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
   DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -1080,9 +1082,9 @@ BEGIN
       INSERT INTO txmq_sql_counts (topic, grp, metric, conn, value)
         VALUES (v_name, '', 'sent', CONNECTION_ID(), 1) ON DUPLICATE KEY UPDATE value = value + 1;
       -- The one group's channel, by txmq_waiters' index (txmq_i_wake_groups says why).
-      IF EXISTS (SELECT 1 FROM txmq_waiters
-                  WHERE topic = IF(v_allocator = 0, v_name, CONCAT(v_name, '$', v_allocator))) THEN
-        CALL txmq_i_wake(IF(v_allocator = 0, v_name, CONCAT(v_name, '$', v_allocator)), 1);
+      SET v_channel = IF(v_allocator = 0, v_name, CONCAT(v_name, '$', v_allocator));
+      IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = v_channel) THEN
+        CALL txmq_i_wake(v_channel, 1);
       END IF;
       IF v_own = 1 THEN
         COMMIT;
@@ -1135,6 +1137,7 @@ BEGIN
   DECLARE v_first BIGINT UNSIGNED;
   DECLARE v_step BIGINT UNSIGNED DEFAULT @@SESSION.auto_increment_increment;
   DECLARE v_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+  DECLARE v_channel VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_values LONGTEXT CHARACTER SET utf8mb4;
   DECLARE v_errno INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -1217,9 +1220,9 @@ BEGIN
     END IF;
     SET v_first = LAST_INSERT_ID(), @txmq_sql = NULL;
     CALL txmq_i_count(p_topic, '', 'sent', v_count);
-    IF EXISTS (SELECT 1 FROM txmq_waiters
-                WHERE topic = IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator))) THEN
-      CALL txmq_i_wake(IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator)), v_count);
+    SET v_channel = IF(v_allocator = 0, p_topic, CONCAT(p_topic, '$', v_allocator));
+    IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = v_channel) THEN
+      CALL txmq_i_wake(v_channel, v_count);
     END IF;
     IF v_own = 1 THEN
       COMMIT;

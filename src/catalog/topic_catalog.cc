@@ -367,7 +367,7 @@ void TopicCatalog::drop(std::string_view name) {
     if (!has_some_tables(c, *layout)) {
       c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, 0)});
       c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
-      forget_sql_counts(c, std::string(name));
+      forget_sql_counts(c, name);
       return r.affected_rows == 1;
     }
     for (const GroupEntry& g : layout->groups) {
@@ -382,7 +382,7 @@ void TopicCatalog::drop(std::string_view name) {
     const TopicTables t = topic_tables(name);
     c.query(fmt::format("DROP TABLE IF EXISTS {}, {}", t.dedup, t.archive));
     c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
-    forget_sql_counts(c, std::string(name));
+    forget_sql_counts(c, name);
     return r.affected_rows == 1;
   });
   forget(name);

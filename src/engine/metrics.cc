@@ -15,11 +15,11 @@ constexpr std::string_view kHistogramNames[] = {"send_seconds", "claim_seconds",
 // The bucket column: a counter's value and a histogram's count; a histogram's sum; else the
 // number of a histogram's bucket (kBucketCount: above the last bound).
 constexpr int kValueRow = -1;
+constexpr int kSumRow = -2;
 // The SQL interface's counts (txmq_sql_counts, routines.sql) are added to the totals this often
 // by a recording client, at most this many rows at a time.
 constexpr auto kFoldEvery = std::chrono::seconds(5);
 constexpr int kFoldRows = 500;
-constexpr int kSumRow = -2;
 constexpr auto kFlushEvery = std::chrono::seconds(1);
 constexpr std::size_t kRowsPerStatement = 500;
 
