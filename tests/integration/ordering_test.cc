@@ -409,10 +409,12 @@ TEST(Worker, StopFinishesRunningHandlersAndLosesNothing) {
   EXPECT_EQ(stats.ready + static_cast<std::uint64_t>(finished.load()), 40u);
 }
 
+// The handler runs 2 s, past the 1.2 s lease (1.2 s rather than less: an extend is due each
+// 400 ms, which a loaded machine still meets).
 TEST(Worker, ExtendsTheLeaseWhileAHandlerRunsPastIt) {
   auto c = client();
   const std::string topic = topic_for_test();
-  c->create_topic(topic, TopicOptions{.lease = 600ms, .retry = {.initial = 0ms}});
+  c->create_topic(topic, TopicOptions{.lease = 1200ms, .retry = {.initial = 0ms}});
   c->send(topic, "slow");
   auto peer = client();
   std::atomic<int> peer_got{0};
@@ -562,11 +564,14 @@ TEST(Worker, StopSendsHeldAcknowledgements) {
   EXPECT_EQ(stats.ready, 500u - n);
 }
 
-// Messages leased ahead (batch > 1) keep their leases while they wait for their turn.
+// Messages leased ahead (batch > 1) keep their leases while they wait for their turn. The three
+// held acknowledgements go at 1.8 s, past the 1.2 s lease: without extends the peer would get
+// them. An extend is due each 400 ms, so a machine stalled for up to 800 ms (ASan beside other
+// tests on 2 cores) still extends in time.
 TEST(Worker, ExtendsTheLeasesOfMessagesWaitingTheirTurn) {
   auto c = client();
   const std::string topic = topic_for_test();
-  c->create_topic(topic, TopicOptions{.lease = 600ms, .retry = {.initial = 0ms}});
+  c->create_topic(topic, TopicOptions{.lease = 1200ms, .retry = {.initial = 0ms}});
   c->send_batch(topic, std::vector<OutgoingMessage>(3, OutgoingMessage{.payload = "x"}));
   auto peer = client();
   std::atomic<int> peer_got{0};
@@ -578,7 +583,7 @@ TEST(Worker, ExtendsTheLeasesOfMessagesWaitingTheirTurn) {
   options.on_event = [&](std::string_view e) { events.emplace_back(e); };
   Worker worker(*c, topic, [&](const Message& m) {
     EXPECT_EQ(m.attempt, 1);
-    peer_got += peer_claims_for(*peer, topic, 500ms, 50ms);
+    peer_got += peer_claims_for(*peer, topic, 600ms, 50ms);
   }, options);
   worker.join();
   expect_leases_kept(worker, peer_got.load(), 3, events);
