@@ -36,7 +36,10 @@ std::string text_literal(std::string_view utf8) {
   return fmt::format("CONVERT(X'{}' USING utf8mb4)", hex(utf8));
 }
 
-std::string send_call(const std::string& topic, std::string_view payload) {
+std::string send_call(const std::string& topic, std::string_view payload, SqlSend form) {
+  if (form == SqlSend::kPerTopic) {
+    return fmt::format("CALL txmq_send_to_{}(X'{}', NULL)", topic, hex(payload));
+  }
   return fmt::format("CALL txmq_send('{}', X'{}', NULL)", topic, hex(payload));
 }
 
@@ -47,10 +50,11 @@ std::vector<std::unique_ptr<Connection>> connections(const Dsn& dsn, int n) {
 }
 
 // The CALLs of a thread's payloads (make_payloads), made before the clock starts.
-std::vector<std::string> send_calls(const std::string& topic, std::size_t payload, int thread) {
+std::vector<std::string> send_calls(const std::string& topic, std::size_t payload, int thread,
+                                    SqlSend form) {
   std::vector<std::string> calls;
   for (const std::string& p : make_payloads(payload, static_cast<std::uint64_t>(thread))) {
-    calls.push_back(send_call(topic, p));
+    calls.push_back(send_call(topic, p, form));
   }
   return calls;
 }
@@ -64,12 +68,12 @@ void expect_one_id(const internal::Result& r) {
 }  // namespace
 
 Measured sql_send_rate(const Dsn& dsn, const std::string& topic, int producers, double seconds,
-                       std::size_t payload) {
+                       std::size_t payload, SqlSend form) {
   auto conns = connections(dsn, producers);
   const auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
   return run_threads(producers, [&](int t, Latencies& lat) {
     Connection& c = *conns[static_cast<std::size_t>(t)];
-    const std::vector<std::string> calls = send_calls(topic, payload, t);
+    const std::vector<std::string> calls = send_calls(topic, payload, t, form);
     std::uint64_t n = 0;
     while (SteadyClock::now() < deadline) {
       const auto start = SteadyClock::now();
@@ -83,7 +87,7 @@ Measured sql_send_rate(const Dsn& dsn, const std::string& topic, int producers, 
 
 Measured sql_send_in_transaction_rate(const Dsn& dsn, const std::string& topic,
                                       const std::string& business_table, int producers,
-                                      double seconds, std::size_t payload) {
+                                      double seconds, std::size_t payload, SqlSend form) {
   auto conns = connections(dsn, producers);
   const std::string insert = fmt::format("INSERT INTO {} (payload) VALUES (?)", business_table);
   const auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
@@ -91,7 +95,7 @@ Measured sql_send_in_transaction_rate(const Dsn& dsn, const std::string& topic,
     Connection& c = *conns[static_cast<std::size_t>(t)];
     const std::vector<std::string> payloads =
         make_payloads(payload, static_cast<std::uint64_t>(t));
-    const std::vector<std::string> calls = send_calls(topic, payload, t);
+    const std::vector<std::string> calls = send_calls(topic, payload, t, form);
     std::uint64_t n = 0;
     while (SteadyClock::now() < deadline) {
       const std::size_t i = n % calls.size();

@@ -15,16 +15,22 @@
 
 namespace txmq::bench {
 
-// `CALL txmq_send(topic, X'..', NULL)` in autocommit from `producers` connections for `seconds`.
+// Which procedure a send calls: the general `txmq_send(topic, ...)`, or the topic's own
+// `txmq_send_to_<topic>(...)` (static SQL, src/catalog/send_procedures.cc).
+enum class SqlSend { kGeneric, kPerTopic };
+
+// `CALL txmq_send(topic, X'..', NULL)` (or the topic's own) in autocommit from `producers`
+// connections for `seconds`.
 Measured sql_send_rate(const internal::Dsn& dsn, const std::string& topic, int producers,
-                       double seconds, std::size_t payload);
+                       double seconds, std::size_t payload, SqlSend form = SqlSend::kGeneric);
 
 // START TRANSACTION; INSERT INTO `business_table` (payload) VALUES (?); CALL txmq_send(...);
 // COMMIT, from `producers` connections for `seconds`. The business table has an AUTO_INCREMENT
 // key and a `payload` column (sql_business_table).
 Measured sql_send_in_transaction_rate(const internal::Dsn& dsn, const std::string& topic,
                                       const std::string& business_table, int producers,
-                                      double seconds, std::size_t payload);
+                                      double seconds, std::size_t payload,
+                                      SqlSend form = SqlSend::kGeneric);
 
 // The library's side of the same: Client::begin; Transaction::execute of the same INSERT;
 // Transaction::send; commit.

@@ -6,6 +6,7 @@
 #include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
+#include "catalog/send_procedures.h"
 #include "catalog/topic_tables.h"
 #include "db/sql.h"
 #include "util/scope_exit.h"
@@ -193,6 +194,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
     if (held.renew()) {  // one group left: the fast path
       add_send_fences(c, load(c, topic), [&] { return held.renew(); });
     }
+    if (held.renew()) refresh_send_procedure(c, load(c, topic));  // the allocator may have changed
   });
   forget(topic);
 }

@@ -11,7 +11,7 @@ namespace txmq::internal {
 namespace {
 
 // The procedure routines.sql creates last, whose name changes with the file's text.
-constexpr std::string_view kRoutinesMarker = "txmq_i_routines_2";
+constexpr std::string_view kRoutinesMarker = "txmq_i_routines_3";
 
 // The errors that say "this user may not": not installed, nothing else wrong.
 constexpr unsigned kNotAllowed[] = {
@@ -89,6 +89,7 @@ void forget_sql_counts(Connection& c, std::string_view topic,
   try {
     if (!group) {
       c.execute("DELETE FROM txmq_sql_counts WHERE topic = ?", {topic});
+      c.execute("DELETE FROM txmq_sql_sends WHERE topic = ?", {topic});
     } else {
       c.execute("DELETE FROM txmq_sql_counts WHERE topic = ? AND grp = ?", {topic, *group});
     }

@@ -7,6 +7,7 @@
 #include "catalog/routines.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
+#include "catalog/send_procedures.h"
 #include "catalog/topic_tables.h"
 #include "db/sql.h"
 
@@ -194,6 +195,7 @@ bool TopicCatalog::make_tables(std::string_view name, bool in_transaction) {
     if (!layout) return false;
     create_all_tables(c, *layout);
     if (held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    if (held.renew()) refresh_send_procedure(c, load(c, name));
     return true;
   });
   forget(name);
@@ -314,6 +316,7 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       LayoutLock held(c, name);
       if (held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+      if (held.renew()) refresh_send_procedure(c, load(c, name));
     });
     return true;
   }
@@ -361,6 +364,7 @@ void TopicCatalog::drop(std::string_view name) {
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
     c.commit();
+    drop_send_procedure(c, name);
     if (!layout) return r.affected_rows == 1;
     // A topic never used has no tables to drop (make_tables waits for this layout lock, then
     // finds no topic).
@@ -407,6 +411,7 @@ void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
       throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
     }
     if (moves && held.renew()) add_send_fences(c, load(c, name), [&] { return held.renew(); });
+    if (moves && held.renew()) refresh_send_procedure(c, load(c, name));
   });
   forget(name);
 }
@@ -475,9 +480,29 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
     if ((moves || options.partitions > had) && held.renew()) {
       add_send_fences(c, load(c, name), [&] { return held.renew(); });
     }
+    // The payload limit and the partitions are in its text.
+    if (held.renew() && has_tables(c, *layout)) refresh_send_procedure(c, load(c, name));
   });
   forget(name);
   if (!options.dead_letter_topic.empty()) make_tables(options.dead_letter_topic);
+}
+
+void TopicCatalog::refresh_send_procedures() {
+  const Result names = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute("SELECT name FROM txmq_topics ORDER BY name", {});
+  });
+  for (const Row& row : names.rows) {
+    const std::string name = row.bytes(0);
+    try {
+      pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+        LayoutLock held(c, name);
+        const std::optional<TopicLayout> layout = load(c, name);
+        if (layout && has_tables(c, *layout) && held.renew()) refresh_send_procedure(c, layout);
+      });
+    } catch (const Error&) {
+      // Dropped meanwhile, or its lock held by a change that refreshes it when it ends.
+    }
+  }
 }
 
 std::vector<TopicInfo> TopicCatalog::list() {

@@ -98,6 +98,10 @@ class TopicCatalog {
   // until it is read again, so that the next sends go straight to the checked statement.
   void no_send_fences(std::string_view name);
 
+  // Makes every topic's fast send procedure (send_procedures.h) say what its layout says: after
+  // the SQL interface's routines were installed. Topics without tables get theirs when made.
+  void refresh_send_procedures();
+
   // Consumer groups (the catalog). create_group returns false when the group existed.
   bool create_group(std::string_view topic, std::string_view group, GroupStart start);
   void drop_group(std::string_view topic, std::string_view group);

@@ -487,6 +487,7 @@ void Client::install_sql_interface() {
                             "on the database): {}",
                             why));
   }
+  impl_->queue.catalog.refresh_send_procedures();
 }
 
 TopicStats Client::stats(std::string_view topic, std::string_view group) {

@@ -204,14 +204,17 @@ TEST(Metrics, SqlCallsCountAsTheLibrarysDo) {
   for (int i = 0; i < 3; ++i) c->query_rows(fmt::format("CALL txmq_send('{}', 'one', NULL)", name));
   c->query_rows(fmt::format("CALL txmq_send('{}', 'keyed', '{{\"key\": \"k\"}}')", name));
   c->query_rows(fmt::format("CALL txmq_send_batch('{}', '[\"a\", \"b\", {{\"payload\": \"c\"}}]')", name));
+  // The topic's own send (counted apart, in txmq_sql_sends), plain and with options.
+  c->query_rows(fmt::format("CALL txmq_send_to_{}('own', NULL)", name));
+  c->query_rows(fmt::format("CALL txmq_send_to_{}('own', '{{\"key\": \"k\"}}')", name));
   c->begin();
   c->query_rows(fmt::format("CALL txmq_send_batch('{}', '[\"rolled\", \"back\"]')", name));
   c->rollback();
-  // 7 sent; take 5 and acknowledge them; take the other 2 and roll back: the next take
+  // 9 sent; take 7 and acknowledge them; take the other 2 and roll back: the next take
   // dead-letters them (one attempt each).
   c->begin();
-  internal::Result taken = c->query_rows(fmt::format("CALL txmq_take('{}', NULL, 5)", name));
-  ASSERT_EQ(taken.rows.size(), 5u);
+  internal::Result taken = c->query_rows(fmt::format("CALL txmq_take('{}', NULL, 7)", name));
+  ASSERT_EQ(taken.rows.size(), 7u);
   std::string ids;
   for (const internal::Row& row : taken.rows) ids += fmt::format("{}{}", ids.empty() ? "" : ",", row.u64(0));
   c->query(fmt::format("CALL txmq_ack('{}', NULL, '[{}]')", name, ids));
@@ -224,14 +227,18 @@ TEST(Metrics, SqlCallsCountAsTheLibrarysDo) {
   c->commit();
   const auto check = [&](const char* when) {
     const std::vector<RecordedMetric> all = lib->recorded_metrics();
-    EXPECT_EQ(total(all, name, "", "sent"), 7) << when;
-    EXPECT_EQ(total(all, name, "default", "received"), 5) << when;
-    EXPECT_EQ(total(all, name, "default", "acked"), 5) << when;
+    EXPECT_EQ(total(all, name, "", "sent"), 9) << when;
+    EXPECT_EQ(total(all, name, "default", "received"), 7) << when;
+    EXPECT_EQ(total(all, name, "default", "acked"), 7) << when;
     EXPECT_EQ(total(all, name, "default", "dead_lettered"), 2) << when;
   };
   check("read beside txmq_metrics");
   check("folded in by the read before");
   EXPECT_EQ(c->execute("SELECT COUNT(*) FROM txmq_sql_counts WHERE topic = ?", {name})
+                .rows.at(0)
+                .i64(0),
+            0);
+  EXPECT_EQ(c->execute("SELECT COUNT(*) FROM txmq_sql_sends WHERE topic = ?", {name})
                 .rows.at(0)
                 .i64(0),
             0);

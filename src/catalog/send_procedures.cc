@@ -1,0 +1,169 @@
+#include "catalog/send_procedures.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "catalog/names.h"
+#include "catalog/routines.h"
+#include "txmq/error.h"
+
+namespace txmq::internal {
+namespace {
+
+// 64-bit FNV-1a: names a text in the procedure's comment, so that an unchanged layout changes
+// nothing (on MySQL a change drops the procedure for a moment).
+std::uint64_t text_hash(std::string_view text) {
+  std::uint64_t h = 14695981039346656037ULL;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+// A user or host name from mysql.procs_priv as an SQL string literal.
+std::string string_literal(std::string_view s) {
+  std::string out = "'";
+  for (char ch : s) {
+    if (ch == '\'' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "'";
+}
+
+constexpr std::string_view kCommentPrefix = "txmq: the fast send of topic ";
+
+// The statement's body, after CREATE [OR REPLACE] and before the comment: the same on both
+// servers, so that its hash says whether the layout changed.
+std::string procedure_body(const TopicLayout& layout) {
+  const std::string& topic = layout.info.name;
+  const unsigned group = layout.allocator().number;
+  std::vector<unsigned> here;
+  for (unsigned p = 0; p < layout.partitions(); ++p) {
+    if (layout.is_placed(p)) here.push_back(p);
+  }
+  const auto insert = [&](unsigned p) {
+    return fmt::format(
+        "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload, {}) "
+        "VALUES (UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, p_payload, NULL);",
+        topic_tables(topic, group, p).queue, kSendFence);
+  };
+  std::string inserts;
+  if (here.size() == 1) {
+    inserts = "    " + insert(here[0]) + "\n";
+  } else if (!here.empty()) {
+    // A partition at random among those placed here, as txmq_i_unkeyed_partition picks.
+    inserts = fmt::format("    CASE FLOOR(RAND() * {})\n", here.size());
+    for (std::size_t i = 0; i < here.size(); ++i) {
+      inserts += fmt::format("      WHEN {} THEN {}\n", i, insert(here[i]));
+    }
+    inserts += "    END CASE;\n";
+  }
+  const std::string channel = wait_channel(topic, group);
+  // No partition here (a sharded topic's other servers hold them): txmq_send says so.
+  const std::string fast_path_off = here.empty() ? " OR TRUE" : "";
+  return fmt::format(
+      R"(PROCEDURE {name}(IN p_payload LONGBLOB, IN p_options LONGTEXT CHARACTER SET utf8mb4)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+proc: BEGIN
+  DECLARE v_id BIGINT UNSIGNED DEFAULT NULL;
+  -- Options, a NULL payload, one over the limit: txmq_send's checks and paths.
+  IF p_options IS NOT NULL OR p_payload IS NULL OR LENGTH(p_payload) > {limit}{off} THEN
+    CALL txmq_send('{topic}', p_payload, p_options);
+    LEAVE proc;
+  END IF;
+  BEGIN
+    -- No send fence (1054: a change of groups or shard map dropped it) or no table (1146): the
+    -- layout moved on since this text; txmq_send reads it.
+    DECLARE EXIT HANDLER FOR 1054, 1146 SET v_id = NULL;
+{inserts}    SET v_id = LAST_INSERT_ID();
+  END;
+  IF v_id IS NULL THEN
+    CALL txmq_send('{topic}', p_payload, NULL);
+    LEAVE proc;
+  END IF;
+  INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), 1)
+    ON DUPLICATE KEY UPDATE value = value + 1;
+  IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = '{channel}') THEN
+    CALL txmq_i_wake('{channel}', 1);
+  END IF;
+  SELECT v_id AS id;
+END)",
+      fmt::arg("name", send_procedure_name(topic)), fmt::arg("topic", topic),
+      fmt::arg("limit", layout.info.options.max_payload_bytes), fmt::arg("off", fast_path_off),
+      fmt::arg("inserts", inserts), fmt::arg("channel", channel));
+}
+
+std::string comment_for(std::string_view topic, std::string_view body) {
+  return fmt::format("{}{} (text {:016x})", kCommentPrefix, topic, text_hash(body));
+}
+
+}  // namespace
+
+std::string send_procedure_name(std::string_view topic) {
+  check_topic_name(topic);
+  return fmt::format("txmq_send_to_{}", topic);
+}
+
+std::string send_procedure_text(const TopicLayout& layout, bool mysql) {
+  const std::string body = procedure_body(layout);
+  // The comment goes with the characteristics, before BEGIN.
+  const std::string marker = "  MODIFIES SQL DATA SQL SECURITY DEFINER\n";
+  std::string text = body;
+  text.insert(body.find(marker) + marker.size(),
+              fmt::format("  COMMENT '{}'\n", comment_for(layout.info.name, body)));
+  return (mysql ? "CREATE " : "CREATE OR REPLACE ") + text;
+}
+
+void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout) {
+  if (!layout || layout->groups.empty()) return;
+  try {
+    if (!routines_installed(c)) return;
+    const std::string name = send_procedure_name(layout->info.name);
+    const std::string body = procedure_body(*layout);
+    const Result now = c.execute(
+        "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
+        "DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'",
+        {name});
+    const bool exists = !now.rows.empty();
+    if (exists && now.rows[0].bytes(0) == comment_for(layout->info.name, body)) return;
+    const std::string text = send_procedure_text(*layout, c.server().mysql);
+    if (!c.server().mysql || !exists) {
+      c.query(text);
+      return;
+    }
+    // MySQL: DROP and CREATE, which drops the grants on it: given again.
+    std::vector<std::pair<std::string, std::string>> grantees;
+    try {
+      const Result r = c.execute(
+          "SELECT User, Host FROM mysql.procs_priv WHERE Db = DATABASE() AND Routine_name = ? "
+          "AND Routine_type = 'PROCEDURE' AND FIND_IN_SET('Execute', Proc_priv) > 0",
+          {name});
+      for (const Row& row : r.rows) grantees.emplace_back(row.bytes(0), row.bytes(1));
+    } catch (const Error&) {
+      // Not readable by this user: the grants are not given again (docs/sql.md says so).
+    }
+    c.query(fmt::format("DROP PROCEDURE IF EXISTS {}", name));
+    c.query(text);
+    for (const auto& [user, host] : grantees) {
+      try {
+        c.query(fmt::format("GRANT EXECUTE ON PROCEDURE {} TO {}@{}", name,
+                            string_literal(user), string_literal(host)));
+      } catch (const Error&) {
+      }
+    }
+  } catch (const Error&) {
+    // No CREATE ROUTINE (or the server went away): txmq_send serves the topic.
+  }
+}
+
+void drop_send_procedure(Connection& c, std::string_view topic) {
+  try {
+    c.query(fmt::format("DROP PROCEDURE IF EXISTS {}", send_procedure_name(topic)));
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace txmq::internal
