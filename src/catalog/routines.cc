@@ -23,7 +23,7 @@ constexpr unsigned kNotAllowed[] = {
 };
 
 // routines.sql as this server takes it: MySQL 9 has no MD5(); MariaDB has no
-// @@transaction_isolation before 11.1, and
+// @@transaction_isolation before 11.1, has INSERT ... RETURNING (a batch's ids), and
 // its SLEEP is not safe to KILL (waiters.cc): a waiting take waits in MASTER_GTID_WAIT for a
 // GTID that never comes, which a KILL ends at once (error 1317, which the take handles).
 std::string routines_for(const Connection& c) {
@@ -42,6 +42,7 @@ std::string routines_for(const Connection& c) {
     return text;
   }
   replace("@@SESSION.transaction_isolation", "@@SESSION.tx_isolation");
+  replace("DECLARE v_returning TINYINT DEFAULT 0;", "DECLARE v_returning TINYINT DEFAULT 1;");
   replace("SELECT SLEEP(v_slice) INTO v_r;",
           "SELECT MASTER_GTID_WAIT('4294967295-1-18446744073709551615', v_slice) INTO v_r;");
   return text;
