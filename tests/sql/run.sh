@@ -11,7 +11,8 @@
 # over the socket, then the language's program of examples/sql (5 orders sent, drained, one
 # invoice each), checks with `txmq stats` that nothing was left behind, and drops what it made. Drivers: Debian's PyMySQL, SQLAlchemy, go-sql-driver (GOPATH mode, no network),
 # MariaDB Connector/J, PHP's PDO; npm's mysql2 (into BUILD_DIR/sql-node on first use). The
-# python suite also runs test_sqs_bridge.py (a SQL send received through `txmq serve` by boto3).
+# python suite also runs test_sqs_bridge.py (a SQL send received through `txmq serve` by boto3,
+# SQS's Query protocol), the node suite sqs_bridge.mjs (by @aws-sdk/client-sqs, its JSON one).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -94,7 +95,10 @@ case "$LANG_NAME" in
     # shellcheck source=../../scripts/common.sh
     source "$ROOT/scripts/common.sh"
     txmq_install_sql_node "$BUILD/sql-node"
+    txmq_install_sqs_node "$BUILD/sqs-node"
     TXMQ_SQL_NODE_DIR="$BUILD/sql-node" node "$HERE/node/suite.mjs" || status=$?
+    TXMQ_SQL_NODE_DIR="$BUILD/sql-node" TXMQ_SQS_NODE_DIR="$BUILD/sqs-node" \
+      node "$HERE/node/sqs_bridge.mjs" || status=$?
     ;;
   java)
     CP="/usr/share/java/mariadb-java-client.jar:/usr/share/java/jna.jar"
