@@ -249,10 +249,15 @@ void add_topic_commands(CLI::App& app, Globals& g) {
       "set", "change a topic's settings (those given; others keep their values)");
   set->add_option("name", *set_name, "topic name")->required();
   add_topic_setting_options(set, *set_settings);
-  set->callback([&g, set_name, set_settings] {
+  auto set_fair = std::make_shared<bool>(false);
+  set->add_flag("--fair", *set_fair,
+                "make the topic fair (an online change of its tables, once; a fair topic stays "
+                "fair): docs/library.md, \"Fair topics\"");
+  set->callback([&g, set_name, set_settings, set_fair] {
     auto client = connect(g);
     TopicOptions options = client->topic(*set_name).options;
     apply_topic_settings(*set_settings, options);
+    if (*set_fair) options.fair = true;
     client->update_topic(*set_name, options);
     if (g.json) {
       print_json(topic_json(client->topic(*set_name)));

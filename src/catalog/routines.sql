@@ -445,7 +445,7 @@ $$
 CREATE PROCEDURE txmq_i_stage()
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_messages (
+  CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_staged (
     n BIGINT UNSIGNED NOT NULL PRIMARY KEY,
     p INT NOT NULL DEFAULT 0,
     k INT UNSIGNED NULL,
@@ -457,6 +457,8 @@ BEGIN
     attributes_json LONGTEXT CHARACTER SET utf8mb4 NULL,
     attributes LONGBLOB NULL,
     attributes_size BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    tenant VARBINARY(1024) NULL,
+    fair_seq BIGINT UNSIGNED NOT NULL DEFAULT 0,
     fresh TINYINT NOT NULL DEFAULT 1,
     chunk INT UNSIGNED NULL,
     id BIGINT UNSIGNED NULL,
@@ -470,7 +472,7 @@ BEGIN
     cnt INT UNSIGNED NOT NULL,
     first_id BIGINT UNSIGNED NOT NULL,
     was_new TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB;
-  DELETE FROM txmq_i_messages;
+  DELETE FROM txmq_i_staged;
   DELETE FROM txmq_i_keys;
   DELETE FROM txmq_i_order;
 END
@@ -492,7 +494,7 @@ BEGIN
   DECLARE v_bad INT UNSIGNED;
   DECLARE v_bad_size BIGINT UNSIGNED;
   DECLARE with_attributes CURSOR FOR
-    SELECT n, attributes_json FROM txmq_i_messages WHERE attributes_json IS NOT NULL ORDER BY n;
+    SELECT n, attributes_json FROM txmq_i_staged WHERE attributes_json IS NOT NULL ORDER BY n;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   OPEN with_attributes;
   encode: LOOP
@@ -502,35 +504,35 @@ BEGIN
     END IF;
     SET v_where = IF(p_batch = 1, CONCAT('message ', v_n, ' of the batch: '), '');
     CALL txmq_i_encode_attributes(v_json, v_where, v_blob, v_size);
-    UPDATE txmq_i_messages SET attributes = v_blob, attributes_size = v_size WHERE n = v_n;
+    UPDATE txmq_i_staged SET attributes = v_blob, attributes_size = v_size WHERE n = v_n;
   END LOOP;
   CLOSE with_attributes;
   SET v_done = 0;
   SET v_bad = NULL;
-  SELECT n INTO v_bad FROM txmq_i_messages WHERE payload IS NULL ORDER BY n LIMIT 1;
+  SELECT n INTO v_bad FROM txmq_i_staged WHERE payload IS NULL ORDER BY n LIMIT 1;
   IF v_bad IS NOT NULL THEN
     CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
                              'needs a payload (a string, or an object with "payload" or "payload_base64")'));
   END IF;
-  SELECT n, LENGTH(payload) + attributes_size INTO v_bad, v_bad_size FROM txmq_i_messages
+  SELECT n, LENGTH(payload) + attributes_size INTO v_bad, v_bad_size FROM txmq_i_staged
     WHERE LENGTH(payload) + attributes_size > p_max_payload ORDER BY n LIMIT 1;
   IF v_bad IS NOT NULL THEN
     CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
                              'payload of ', v_bad_size, ' bytes is over topic ''', p_topic,
                              '''''s limit of ', p_max_payload, ' bytes'));
   END IF;
-  SELECT n INTO v_bad FROM txmq_i_messages WHERE LENGTH(msg_key) > 255 ORDER BY n LIMIT 1;
+  SELECT n INTO v_bad FROM txmq_i_staged WHERE LENGTH(msg_key) > 255 ORDER BY n LIMIT 1;
   IF v_bad IS NOT NULL THEN
     CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
                              'key is over the limit of 255 bytes'));
   END IF;
-  SELECT n INTO v_bad FROM txmq_i_messages
+  SELECT n INTO v_bad FROM txmq_i_staged
     WHERE dedup_key IS NOT NULL AND (LENGTH(dedup_key) = 0 OR LENGTH(dedup_key) > 255) ORDER BY n LIMIT 1;
   IF v_bad IS NOT NULL THEN
     CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
                              'dedup key must be 1 to 255 bytes'));
   END IF;
-  SELECT n INTO v_bad FROM txmq_i_messages
+  SELECT n INTO v_bad FROM txmq_i_staged
     WHERE delay_us < 0 OR delay_us > 31622400000000 ORDER BY n LIMIT 1;
   IF v_bad IS NOT NULL THEN
     CALL txmq_i_raise(CONCAT(IF(p_batch = 1, CONCAT('message ', v_bad, ' of the batch: '), ''),
@@ -581,7 +583,7 @@ BEGIN
        OR COALESCE(JSON_TYPE(JSON_EXTRACT(p_options, '$.dedup_key')), 'NULL') NOT IN ('STRING', 'NULL') THEN
       CALL txmq_i_raise(CONCAT(p_where, 'key and dedup_key must be strings'));
     END IF;
-    UPDATE txmq_i_messages SET
+    UPDATE txmq_i_staged SET
       msg_key = IF(JSON_TYPE(JSON_EXTRACT(p_options, '$.key')) = 'STRING',
                    CAST(JSON_UNQUOTE(JSON_EXTRACT(p_options, '$.key')) AS BINARY), NULL),
       dedup_key = IF(JSON_TYPE(JSON_EXTRACT(p_options, '$.dedup_key')) = 'STRING',
@@ -605,7 +607,7 @@ BEGIN
   DECLARE v_key VARBINARY(255);
   DECLARE v_p INT;
   DECLARE each_key CURSOR FOR
-    SELECT DISTINCT msg_key FROM txmq_i_messages WHERE msg_key IS NOT NULL;
+    SELECT DISTINCT msg_key FROM txmq_i_staged WHERE msg_key IS NOT NULL;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   CREATE TEMPORARY TABLE IF NOT EXISTS txmq_i_key_places (
     msg_key VARBINARY(255) NOT NULL PRIMARY KEY,
@@ -621,14 +623,54 @@ BEGIN
     INSERT INTO txmq_i_key_places (msg_key, p) VALUES (v_key, v_p);
   END LOOP;
   CLOSE each_key;
-  UPDATE txmq_i_messages AS m JOIN txmq_i_key_places AS k ON k.msg_key = m.msg_key SET m.p = k.p;
+  UPDATE txmq_i_staged AS m JOIN txmq_i_key_places AS k ON k.msg_key = m.msg_key SET m.p = k.p;
 END
 $$
 -- Writes the staged, checked messages (send.cc: insert_messages): per partition, dedup keys
 -- first (insert_deduplicated), then one multi-row INSERT into the allocating group's queue
 -- table (ids in one block, first + i * auto_increment_increment, on MariaDB and MySQL alike:
 -- a multi-row VALUES is a "simple insert"), copies into every other group's table, keyed FIFO
--- per group (order_keyed). Fills txmq_i_messages.id.
+-- per group (order_keyed). Fills txmq_i_staged.id.
+-- A fair topic's places (send.cc, fair_places: start-time fair queueing, the head of the line
+-- as its virtual time) for the staged messages of partition p_partition that have a tenant: the
+-- later of the tenant's last place in the table (or among those staged before it) plus one and
+-- the lowest place taken there. One statement per such message: only txmq_sqs_send stages
+-- tenants, one message a call.
+DROP PROCEDURE IF EXISTS txmq_i_fair_places
+$$
+CREATE PROCEDURE txmq_i_fair_places(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
+                                    IN p_allocator INT UNSIGNED, IN p_partition INT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_done TINYINT DEFAULT 0;
+  DECLARE v_n BIGINT UNSIGNED;
+  DECLARE v_tenant VARBINARY(1024);
+  DECLARE v_staged BIGINT UNSIGNED;
+  DECLARE tenants CURSOR FOR
+    SELECT n, tenant FROM txmq_i_staged WHERE p = p_partition AND fresh = 1 AND tenant IS NOT NULL ORDER BY n;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  OPEN tenants;
+  each_message: LOOP
+    FETCH tenants INTO v_n, v_tenant;
+    IF v_done = 1 THEN
+      LEAVE each_message;
+    END IF;
+    SET @txmq_sql = CONCAT('SELECT GREATEST(IFNULL((SELECT MIN(fair_seq) FROM ',
+      CONCAT('`txmq_q_', p_topic, IF(p_allocator = 0 AND p_partition = 0, '', CONCAT('$', p_allocator, '_', p_partition)), '`'),
+      ' WHERE fair_seq > 0), 1), IFNULL((SELECT MAX(fair_seq) + 1 FROM ',
+      CONCAT('`txmq_q_', p_topic, IF(p_allocator = 0 AND p_partition = 0, '', CONCAT('$', p_allocator, '_', p_partition)), '`'),
+      ' WHERE tenant = ?), 0)) INTO @txmq_r');
+    SET @txmq_a = v_tenant;
+    CALL txmq_i_exec(1);
+    SET v_staged = NULL;
+    SELECT MAX(fair_seq) + 1 INTO v_staged FROM txmq_i_staged
+      WHERE p = p_partition AND tenant = v_tenant AND fair_seq > 0;
+    UPDATE txmq_i_staged SET fair_seq = GREATEST(@txmq_r, IFNULL(v_staged, 0)) WHERE n = v_n;
+  END LOOP;
+  CLOSE tenants;
+  SET @txmq_r = NULL, @txmq_a = NULL;
+END
+$$
 DROP PROCEDURE IF EXISTS txmq_i_write_staged
 $$
 CREATE PROCEDURE txmq_i_write_staged(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_partitions INT UNSIGNED,
@@ -649,41 +691,42 @@ BEGIN
   DECLARE v_chunk BIGINT;
   DECLARE v_next BIGINT;
   DECLARE v_k0 INT UNSIGNED;
-  DECLARE partitions_used CURSOR FOR SELECT DISTINCT p FROM txmq_i_messages ORDER BY p;
+  DECLARE v_fair TINYINT DEFAULT 0;
+  DECLARE partitions_used CURSOR FOR SELECT DISTINCT p FROM txmq_i_staged ORDER BY p;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
 
   -- Keyed messages go to their key's partition, the others of the call to one partition.
-  IF p_partitions > 1 AND EXISTS (SELECT 1 FROM txmq_i_messages WHERE msg_key IS NOT NULL) THEN
+  IF p_partitions > 1 AND EXISTS (SELECT 1 FROM txmq_i_staged WHERE msg_key IS NOT NULL) THEN
     CALL txmq_i_place_keys(p_partitions);
   END IF;
-  IF EXISTS (SELECT 1 FROM txmq_i_messages WHERE msg_key IS NULL) THEN
+  IF EXISTS (SELECT 1 FROM txmq_i_staged WHERE msg_key IS NULL) THEN
     CALL txmq_i_unkeyed_partition(p_partitions, p_placed, v_spread);
     IF v_spread < 0 THEN
       CALL txmq_i_not_placed(p_topic, 0);
     END IF;
-    UPDATE txmq_i_messages SET p = v_spread WHERE msg_key IS NULL;
+    UPDATE txmq_i_staged SET p = v_spread WHERE msg_key IS NULL;
   END IF;
   IF p_placed IS NOT NULL THEN
     SET v_bad = NULL;
-    SELECT p INTO v_bad FROM txmq_i_messages WHERE (p_placed >> p) & 1 = 0 ORDER BY n LIMIT 1;
+    SELECT p INTO v_bad FROM txmq_i_staged WHERE (p_placed >> p) & 1 = 0 ORDER BY n LIMIT 1;
     IF v_bad IS NOT NULL THEN
       CALL txmq_i_not_placed(p_topic, v_bad);
     END IF;
   END IF;
 
   SET SESSION group_concat_max_len = 1073741824;
-  SET v_dedup = EXISTS (SELECT 1 FROM txmq_i_messages WHERE dedup_key IS NOT NULL);
+  SET v_dedup = EXISTS (SELECT 1 FROM txmq_i_staged WHERE dedup_key IS NOT NULL);
   OPEN partitions_used;
   each_partition: LOOP
     FETCH partitions_used INTO v_p;
     IF v_done = 1 THEN
       LEAVE each_partition;
     END IF;
-    IF v_dedup = 1 AND EXISTS (SELECT 1 FROM txmq_i_messages WHERE p = v_p AND dedup_key IS NOT NULL) THEN
+    IF v_dedup = 1 AND EXISTS (SELECT 1 FROM txmq_i_staged WHERE p = v_p AND dedup_key IS NOT NULL) THEN
       -- 1. every distinct key of the partition in key order: new, renewed past its window
       --    (message_id 0), or kept as it is; the upsert locks the key's row.
       SET @txmq_sql = CONCAT('INSERT INTO `txmq_dd_', p_topic, '` (dedup_key, message_id, expires_at) ',
-        'SELECT DISTINCT dedup_key, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND FROM txmq_i_messages ',
+        'SELECT DISTINCT dedup_key, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND FROM txmq_i_staged ',
         'WHERE p = ? AND dedup_key IS NOT NULL ORDER BY dedup_key ',
         'ON DUPLICATE KEY UPDATE message_id = IF(expires_at <= UTC_TIMESTAMP(6), 0, message_id), ',
         'expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)');
@@ -691,7 +734,7 @@ BEGIN
       CALL txmq_i_exec(2);
       -- 2. keys that have a message: its id, not sent again; 3. of a new key, the first message
       --    is sent, the later ones get its id (below).
-      SET @txmq_sql = CONCAT('UPDATE txmq_i_messages AS b JOIN `txmq_dd_', p_topic, '` AS d ',
+      SET @txmq_sql = CONCAT('UPDATE txmq_i_staged AS b JOIN `txmq_dd_', p_topic, '` AS d ',
         'ON d.dedup_key = b.dedup_key SET b.fresh = 0, b.id = d.message_id ',
         'WHERE b.p = ? AND d.message_id <> 0');
       SET @txmq_a = v_p;
@@ -701,6 +744,11 @@ BEGIN
       CALL txmq_i_mark_repeats(v_p);
     END IF;
 
+    -- A fair queue's tenants (txmq_sqs_send: MessageGroupId on a standard queue): their places.
+    SET v_fair = EXISTS (SELECT 1 FROM txmq_i_staged WHERE p = v_p AND fresh = 1 AND tenant IS NOT NULL);
+    IF v_fair = 1 THEN
+      CALL txmq_i_fair_places(p_topic, p_allocator, v_p);
+    END IF;
     -- The partition's fresh messages, numbered in send order (k), cut into statements of at
     -- most a quarter of max_allowed_packet (payloads travel in hex: twice their size).
     DELETE FROM txmq_i_order;
@@ -708,8 +756,8 @@ BEGIN
       SELECT n, ROW_NUMBER() OVER (ORDER BY n),
              FLOOR((SUM(LENGTH(payload) + IFNULL(LENGTH(attributes), 0) + IFNULL(LENGTH(msg_key), 0) + 64)
                     OVER (ORDER BY n) - 1) / GREATEST(@@max_allowed_packet DIV 4 - 1024, 65536))
-      FROM txmq_i_messages WHERE p = v_p AND fresh = 1;
-    UPDATE txmq_i_messages AS b JOIN txmq_i_order AS o ON o.n = b.n SET b.k = o.k, b.chunk = o.chunk;
+      FROM txmq_i_staged WHERE p = v_p AND fresh = 1;
+    UPDATE txmq_i_staged AS b JOIN txmq_i_order AS o ON o.n = b.n SET b.k = o.k, b.chunk = o.chunk;
     SET v_chunk = -1;
     each_chunk: LOOP
       SET v_next = NULL;
@@ -723,37 +771,40 @@ BEGIN
                           IF(delay_us = 0, '', CONCAT(' + INTERVAL ', delay_us, ' MICROSECOND')),
                           ', UTC_TIMESTAMP(6), ', IF(msg_key IS NULL, 'NULL', CONCAT('X''', HEX(msg_key), '''')),
                           ', X''', HEX(payload), ''', ',
-                          IF(attributes IS NULL, 'NULL', CONCAT('X''', HEX(attributes), '''')), ')'
+                          IF(attributes IS NULL, 'NULL', CONCAT('X''', HEX(attributes), '''')),
+                          IF(v_fair = 0, '', CONCAT(', ', IF(tenant IS NULL, 'NULL', CONCAT('X''', HEX(tenant), '''')),
+                                                    ', ', fair_seq)), ')'
                           ORDER BY k SEPARATOR ',')
-        INTO v_values FROM txmq_i_messages WHERE p = v_p AND fresh = 1 AND chunk = v_chunk;
+        INTO v_values FROM txmq_i_staged WHERE p = v_p AND fresh = 1 AND chunk = v_chunk;
       SET @txmq_sql = CONCAT('INSERT INTO ', CONCAT('`txmq_q_', p_topic, IF(p_allocator = 0 AND v_p = 0, '', CONCAT('$', p_allocator, '_', v_p)), '`'),
-                             ' (visible_at, enqueued_at, msg_key, payload, attributes) VALUES ', v_values);
+                             ' (visible_at, enqueued_at, msg_key, payload, attributes',
+                             IF(v_fair = 1, ', tenant, fair_seq', ''), ') VALUES ', v_values);
       SET v_values = NULL;
       IF @txmq_sql IS NULL THEN
         CALL txmq_i_raise('a message is too large for the server''s max_allowed_packet');
       END IF;
       CALL txmq_i_exec(0);
       SET v_first = LAST_INSERT_ID();
-      UPDATE txmq_i_messages SET id = v_first + (k - v_k0) * v_step
+      UPDATE txmq_i_staged SET id = v_first + (k - v_k0) * v_step
         WHERE p = v_p AND fresh = 1 AND chunk = v_chunk;
       -- Copies for the other groups.
       IF p_groups > 1 THEN
-        CALL txmq_i_copy_to_groups(p_topic, p_allocator, v_p, v_first, v_first + (v_rows - 1) * v_step, v_step);
+        CALL txmq_i_copy_to_groups(p_topic, p_allocator, v_p, v_first, v_first + (v_rows - 1) * v_step, v_step, v_fair);
       END IF;
     END LOOP;
     -- Keyed FIFO in each group.
-    IF EXISTS (SELECT 1 FROM txmq_i_messages WHERE p = v_p AND fresh = 1 AND msg_key IS NOT NULL) THEN
+    IF EXISTS (SELECT 1 FROM txmq_i_staged WHERE p = v_p AND fresh = 1 AND msg_key IS NOT NULL) THEN
       CALL txmq_i_order_keyed(p_topic, v_p);
     END IF;
-    IF v_dedup = 1 AND EXISTS (SELECT 1 FROM txmq_i_messages WHERE p = v_p AND dedup_key IS NOT NULL) THEN
+    IF v_dedup = 1 AND EXISTS (SELECT 1 FROM txmq_i_staged WHERE p = v_p AND dedup_key IS NOT NULL) THEN
       -- 4. the new messages' ids into their keys; then every message with a key has its id.
       SET @txmq_sql = CONCAT('INSERT INTO `txmq_dd_', p_topic, '` (dedup_key, message_id, expires_at) ',
-        'SELECT dedup_key, id, UTC_TIMESTAMP(6) FROM txmq_i_messages WHERE p = ? AND fresh = 1 ',
+        'SELECT dedup_key, id, UTC_TIMESTAMP(6) FROM txmq_i_staged WHERE p = ? AND fresh = 1 ',
         'AND dedup_key IS NOT NULL ORDER BY dedup_key ',
         'ON DUPLICATE KEY UPDATE message_id = VALUES(message_id)');
       SET @txmq_a = v_p;
       CALL txmq_i_exec(1);
-      SET @txmq_sql = CONCAT('UPDATE txmq_i_messages AS b JOIN `txmq_dd_', p_topic, '` AS d ',
+      SET @txmq_sql = CONCAT('UPDATE txmq_i_staged AS b JOIN `txmq_dd_', p_topic, '` AS d ',
         'ON d.dedup_key = b.dedup_key SET b.id = d.message_id WHERE b.p = ? AND b.id IS NULL');
       SET @txmq_a = v_p;
       CALL txmq_i_exec(1);
@@ -776,7 +827,7 @@ BEGIN
   DECLARE v_key VARBINARY(1024);
   DECLARE v_last VARBINARY(1024) DEFAULT NULL;
   DECLARE keyed CURSOR FOR
-    SELECT n, dedup_key FROM txmq_i_messages WHERE p = p_partition AND fresh = 1
+    SELECT n, dedup_key FROM txmq_i_staged WHERE p = p_partition AND fresh = 1
       AND dedup_key IS NOT NULL ORDER BY dedup_key, n;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   OPEN keyed;
@@ -786,7 +837,7 @@ BEGIN
       LEAVE mark;
     END IF;
     IF v_last IS NOT NULL AND v_key = v_last THEN
-      UPDATE txmq_i_messages SET fresh = 0 WHERE n = v_n;
+      UPDATE txmq_i_staged SET fresh = 0 WHERE n = v_n;
     END IF;
     SET v_last = v_key;
   END LOOP;
@@ -799,7 +850,8 @@ DROP PROCEDURE IF EXISTS txmq_i_copy_to_groups
 $$
 CREATE PROCEDURE txmq_i_copy_to_groups(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_allocator INT UNSIGNED,
                                        IN p_partition INT, IN p_first BIGINT UNSIGNED,
-                                       IN p_last BIGINT UNSIGNED, IN p_step BIGINT UNSIGNED)
+                                       IN p_last BIGINT UNSIGNED, IN p_step BIGINT UNSIGNED,
+                                       IN p_fair TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_done TINYINT DEFAULT 0;
@@ -814,8 +866,9 @@ BEGIN
       LEAVE copy;
     END IF;
     SET @txmq_sql = CONCAT('INSERT INTO ', CONCAT('`txmq_q_', p_topic, IF(v_group = 0 AND p_partition = 0, '', CONCAT('$', v_group, '_', p_partition)), '`'),
-      ' (id, visible_at, enqueued_at, msg_key, payload, attributes) SELECT id, visible_at, ',
-      'enqueued_at, msg_key, payload, attributes FROM ', CONCAT('`txmq_q_', p_topic, IF(p_allocator = 0 AND p_partition = 0, '', CONCAT('$', p_allocator, '_', p_partition)), '`'),
+      ' (id, visible_at, enqueued_at, msg_key, payload, attributes', IF(p_fair = 1, ', tenant, fair_seq', ''),
+      ') SELECT id, visible_at, enqueued_at, msg_key, payload, attributes', IF(p_fair = 1, ', tenant, fair_seq', ''),
+      ' FROM ', CONCAT('`txmq_q_', p_topic, IF(p_allocator = 0 AND p_partition = 0, '', CONCAT('$', p_allocator, '_', p_partition)), '`'),
       ' WHERE id BETWEEN ? AND ? AND (id - ?) MOD ? = 0 ORDER BY id');
     SET @txmq_a = p_first, @txmq_b = p_last, @txmq_c = p_first, @txmq_d = p_step;
     CALL txmq_i_exec(4);
@@ -840,7 +893,7 @@ BEGIN
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   DELETE FROM txmq_i_keys;
   INSERT INTO txmq_i_keys (msg_key, cnt, first_id)
-    SELECT msg_key, COUNT(*), MIN(id) FROM txmq_i_messages
+    SELECT msg_key, COUNT(*), MIN(id) FROM txmq_i_staged
     WHERE p = p_partition AND fresh = 1 AND msg_key IS NOT NULL GROUP BY msg_key;
   SET SESSION group_concat_max_len = 1073741824;
   OPEN each_group;
@@ -858,7 +911,7 @@ BEGIN
       ' AS k ON k.msg_key = t.msg_key SET t.was_new = (k.parked = t.cnt - 1)');
     CALL txmq_i_exec(0);
     SELECT GROUP_CONCAT(b.id ORDER BY b.id) INTO v_ids
-      FROM txmq_i_messages AS b JOIN txmq_i_keys AS t ON t.msg_key = b.msg_key
+      FROM txmq_i_staged AS b JOIN txmq_i_keys AS t ON t.msg_key = b.msg_key
       WHERE b.p = p_partition AND b.fresh = 1 AND NOT (t.was_new = 1 AND b.id = t.first_id);
     IF v_ids IS NOT NULL THEN
       SET @txmq_sql = CONCAT('INSERT INTO ', CONCAT('`txmq_kp_', p_topic, IF(v_group = 0 AND p_partition = 0, '', CONCAT('$', v_group, '_', p_partition)), '`'),
@@ -875,7 +928,7 @@ BEGIN
   SET SESSION group_concat_max_len = v_gcl;
 END
 $$
--- Writes what txmq_i_messages holds into the topic inside the transaction open, and wakes the
+-- Writes what txmq_i_staged holds into the topic inside the transaction open, and wakes the
 -- topic's waiting consumers (no result set). p_check = 0 for dead letters moved into a
 -- dead-letter topic (move_to_dead_letters: not checked against the target's limits).
 DROP PROCEDURE IF EXISTS txmq_i_send_core
@@ -896,7 +949,7 @@ BEGIN
     CALL txmq_i_check_staged(p_topic, v_max_payload, p_batch);
   END IF;
   CALL txmq_i_write_staged(p_topic, v_partitions, v_placed, v_dedup_window, v_allocator, v_groups);
-  SELECT COUNT(*) INTO v_claimable FROM txmq_i_messages WHERE delay_us = 0;
+  SELECT COUNT(*) INTO v_claimable FROM txmq_i_staged WHERE delay_us = 0;
   CALL txmq_i_wake_groups(p_topic, v_claimable);
 END
 $$
@@ -926,13 +979,13 @@ BEGIN
     START TRANSACTION;
   END IF;
   CALL txmq_i_send_core(p_topic, p_batch, 1);
-  CALL txmq_i_count(p_topic, '', 'sent', (SELECT COUNT(*) FROM txmq_i_messages));
+  CALL txmq_i_count(p_topic, '', 'sent', (SELECT COUNT(*) FROM txmq_i_staged));
   IF v_own = 1 THEN
     -- Expired dedup keys, as the library's sends purge them (send.cc, purge_dedup): only in a
     -- transaction of the call's own (the library: not on an application's connection, whose
     -- REPEATABLE READ would gap-lock the end of the expiry index until it commits), now and
     -- then (a tenth of such calls here, where the library counts 10 s a topic).
-    IF RAND() < 0.1 AND EXISTS (SELECT 1 FROM txmq_i_messages WHERE dedup_key IS NOT NULL) THEN
+    IF RAND() < 0.1 AND EXISTS (SELECT 1 FROM txmq_i_staged WHERE dedup_key IS NOT NULL) THEN
       SET @txmq_sql = CONCAT('DELETE FROM `txmq_dd_', p_topic, '` WHERE expires_at < ',
         'UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE ORDER BY expires_at LIMIT 500');
       CALL txmq_i_exec(0);
@@ -941,7 +994,7 @@ BEGIN
     COMMIT;
   END IF;
   IF p_result = 0 THEN
-    SELECT id FROM txmq_i_messages ORDER BY n;
+    SELECT id FROM txmq_i_staged ORDER BY n;
   ELSE
     -- txmq_sqs_send's: what SendMessage answers (send_actions.cc), MessageId as messages.cc
     -- names it; p_result 2: a FIFO queue's, with its SequenceNumber.
@@ -949,7 +1002,7 @@ BEGIN
                          SUBSTRING(h, 17, 4), SUBSTRING(h, 21, 12)) AS MessageId,
            IF(p_result = 2, LPAD(id, 20, '0'), NULL) AS SequenceNumber,
            MD5(payload) AS MD5OfMessageBody, p_md5_attributes AS MD5OfMessageAttributes
-      FROM (SELECT id, payload, SHA2(CONCAT(p_topic, '/', id), 256) AS h FROM txmq_i_messages) AS m;
+      FROM (SELECT id, payload, SHA2(CONCAT(p_topic, '/', id), 256) AS h FROM txmq_i_staged) AS m;
   END IF;
 END
 $$
@@ -1098,13 +1151,13 @@ BEGIN
       END IF;
       SET v_own = 0;
       CALL txmq_i_stage();
-      INSERT INTO txmq_i_messages (n, payload) VALUES (1, p_payload);
+      INSERT INTO txmq_i_staged (n, payload) VALUES (1, p_payload);
       CALL txmq_i_send_staged(p_topic, 0, 0, NULL);
     END IF;
   ELSE
     CALL txmq_i_check_name(p_topic);
     CALL txmq_i_stage();
-    INSERT INTO txmq_i_messages (n, payload) VALUES (1, p_payload);
+    INSERT INTO txmq_i_staged (n, payload) VALUES (1, p_payload);
     CALL txmq_i_stage_options(1, p_options, '');
     CALL txmq_i_send_staged(p_topic, 0, 0, NULL);
   END IF;
@@ -1262,7 +1315,7 @@ BEGIN
   DECLARE v_options LONGTEXT CHARACTER SET utf8mb4;
   DECLARE v_sent TINYINT DEFAULT 0;
   DECLARE with_options CURSOR FOR
-    SELECT n, options FROM txmq_i_messages WHERE options IS NOT NULL ORDER BY n;
+    SELECT n, options FROM txmq_i_staged WHERE options IS NOT NULL ORDER BY n;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
   CALL txmq_i_check_name(p_topic);
   IF p_messages IS NULL OR NOT JSON_VALID(p_messages) OR JSON_TYPE(p_messages) <> 'ARRAY'
@@ -1273,7 +1326,7 @@ BEGIN
   IF v_sent = 0 THEN
   CALL txmq_i_stage();
   -- Strings are payloads; an object's options are parsed next, one by one.
-  INSERT INTO txmq_i_messages (n, payload, options)
+  INSERT INTO txmq_i_staged (n, payload, options)
     SELECT j.n,
            CASE JSON_TYPE(j.v)
              WHEN 'STRING' THEN CAST(JSON_UNQUOTE(j.v) AS BINARY)
@@ -1504,7 +1557,7 @@ BEGIN
       -- Sent into the dead-letter topic in this transaction, with its origin ("TOPIC ID") unless
       -- it has one from an earlier dead-lettering (move_to_dead_letters).
       CALL txmq_i_stage();
-      SET @txmq_sql = CONCAT('INSERT INTO txmq_i_messages (n, msg_key, payload, attributes) ',
+      SET @txmq_sql = CONCAT('INSERT INTO txmq_i_staged (n, msg_key, payload, attributes) ',
         'SELECT id, msg_key, payload, IF(attributes IS NOT NULL AND SUBSTRING(attributes, 2, 8) = ',
         'UNHEX(''07016F726967696E''), attributes, CONCAT(UNHEX(''01''), UNHEX(''07''), UNHEX(''016F726967696E''), ',
         'UNHEX(''06''), ''origin'', CHAR(LENGTH(CONCAT(?, '' '', id)) USING binary), CONCAT(?, '' '', id), ',
@@ -2303,8 +2356,10 @@ BEGIN
     IF v_dedup IS NOT NULL THEN
       CALL txmq_i_raise('a standard queue takes no MessageDeduplicationId');
     END IF;
-    IF v_group IS NOT NULL THEN
-      CALL txmq_i_raise('MessageGroupId on a standard queue (a fair queue''s tenant) is not supported from SQL yet');
+    -- A fair queue's tenant. A queue becomes fair with its first MessageGroupId through SQS
+    -- (an online change of its tables): here, in the caller's transaction, no DDL may run.
+    IF v_group IS NOT NULL AND NOT EXISTS (SELECT 1 FROM txmq_topics WHERE name = v_topic AND fair = 1) THEN
+      CALL txmq_i_raise(CONCAT('queue ', v_name, ' is not fair yet: send its first MessageGroupId through SQS, or run txmq topic set ', v_topic, ' --fair'));
     END IF;
   END IF;
   IF v_trace IS NOT NULL THEN
@@ -2328,9 +2383,9 @@ BEGIN
     CLOSE entries;
   END IF;
   CALL txmq_i_stage();
-  INSERT INTO txmq_i_messages (n, payload, msg_key, dedup_key, delay_us, attributes, attributes_size)
+  INSERT INTO txmq_i_staged (n, payload, msg_key, dedup_key, delay_us, attributes, attributes_size, tenant)
     VALUES (1, p_body, IF(v_fifo = 1, v_group, NULL), IF(v_fifo = 1, v_dedup, NULL),
-            v_delay * 1000000, v_blob, v_size);
+            v_delay * 1000000, v_blob, v_size, IF(v_fifo = 1, NULL, v_group));
   CALL txmq_i_send_staged(v_topic, 0, IF(v_fifo = 1, 2, 1), v_md5_attributes);
 END
 $$

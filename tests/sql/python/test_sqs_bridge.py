@@ -174,6 +174,7 @@ class SqsBridge(unittest.TestCase):
         for queue, options, says in (
                 ("no-such-queue", None, "no SQS queue"),
                 (self.queue, {"MessageDeduplicationId": "d"}, "a standard queue takes no"),
+                (self.queue, {"MessageGroupId": "g"}, "is not fair yet"),
                 (self.queue, {"MessageAttributes": {"AWS.x": {"DataType": "String", "StringValue": "v"}}}, "reserved"),
                 (self.queue, {"MessageAttributes": {"n": {"DataType": "Number", "StringValue": "x1"}}}, "must be a number"),
                 (self.queue, {"DelaySecond": 1}, "unknown field")):
@@ -183,6 +184,51 @@ class SqsBridge(unittest.TestCase):
             self.assertIn(says, caught.exception.args[1])
         self.assertEqual(self.sqs.receive_message(QueueUrl=self.url, WaitTimeSeconds=1).get("Messages", []), [])
         conn.close()
+
+    def test_sqs_send_with_message_group_id_is_a_fair_queues_tenant(self):
+        """MessageGroupId on a standard queue: the tenant of a fair queue (docs/sqs.md, "Fair
+        queues"), placed in line as SendMessage places it; refused while the queue is not fair
+        (making it fair is DDL, which cannot run in the caller's transaction)."""
+        name = f"{os.environ['TXMQ_SQL_PREFIX']}-bridge-fair"
+        url = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        try:
+            conn = sql.connect()
+            cur = conn.cursor()
+            with self.assertRaises(pymysql.err.OperationalError) as caught:
+                sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                         (name, "x", json.dumps({"MessageGroupId": "quiet"})))
+            self.assertIn("is not fair yet", caught.exception.args[1])
+            # SendMessage with a MessageGroupId makes it fair; then a noisy tenant's backlog
+            # and a quiet tenant's two messages, all from SQL in one transaction.
+            self.sqs.send_message(QueueUrl=url, MessageBody="warm", MessageGroupId="warm")
+            conn.begin()
+            for i in range(20):
+                sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                         (name, f"noisy {i}", json.dumps({"MessageGroupId": "noisy"})))
+            for i in range(2):
+                sql.call(cur, "CALL txmq_sqs_send(%s, %s, %s)",
+                         (name, f"quiet {i}", json.dumps({"MessageGroupId": "quiet"})))
+            conn.commit()
+            order = []
+            for _ in range(40):
+                got = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1,
+                                               AttributeNames=["All"],
+                                               WaitTimeSeconds=1).get("Messages", [])
+                for m in got:
+                    order.append((m["Body"], m.get("Attributes", {}).get("MessageGroupId")))
+                    self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                if len(order) >= 23:
+                    break
+            self.assertEqual(len(order), 23, order)
+            self.assertIn(("quiet 0", "quiet"), order)
+            # The quiet tenant waits behind about one message of each other, not the backlog.
+            quiet = [i for i, (body, _) in enumerate(order) if body.startswith("quiet")]
+            self.assertLessEqual(max(quiet), 6, order)
+            noisy = [body for body, _ in order if body.startswith("noisy")]
+            self.assertEqual(noisy, [f"noisy {i}" for i in range(20)])
+            conn.close()
+        finally:
+            self.sqs.delete_queue(QueueUrl=url)
 
     def test_sqs_send_to_a_fifo_queue_orders_and_deduplicates_with_send_message(self):
         fifo = f"{os.environ['TXMQ_SQL_PREFIX']}-bridge.fifo"
