@@ -135,13 +135,15 @@ Measured library_send_in_transaction_rate(Client& client, const std::string& top
 }
 
 Measured sql_send_batch_rate(const Dsn& dsn, const std::string& topic, int batch, int rows,
-                             std::size_t payload) {
+                             std::size_t payload, SqlSend form) {
   Connection c(dsn);
   nlohmann::json messages = nlohmann::json::array();
   // The payloads of the library's batch (send_batch_rate): printable, escaped by the JSON.
   for (int i = 0; i < batch; ++i) messages.push_back(make_payload(payload, static_cast<std::uint64_t>(i)));
   const std::string call =
-      fmt::format("CALL txmq_send_batch('{}', {})", topic, text_literal(messages.dump()));
+      form == SqlSend::kPerTopic
+          ? fmt::format("CALL txmq_batch_to_{}({})", topic, text_literal(messages.dump()))
+          : fmt::format("CALL txmq_send_batch('{}', {})", topic, text_literal(messages.dump()));
   return run_threads(1, [&](int, Latencies& lat) {
     std::uint64_t n = 0;
     while (n < static_cast<std::uint64_t>(rows)) {

@@ -38,10 +38,11 @@ Measured library_send_in_transaction_rate(Client& client, const std::string& top
                                           const std::string& business_table, int producers,
                                           double seconds, std::size_t payload);
 
-// `CALL txmq_send_batch(topic, '["..", ..]')` of `batch` strings from one connection until
+// `CALL txmq_send_batch(topic, '["..", ..]')` (or the topic's own `txmq_batch_to_<topic>`) of
+// `batch` strings from one connection until
 // `rows` were sent (the JSON made before the clock starts, as the library's batch is).
 Measured sql_send_batch_rate(const internal::Dsn& dsn, const std::string& topic, int batch,
-                             int rows, std::size_t payload);
+                             int rows, std::size_t payload, SqlSend form = SqlSend::kGeneric);
 
 // The SQL exactly-once drain: START TRANSACTION; CALL txmq_take(topic, NULL, batch); one
 // multi-row INSERT of the messages' ids into `work_table`; CALL txmq_ack(topic, NULL, '[ids]');

@@ -96,40 +96,105 @@ END)",
       fmt::arg("inserts", inserts), fmt::arg("channel", channel));
 }
 
+// The batch's body: txmq_batch_to_<topic>(messages), a JSON array of strings in one INSERT ...
+// SELECT from JSON_TABLE, its ids by RETURNING, on MariaDB; on MySQL (no RETURNING, and lock
+// mode 2 interleaves an INSERT ... SELECT's ids with others') it hands every call to
+// txmq_send_batch, so that the name works on both.
+std::string batch_body(const TopicLayout& layout, bool mysql) {
+  const std::string& topic = layout.info.name;
+  const std::string name = batch_procedure_name(topic);
+  const std::string head = fmt::format(
+      "PROCEDURE {}(IN p_messages LONGTEXT CHARACTER SET utf8mb4)\n"
+      "  MODIFIES SQL DATA SQL SECURITY DEFINER\n",
+      name);
+  std::vector<unsigned> here;
+  for (unsigned p = 0; p < layout.partitions(); ++p) {
+    if (layout.is_placed(p)) here.push_back(p);
+  }
+  if (mysql || here.empty()) {
+    return head + fmt::format("BEGIN\n  CALL txmq_send_batch('{}', p_messages);\nEND", topic);
+  }
+  const unsigned group = layout.allocator().number;
+  const auto insert = [&](unsigned p) {
+    // A payload is never longer than its JSON string (quotes and escapes): the size check
+    // above let every one through the limit.
+    return fmt::format(
+        "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload, {}) "
+        "SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, CAST(j.s AS BINARY), NULL "
+        "FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, "
+        "s LONGTEXT CHARACTER SET utf8mb4 PATH '$')) AS j ORDER BY j.n RETURNING id;",
+        topic_tables(topic, group, p).queue, kSendFence);
+  };
+  std::string inserts;
+  if (here.size() == 1) {
+    inserts = "    " + insert(here[0]) + "\n";
+  } else {
+    inserts = fmt::format("    CASE FLOOR(RAND() * {})\n", here.size());
+    for (std::size_t i = 0; i < here.size(); ++i) {
+      inserts += fmt::format("      WHEN {} THEN {}\n", i, insert(here[i]));
+    }
+    inserts += "    END CASE;\n";
+  }
+  const std::string channel = wait_channel(topic, group);
+  return head + fmt::format(
+      R"(proc: BEGIN
+  DECLARE v_count INT DEFAULT 0;
+  DECLARE v_others INT DEFAULT 1;
+  DECLARE v_longest BIGINT DEFAULT 0;
+  DECLARE v_stale TINYINT DEFAULT 0;
+  -- One pass: every message a string, none longer than the limit (as JSON text, which is never
+  -- shorter than the payload), an array (a valid document that starts with '['). Anything
+  -- else, malformed JSON included, goes to txmq_send_batch, which checks and says why.
+  BEGIN
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION SET v_count = 0;
+    SELECT COUNT(*), SUM(JSON_TYPE(j.v) <> 'STRING'), MAX(LENGTH(j.v)) - 2
+      INTO v_count, v_others, v_longest
+      FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (v JSON PATH '$')) AS j;
+  END;
+  IF v_count NOT BETWEEN 1 AND 10000 OR v_others > 0 OR v_longest > {limit}
+     OR NOT (p_messages REGEXP '^[[:space:]]*[[]') THEN
+    CALL txmq_send_batch('{topic}', p_messages);
+    LEAVE proc;
+  END IF;
+  BEGIN
+    -- No send fence (a change of groups or shard map) or no table: txmq_send_batch reads the
+    -- layout. (Raised when the statement opens, before any row or id.)
+    DECLARE EXIT HANDLER FOR 1054, 1146 SET v_stale = 1;
+{inserts}  END;
+  IF v_stale = 1 THEN
+    CALL txmq_send_batch('{topic}', p_messages);
+    LEAVE proc;
+  END IF;
+  INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), v_count)
+    ON DUPLICATE KEY UPDATE value = value + v_count;
+  IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = '{channel}') THEN
+    CALL txmq_i_wake('{channel}', v_count);
+  END IF;
+END)",
+      fmt::arg("topic", topic), fmt::arg("limit", layout.info.options.max_payload_bytes),
+      fmt::arg("inserts", inserts), fmt::arg("channel", channel));
+}
+
 std::string comment_for(std::string_view topic, std::string_view body) {
   return fmt::format("{}{} (text {:016x})", kCommentPrefix, topic, text_hash(body));
 }
 
-}  // namespace
-
-std::string send_procedure_name(std::string_view topic) {
-  check_topic_name(topic);
-  return fmt::format("txmq_send_to_{}", topic);
-}
-
-std::string send_procedure_text(const TopicLayout& layout, bool mysql) {
-  const std::string body = procedure_body(layout);
-  // The comment goes with the characteristics, before BEGIN.
-  const std::string marker = "  MODIFIES SQL DATA SQL SECURITY DEFINER\n";
-  std::string text = body;
-  text.insert(body.find(marker) + marker.size(),
-              fmt::format("  COMMENT '{}'\n", comment_for(layout.info.name, body)));
-  return (mysql ? "CREATE " : "CREATE OR REPLACE ") + text;
-}
-
-void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout) {
-  if (!layout || layout->groups.empty()) return;
-  try {
-    if (!routines_installed(c)) return;
-    const std::string name = send_procedure_name(layout->info.name);
-    const std::string body = procedure_body(*layout);
+// Makes procedure `name` of `topic` have `body`, unless it has (its comment says so).
+void install_procedure(Connection& c, std::string_view topic, const std::string& name,
+                       const std::string& body) {
+  {
     const Result now = c.execute(
         "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
         "DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'",
         {name});
     const bool exists = !now.rows.empty();
-    if (exists && now.rows[0].bytes(0) == comment_for(layout->info.name, body)) return;
-    const std::string text = send_procedure_text(*layout, c.server().mysql);
+    if (exists && now.rows[0].bytes(0) == comment_for(topic, body)) return;
+    // The comment goes with the characteristics, before BEGIN.
+    const std::string marker = "  MODIFIES SQL DATA SQL SECURITY DEFINER\n";
+    std::string text = body;
+    text.insert(body.find(marker) + marker.size(),
+                fmt::format("  COMMENT '{}'\n", comment_for(topic, body)));
+    text = (c.server().mysql ? "CREATE " : "CREATE OR REPLACE ") + text;
     if (!c.server().mysql || !exists) {
       c.query(text);
       return;
@@ -154,15 +219,40 @@ void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& lay
       } catch (const Error&) {
       }
     }
+  }
+}
+
+}  // namespace
+
+std::string send_procedure_name(std::string_view topic) {
+  check_topic_name(topic);
+  return fmt::format("txmq_send_to_{}", topic);
+}
+
+std::string batch_procedure_name(std::string_view topic) {
+  check_topic_name(topic);
+  return fmt::format("txmq_batch_to_{}", topic);
+}
+
+void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout) {
+  if (!layout || layout->groups.empty()) return;
+  try {
+    if (!routines_installed(c)) return;
+    const std::string& topic = layout->info.name;
+    install_procedure(c, topic, send_procedure_name(topic), procedure_body(*layout));
+    install_procedure(c, topic, batch_procedure_name(topic),
+                      batch_body(*layout, c.server().mysql));
   } catch (const Error&) {
     // No CREATE ROUTINE (or the server went away): txmq_send serves the topic.
   }
 }
 
 void drop_send_procedure(Connection& c, std::string_view topic) {
-  try {
-    c.query(fmt::format("DROP PROCEDURE IF EXISTS {}", send_procedure_name(topic)));
-  } catch (const Error&) {
+  for (const std::string& name : {send_procedure_name(topic), batch_procedure_name(topic)}) {
+    try {
+      c.query(fmt::format("DROP PROCEDURE IF EXISTS {}", name));
+    } catch (const Error&) {
+    }
   }
 }
 

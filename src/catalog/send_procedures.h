@@ -16,10 +16,10 @@ namespace txmq::internal {
 // 61 at most). "_to_" keeps it apart from the interface's own names (txmq_send_batch).
 std::string send_procedure_name(std::string_view topic);
 
-// The procedure's text (CREATE PROCEDURE ..., or CREATE OR REPLACE on MariaDB) for `layout`.
-std::string send_procedure_text(const TopicLayout& layout, bool mysql);
+// The batch's: txmq_batch_to_<topic>(messages) (62 characters at most).
+std::string batch_procedure_name(std::string_view topic);
 
-// Makes the topic's procedure say what `layout` says, unless it says it already (its comment
+// Makes the topic's procedures (its send and its batch) say what `layout` says, unless it says it already (its comment
 // carries a hash of its text). Best effort: without the SQL interface's current routines, or
 // without CREATE ROUTINE, there is none, and txmq_send serves every topic. The procedure is
 // correct when stale: its INSERT names the send fence, which a change of groups or shard map
@@ -29,7 +29,7 @@ std::string send_procedure_text(const TopicLayout& layout, bool mysql);
 // it (a CALL in between gets 1305) and grants EXECUTE again to those who had it.
 void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout);
 
-// Drops the topic's procedure (a dropped topic). Best effort.
+// Drops the topic's procedures (a dropped topic). Best effort.
 void drop_send_procedure(Connection& c, std::string_view topic);
 
 }  // namespace txmq::internal

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -97,6 +98,72 @@ TEST(SqlSendTo, EveryTopicHasItsOwnSendThatFollowsItsLayout) {
 
   lib->drop_topic(topic);
   EXPECT_FALSE(procedure_exists(*a, topic));
+}
+
+std::vector<std::uint64_t> batch_to(internal::Connection& c, const std::string& topic,
+                                    const std::string& messages) {
+  std::vector<std::uint64_t> ids;
+  for (const internal::Row& row :
+       c.query_rows(fmt::format("CALL txmq_batch_to_{}('{}')", topic, messages)).rows) {
+    ids.push_back(row.u64(0));
+  }
+  return ids;
+}
+
+// The topic's own batch, txmq_batch_to_<topic>: strings in one INSERT with their ids in order;
+// anything else (objects, a payload over the limit, a stale layout) through txmq_send_batch,
+// with its errors.
+TEST(SqlSendTo, TheTopicsBatchSendsInOrderAndHandsOverTheRest) {
+  auto lib = client();
+  auto a = admin();
+  const std::string topic = topic_for_test();
+  TopicOptions options;
+  options.max_payload_bytes = 100;
+  ASSERT_TRUE(lib->create_topic(topic, options));
+  std::string strings = "[";
+  for (int i = 0; i < 500; ++i) strings += fmt::format("{}\"m{}\"", i == 0 ? "" : ",", i);
+  strings += "]";
+  const std::vector<std::uint64_t> ids = batch_to(*a, topic, strings);
+  ASSERT_EQ(ids.size(), 500u);
+  std::vector<Message> got = lib->receive(topic, {.max_messages = 1000});
+  ASSERT_EQ(got.size(), 500u);
+  std::map<std::uint64_t, std::string> by_id;
+  for (const Message& m : got) by_id[m.id] = m.payload;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(by_id[ids[i]], fmt::format("m{}", i)) << "id " << ids[i];
+  }
+  for (const Message& m : got) lib->ack(topic, m.receipt);
+
+  // Objects, and a text that is no array: txmq_send_batch's path and errors.
+  EXPECT_EQ(batch_to(*a, topic, R"(["a", {"payload": "b", "key": "k"}])").size(), 2u);
+  for (const std::string bad : {std::string(R"("just a string")"), std::string("[1]"),
+                                std::string("[\"a\""), std::string("[]"),
+                                fmt::format("[\"{}\"]", std::string(101, 'x'))}) {
+    try {
+      batch_to(*a, topic, bad);
+      ADD_FAILURE() << "sent: " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("txmq: "), std::string::npos) << e.what();
+    }
+  }
+  // Exactly at the limit, in two-byte characters.
+  std::string at_limit(90, 'y');
+  for (int i = 0; i < 5; ++i) at_limit += "\xc3\xbc";  // ü
+  EXPECT_EQ(batch_to(*a, topic, fmt::format("[\"{}\"]", at_limit)).size(), 1u);
+
+  // A second group: the stale text hands over, both groups get them.
+  lib->purge(topic);
+  lib->create_group(topic, "second");
+  EXPECT_EQ(batch_to(*a, topic, R"(["x", "y"])").size(), 2u);
+  EXPECT_EQ(lib->receive(topic, {.max_messages = 10}).size(), 2u);
+  EXPECT_EQ(lib->receive(topic, {.max_messages = 10, .group = "second"}).size(), 2u);
+  lib->drop_topic(topic);
+  EXPECT_EQ(a->execute("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
+                       "DATABASE() AND ROUTINE_NAME = ?",
+                       {"txmq_batch_to_" + topic})
+                .rows.at(0)
+                .i64(0),
+            0);
 }
 
 TEST(SqlSendTo, CommitsAndRollsBackWithTheCallersTransaction) {
