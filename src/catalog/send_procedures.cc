@@ -84,8 +84,15 @@ proc: BEGIN
     CALL txmq_send('{topic}', p_payload, NULL);
     LEAVE proc;
   END IF;
-  INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), 1)
-    ON DUPLICATE KEY UPDATE value = value + 1;
+  -- Counted in the session, and into txmq_sql_sends at its first, every 32nd, and in a later
+  -- second of the clock than the last (whole seconds: MySQL compares these as integers). A write
+  -- per send cost 10-15 % of a send's speed (docs/metrics.md says what this leaves uncounted).
+  SET @txmq_sent_{topic} = IFNULL(@txmq_sent_{topic}, 0) + 1;
+  IF @txmq_sent_{topic} >= 32 OR IFNULL(@txmq_sent_at_{topic}, 0) <= UNIX_TIMESTAMP() - 1 THEN
+    INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), @txmq_sent_{topic})
+      ON DUPLICATE KEY UPDATE value = value + VALUES(value);
+    SET @txmq_sent_{topic} = 0, @txmq_sent_at_{topic} = UNIX_TIMESTAMP();
+  END IF;
   IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = '{channel}') THEN
     CALL txmq_i_wake('{channel}', 1);
   END IF;
