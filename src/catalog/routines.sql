@@ -1244,28 +1244,18 @@ BEGIN
         CALL txmq_i_not_placed(p_topic, 0);
       END IF;
     END IF;
-    IF v_returning = 1 THEN
-      -- MariaDB: INSERT ... SELECT straight from the JSON, its ids answered by RETURNING as
-      -- its rows are written, in the ORDER BY's order: no pass over the JSON for the ids, and
-      -- right under any lock mode (Galera's 2 too), since no id is computed.
+    IF v_returning = 1 OR @@innodb_autoinc_lock_mode <= 1 THEN
+      -- INSERT ... SELECT straight from the JSON (about half the time of the VALUES below).
+      -- MariaDB: its ids answered by RETURNING as its rows are written, in the ORDER BY's
+      -- order, right under any lock mode (Galera's 2 too), since no id is computed. MySQL: under
+      -- lock modes 0 and 1 a statement of unknown row count holds the table's AUTO-INC lock to
+      -- its end, so its ids are one block, in the ORDER BY's order; mode 2 (MySQL's default)
+      -- interleaves them with other inserts': there the VALUES.
       SET @txmq_sql = CONCAT('INSERT INTO ', CONCAT('`txmq_q_', p_topic, IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)), '`'),
         ' (visible_at, enqueued_at, msg_key, payload) SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ',
         'NULL, CAST(j.s AS BINARY) FROM JSON_TABLE(?, ''$[*]'' COLUMNS (n FOR ORDINALITY, ',
-        's LONGTEXT CHARACTER SET utf8mb4 PATH ''$'')) AS j ORDER BY j.n RETURNING id');
-      SET @txmq_a = p_messages;
-      PREPARE txmq_statement FROM @txmq_sql;
-      EXECUTE txmq_statement USING @txmq_a;
-      DEALLOCATE PREPARE txmq_statement;
-      SET @txmq_a = NULL;
-    ELSEIF @@innodb_autoinc_lock_mode <= 1 THEN
-      -- INSERT ... SELECT straight from the JSON (about half the time of the VALUES below):
-      -- under lock modes 0 and 1 a statement of unknown row count holds the table's AUTO-INC
-      -- lock to its end, so its ids are one block too, in the ORDER BY's order. Mode 2
-      -- (MySQL's default, and Galera's) interleaves them with other inserts': there the VALUES.
-      SET @txmq_sql = CONCAT('INSERT INTO ', CONCAT('`txmq_q_', p_topic, IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)), '`'),
-        ' (visible_at, enqueued_at, msg_key, payload) SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ',
-        'NULL, CAST(j.s AS BINARY) FROM JSON_TABLE(?, ''$[*]'' COLUMNS (n FOR ORDINALITY, ',
-        's LONGTEXT CHARACTER SET utf8mb4 PATH ''$'')) AS j ORDER BY j.n');
+        's LONGTEXT CHARACTER SET utf8mb4 PATH ''$'')) AS j ORDER BY j.n',
+        IF(v_returning = 1, ' RETURNING id', ''));
       SET @txmq_a = p_messages;
       PREPARE txmq_statement FROM @txmq_sql;
       EXECUTE txmq_statement USING @txmq_a;

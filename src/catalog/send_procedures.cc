@@ -35,32 +35,40 @@ std::string string_literal(std::string_view s) {
 
 constexpr std::string_view kCommentPrefix = "txmq: the fast send of topic ";
 
+// The topic's partitions on this server (all of them, unless it is sharded).
+std::vector<unsigned> partitions_here(const TopicLayout& layout) {
+  std::vector<unsigned> here;
+  for (unsigned p = 0; p < layout.partitions(); ++p) {
+    if (layout.is_placed(p)) here.push_back(p);
+  }
+  return here;
+}
+
+// The statement `insert(p)` into one of `here` (not empty), picked at random as
+// txmq_i_unkeyed_partition picks: indented for a procedure's body.
+template <typename Insert>
+std::string into_one_of(const std::vector<unsigned>& here, const Insert& insert) {
+  if (here.size() == 1) return "    " + insert(here[0]) + "\n";
+  std::string out = fmt::format("    CASE FLOOR(RAND() * {})\n", here.size());
+  for (std::size_t i = 0; i < here.size(); ++i) {
+    out += fmt::format("      WHEN {} THEN {}\n", i, insert(here[i]));
+  }
+  return out + "    END CASE;\n";
+}
+
 // The statement's body, after CREATE [OR REPLACE] and before the comment: the same on both
 // servers, so that its hash says whether the layout changed.
 std::string procedure_body(const TopicLayout& layout) {
   const std::string& topic = layout.info.name;
   const unsigned group = layout.allocator().number;
-  std::vector<unsigned> here;
-  for (unsigned p = 0; p < layout.partitions(); ++p) {
-    if (layout.is_placed(p)) here.push_back(p);
-  }
+  const std::vector<unsigned> here = partitions_here(layout);
   const auto insert = [&](unsigned p) {
     return fmt::format(
         "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload, {}) "
         "VALUES (UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, p_payload, NULL);",
         topic_tables(topic, group, p).queue, kSendFence);
   };
-  std::string inserts;
-  if (here.size() == 1) {
-    inserts = "    " + insert(here[0]) + "\n";
-  } else if (!here.empty()) {
-    // A partition at random among those placed here, as txmq_i_unkeyed_partition picks.
-    inserts = fmt::format("    CASE FLOOR(RAND() * {})\n", here.size());
-    for (std::size_t i = 0; i < here.size(); ++i) {
-      inserts += fmt::format("      WHEN {} THEN {}\n", i, insert(here[i]));
-    }
-    inserts += "    END CASE;\n";
-  }
+  const std::string inserts = here.empty() ? "" : into_one_of(here, insert);
   const std::string channel = wait_channel(topic, group);
   // No partition here (a sharded topic's other servers hold them): txmq_send says so.
   const std::string fast_path_off = here.empty() ? " OR TRUE" : "";
@@ -114,10 +122,7 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
       "PROCEDURE {}(IN p_messages LONGTEXT CHARACTER SET utf8mb4)\n"
       "  MODIFIES SQL DATA SQL SECURITY DEFINER\n",
       name);
-  std::vector<unsigned> here;
-  for (unsigned p = 0; p < layout.partitions(); ++p) {
-    if (layout.is_placed(p)) here.push_back(p);
-  }
+  const std::vector<unsigned> here = partitions_here(layout);
   if (mysql || here.empty()) {
     return head + fmt::format("BEGIN\n  CALL txmq_send_batch('{}', p_messages);\nEND", topic);
   }
@@ -132,16 +137,7 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
         "s LONGTEXT CHARACTER SET utf8mb4 PATH '$')) AS j ORDER BY j.n RETURNING id;",
         topic_tables(topic, group, p).queue, kSendFence);
   };
-  std::string inserts;
-  if (here.size() == 1) {
-    inserts = "    " + insert(here[0]) + "\n";
-  } else {
-    inserts = fmt::format("    CASE FLOOR(RAND() * {})\n", here.size());
-    for (std::size_t i = 0; i < here.size(); ++i) {
-      inserts += fmt::format("      WHEN {} THEN {}\n", i, insert(here[i]));
-    }
-    inserts += "    END CASE;\n";
-  }
+  const std::string inserts = into_one_of(here, insert);
   const std::string channel = wait_channel(topic, group);
   return head + fmt::format(
       R"(proc: BEGIN
