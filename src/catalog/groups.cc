@@ -194,7 +194,11 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
     if (held.renew()) {  // one group left: the fast path
       add_send_fences(c, load(c, topic), [&] { return held.renew(); });
     }
-    if (held.renew()) refresh_send_procedure(c, load(c, topic));  // the allocator may have changed
+    // One group left: its fast send (the allocating group may have changed).
+    if (held.renew()) {
+      const std::optional<TopicLayout> now = load(c, topic);
+      if (now && now->groups.size() == 1) refresh_send_procedure(c, now);
+    }
   });
   forget(topic);
 }

@@ -1244,13 +1244,16 @@ BEGIN
         CALL txmq_i_not_placed(p_topic, 0);
       END IF;
     END IF;
+    -- RETURNING (MariaDB) only inside the caller's transaction: the ids reach the client as the
+    -- rows are written, which in a transaction of the call's own would be before its COMMIT.
+    SET v_returning = v_returning AND v_in = 1;
     IF v_returning = 1 OR @@innodb_autoinc_lock_mode <= 1 THEN
       -- INSERT ... SELECT straight from the JSON (about half the time of the VALUES below).
-      -- MariaDB: its ids answered by RETURNING as its rows are written, in the ORDER BY's
-      -- order, right under any lock mode (Galera's 2 too), since no id is computed. MySQL: under
-      -- lock modes 0 and 1 a statement of unknown row count holds the table's AUTO-INC lock to
-      -- its end, so its ids are one block, in the ORDER BY's order; mode 2 (MySQL's default)
-      -- interleaves them with other inserts': there the VALUES.
+      -- With RETURNING its ids are answered in the ORDER BY's order, right under any lock mode
+      -- (Galera's 2 too), since no id is computed. Without: under lock modes 0 and 1 a statement
+      -- of unknown row count holds the table's AUTO-INC lock to its end, so its ids are one
+      -- block, in the ORDER BY's order; mode 2 (MySQL's default, Galera's) interleaves them with
+      -- other inserts': there the VALUES.
       SET @txmq_sql = CONCAT('INSERT INTO ', CONCAT('`txmq_q_', p_topic, IF(v_allocator = 0 AND v_p = 0, '', CONCAT('$', v_allocator, '_', v_p)), '`'),
         ' (visible_at, enqueued_at, msg_key, payload) SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ',
         'NULL, CAST(j.s AS BINARY) FROM JSON_TABLE(?, ''$[*]'' COLUMNS (n FOR ORDINALITY, ',

@@ -7,6 +7,7 @@
 
 #include "catalog/names.h"
 #include "catalog/routines.h"
+#include "util/scope_exit.h"
 #include "txmq/error.h"
 
 namespace txmq::internal {
@@ -23,11 +24,13 @@ std::uint64_t text_hash(std::string_view text) {
   return h;
 }
 
-// A user or host name from mysql.procs_priv as an SQL string literal.
+// A user or host name from mysql.procs_priv as an SQL string literal, quotes doubled (right
+// under any sql_mode; a name with a backslash, read differently by NO_BACKSLASH_ESCAPES, is not
+// given here: the caller skips it).
 std::string string_literal(std::string_view s) {
   std::string out = "'";
   for (char ch : s) {
-    if (ch == '\'' || ch == '\\') out += '\\';
+    if (ch == '\'') out += '\'';
     out += ch;
   }
   return out + "'";
@@ -95,11 +98,16 @@ proc: BEGIN
   -- Counted in the session, and into txmq_sql_sends at its first, every 32nd, and in a later
   -- second of the clock than the last (whole seconds: MySQL compares these as integers). A write
   -- per send cost 10-15 % of a send's speed (docs/metrics.md says what this leaves uncounted).
+  -- A write that fails (MySQL's enforce_gtid_consistency refuses a MEMORY table's beside
+  -- InnoDB's in one transaction, 1785) must not fail the send: the count waits for a later one.
   SET @txmq_sent_{topic} = IFNULL(@txmq_sent_{topic}, 0) + 1;
   IF @txmq_sent_{topic} >= 32 OR IFNULL(@txmq_sent_at_{topic}, 0) <= UNIX_TIMESTAMP() - 1 THEN
-    INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), @txmq_sent_{topic})
-      ON DUPLICATE KEY UPDATE value = value + VALUES(value);
-    SET @txmq_sent_{topic} = 0, @txmq_sent_at_{topic} = UNIX_TIMESTAMP();
+    BEGIN
+      DECLARE EXIT HANDLER FOR SQLEXCEPTION SET @txmq_sent_at_{topic} = UNIX_TIMESTAMP();
+      INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), @txmq_sent_{topic})
+        ON DUPLICATE KEY UPDATE value = value + VALUES(value);
+      SET @txmq_sent_{topic} = 0, @txmq_sent_at_{topic} = UNIX_TIMESTAMP();
+    END;
   END IF;
   IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = '{channel}') THEN
     CALL txmq_i_wake('{channel}', 1);
@@ -127,17 +135,19 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
     return head + fmt::format("BEGIN\n  CALL txmq_send_batch('{}', p_messages);\nEND", topic);
   }
   const unsigned group = layout.allocator().number;
-  const auto insert = [&](unsigned p) {
-    // A payload is never longer than its JSON string (quotes and escapes): the size check
-    // above let every one through the limit.
+  // A payload is never longer than its JSON string (quotes and escapes): the size check above
+  // let every one through the limit.
+  const auto insert = [&](unsigned p, std::string_view returning) {
     return fmt::format(
         "INSERT INTO {} (visible_at, enqueued_at, msg_key, payload, {}) "
         "SELECT UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, CAST(j.s AS BINARY), NULL "
         "FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY, "
-        "s LONGTEXT CHARACTER SET utf8mb4 PATH '$')) AS j ORDER BY j.n RETURNING id;",
-        topic_tables(topic, group, p).queue, kSendFence);
+        "s LONGTEXT CHARACTER SET utf8mb4 PATH '$')) AS j ORDER BY j.n{};",
+        topic_tables(topic, group, p).queue, kSendFence, returning);
   };
-  const std::string inserts = into_one_of(here, insert);
+  const std::string returning =
+      into_one_of(here, [&](unsigned p) { return insert(p, " RETURNING id"); });
+  const std::string inserts = into_one_of(here, [&](unsigned p) { return insert(p, ""); });
   const std::string channel = wait_channel(topic, group);
   return head + fmt::format(
       R"(proc: BEGIN
@@ -145,6 +155,8 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
   DECLARE v_others INT DEFAULT 1;
   DECLARE v_longest BIGINT DEFAULT 0;
   DECLARE v_stale TINYINT DEFAULT 0;
+  DECLARE v_in TINYINT DEFAULT 0;
+  DECLARE v_first BIGINT UNSIGNED;
   -- One pass: every message a string, none longer than the limit (as JSON text, which is never
   -- shorter than the payload), an array (a valid document that starts with '['). Anything
   -- else, malformed JSON included, goes to txmq_send_batch, which checks and says why.
@@ -155,43 +167,101 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
       FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (v JSON PATH '$')) AS j;
   END;
   IF v_count NOT BETWEEN 1 AND 10000 OR v_others > 0 OR v_longest > {limit}
-     OR NOT (p_messages REGEXP '^[[:space:]]*[[]') THEN
+     OR NOT (p_messages REGEXP '^[[:space:]]*[[]') OR NOT JSON_VALID(p_messages) THEN
     CALL txmq_send_batch('{topic}', p_messages);
     LEAVE proc;
+  END IF;
+  -- In the caller's transaction the ids are answered as the rows are written (RETURNING): the
+  -- caller's COMMIT decides. Outside one, in a transaction of this call's, answered after its
+  -- COMMIT, computed from the first id (one block under AUTO-INC lock modes 0 and 1); mode 2
+  -- (Galera's) interleaves them: txmq_send_batch.
+  BEGIN
+    DECLARE CONTINUE HANDLER FOR 1568 SET v_in = 1;
+    IF @@autocommit = 0 THEN
+      SET v_in = 1;
+    ELSE
+      SET TRANSACTION READ WRITE;
+    END IF;
+  END;
+  IF v_in = 0 AND @@innodb_autoinc_lock_mode > 1 THEN
+    CALL txmq_send_batch('{topic}', p_messages);
+    LEAVE proc;
+  END IF;
+  IF v_in = 0 THEN
+    START TRANSACTION;
   END IF;
   BEGIN
     -- No send fence (a change of groups or shard map) or no table: txmq_send_batch reads the
     -- layout. (Raised when the statement opens, before any row or id.)
     DECLARE EXIT HANDLER FOR 1054, 1146 SET v_stale = 1;
-{inserts}  END;
+    IF v_in = 1 THEN
+{returning}    ELSE
+{inserts}      SET v_first = LAST_INSERT_ID();
+    END IF;
+  END;
   IF v_stale = 1 THEN
+    IF v_in = 0 THEN
+      ROLLBACK;
+    END IF;
     CALL txmq_send_batch('{topic}', p_messages);
     LEAVE proc;
   END IF;
-  INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), v_count)
-    ON DUPLICATE KEY UPDATE value = value + v_count;
   IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = '{channel}') THEN
     CALL txmq_i_wake('{channel}', v_count);
   END IF;
+  IF v_in = 0 THEN
+    COMMIT;
+    SELECT v_first + (j.n - 1) * @@SESSION.auto_increment_increment AS id
+      FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY)) AS j ORDER BY j.n;
+  END IF;
+  -- The count last, on its own: its failure (a MEMORY table's write beside InnoDB's under
+  -- MySQL's GTID consistency, 1785) leaves it in the session for the next fast send.
+  BEGIN
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION SET @txmq_sent_{topic} = IFNULL(@txmq_sent_{topic}, 0) + v_count;
+    INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), v_count)
+      ON DUPLICATE KEY UPDATE value = value + v_count;
+  END;
 END)",
       fmt::arg("topic", topic), fmt::arg("limit", layout.info.options.max_payload_bytes),
-      fmt::arg("inserts", inserts), fmt::arg("channel", channel));
+      fmt::arg("inserts", inserts), fmt::arg("returning", returning),
+      fmt::arg("channel", channel));
 }
 
 std::string comment_for(std::string_view topic, std::string_view body) {
   return fmt::format("{}{} (text {:016x})", kCommentPrefix, topic, text_hash(body));
 }
 
-// Makes procedure `name` of `topic` have `body`, unless it has (its comment says so).
+// The comment of procedure `name`, or nothing when there is none.
+std::optional<std::string> procedure_comment(Connection& c, const std::string& name) {
+  const Result now = c.execute(
+      "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
+      "DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'",
+      {name});
+  if (now.rows.empty()) return std::nullopt;
+  return now.rows[0].bytes(0);
+}
+
+// Routine DDL waits for the transactions that called the routine (their metadata lock), and
+// every new CALL queues behind it: at most this long, as the send fences' ALTERs.
+constexpr int kRoutineLockWaitSeconds = 2;
+
+// Makes procedure `name` of `topic` have `body`, unless it has (its comment says so). Throws
+// when it could not (no privilege, a lock wait timeout, the connection).
 void install_procedure(Connection& c, std::string_view topic, const std::string& name,
                        const std::string& body) {
+  const std::optional<std::string> comment = procedure_comment(c, name);
+  const bool exists = comment.has_value();
+  if (exists && *comment == comment_for(topic, body)) return;
+  const std::int64_t lock_wait =
+      c.execute("SELECT @@SESSION.lock_wait_timeout", {}).rows.at(0).i64(0);
+  c.query(fmt::format("SET SESSION lock_wait_timeout = {}", kRoutineLockWaitSeconds));
+  const ScopeExit restore([&] {
+    try {
+      c.query(fmt::format("SET SESSION lock_wait_timeout = {}", lock_wait));
+    } catch (const Error&) {
+    }
+  });
   {
-    const Result now = c.execute(
-        "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = "
-        "DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'",
-        {name});
-    const bool exists = !now.rows.empty();
-    if (exists && now.rows[0].bytes(0) == comment_for(topic, body)) return;
     // The comment goes with the characteristics, before BEGIN.
     const std::string marker = "  MODIFIES SQL DATA SQL SECURITY DEFINER\n";
     std::string text = body;
@@ -216,6 +286,7 @@ void install_procedure(Connection& c, std::string_view topic, const std::string&
     c.query(fmt::format("DROP PROCEDURE IF EXISTS {}", name));
     c.query(text);
     for (const auto& [user, host] : grantees) {
+      if (user.find('\\') != std::string::npos || host.find('\\') != std::string::npos) continue;
       try {
         c.query(fmt::format("GRANT EXECUTE ON PROCEDURE {} TO {}@{}", name,
                             string_literal(user), string_literal(host)));
@@ -237,16 +308,27 @@ std::string batch_procedure_name(std::string_view topic) {
   return fmt::format("txmq_batch_to_{}", topic);
 }
 
-void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout) {
-  if (!layout || layout->groups.empty()) return;
+bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout) {
+  if (!layout || layout->groups.empty()) return true;
+  const std::string& topic = layout->info.name;
+  const std::string send = send_procedure_name(topic);
+  const std::string batch = batch_procedure_name(topic);
   try {
-    if (!routines_installed(c)) return;
-    const std::string& topic = layout->info.name;
-    install_procedure(c, topic, send_procedure_name(topic), procedure_body(*layout));
-    install_procedure(c, topic, batch_procedure_name(topic),
-                      batch_body(*layout, c.server().mysql));
+    if (!routines_installed(c)) return true;
+    install_procedure(c, topic, send, procedure_body(*layout));
+    install_procedure(c, topic, batch, batch_body(*layout, c.server().mysql));
+    return true;
   } catch (const Error&) {
-    // No CREATE ROUTINE (or the server went away): txmq_send serves the topic.
+    // No CREATE ROUTINE, a call's transaction held it past the wait, or the server went away:
+    // txmq_send serves the topic, unless an older text is left.
+  }
+  try {
+    const std::optional<std::string> a = procedure_comment(c, send);
+    const std::optional<std::string> b = procedure_comment(c, batch);
+    return (!a || *a == comment_for(topic, procedure_body(*layout))) &&
+           (!b || *b == comment_for(topic, batch_body(*layout, c.server().mysql)));
+  } catch (const Error&) {
+    return false;
   }
 }
 

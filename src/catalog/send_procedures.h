@@ -27,7 +27,9 @@ std::string batch_procedure_name(std::string_view topic);
 // layout lock (or made the topic), `layout` read after it last renewed it. DDL: commits what
 // `c` had open. On MySQL, which has no CREATE OR REPLACE PROCEDURE, a change drops and creates
 // it (a CALL in between gets 1305) and grants EXECUTE again to those who had it.
-void refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout);
+// Returns false when an older text is left (it could not be remade): a caller about to lower
+// the payload limit must not go on, since the fence does not cover the limit.
+bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout);
 
 // Drops the topic's procedures (a dropped topic). Best effort.
 void drop_send_procedure(Connection& c, std::string_view topic);

@@ -441,6 +441,21 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                               "lowered",
                               name, had));
     }
+    // The payload limit is in the fast send's text and no fence covers it: a lower limit is
+    // written there first (between the two, that text is the stricter), or not at all.
+    if (options.max_payload_bytes < layout->info.options.max_payload_bytes &&
+        has_tables(c, *layout)) {
+      TopicLayout lowered = *layout;
+      lowered.info.options.max_payload_bytes = options.max_payload_bytes;
+      if (!held.renew() || !refresh_send_procedure(c, lowered)) {
+        throw Error(Errc::kFailedPrecondition,
+                    fmt::format("topic '{}': its fast send procedures (txmq_send_to_{}) could "
+                                "not be remade with the lower payload limit: this user needs "
+                                "CREATE ROUTINE and ALTER ROUTINE, or a transaction held them; "
+                                "try again, or drop them",
+                                name, name));
+      }
+    }
     const bool moves = placed && *placed != layout->placed;
     if (moves) drop_send_fences(c, *layout, [&] { return held.renew(); });
     // New partitions get their tables in every group before sends may use them (a topic

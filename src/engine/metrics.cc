@@ -178,7 +178,8 @@ std::size_t MetricsRecorder::write(const std::vector<Delta>& rows) {
 namespace {
 
 // Takes the sends that the per-topic procedures counted (txmq_sql_sends, MEMORY: no lock, no
-// rollback) into `totals`: each row's value is decremented by what was read, at once. A fold
+// rollback) into `totals`: each row's value is decremented by what was read, at once, unless a
+// concurrent fold took it first (a value decremented below what was read). A fold
 // whose commit then fails loses those counts, as the MEMORY table's are lost at a restart
 // (approximate by design: routines.sql says why).
 void take_fast_sends(Connection& c,
@@ -194,9 +195,11 @@ void take_fast_sends(Connection& c,
     throw;
   }
   for (const Row& row : r.rows) {
-    c.execute("UPDATE txmq_sql_sends SET value = value - ? WHERE topic = ? AND conn = ?",
-              {row.u64(2), row.bytes(0), row.u64(1)});
-    totals[{row.bytes(0), "", "sent"}] += row.i64(2);
+    // Another fold may have taken the same row since the read: then it counted it.
+    const Result taken = c.execute(
+        "UPDATE txmq_sql_sends SET value = value - ? WHERE topic = ? AND conn = ? AND value >= ?",
+        {row.u64(2), row.bytes(0), row.u64(1), row.u64(2)});
+    if (taken.affected_rows == 1) totals[{row.bytes(0), "", "sent"}] += row.i64(2);
   }
   if (!r.rows.empty()) c.execute("DELETE FROM txmq_sql_sends WHERE value = 0", {});
 }
