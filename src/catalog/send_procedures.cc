@@ -98,13 +98,15 @@ proc: BEGIN
   -- Counted in the session, and into txmq_sql_sends at its first, every 32nd, and in a later
   -- second of the clock than the last (whole seconds: MySQL compares these as integers). A write
   -- per send cost 10-15 % of a send's speed (docs/metrics.md says what this leaves uncounted).
-  -- A write that fails (MySQL's enforce_gtid_consistency refuses a MEMORY table's beside
-  -- InnoDB's in one transaction, 1785) must not fail the send: the count waits for a later one.
+  -- Written as txmq_send writes its count (txmq_sql_counts, InnoDB: in the caller's transaction,
+  -- else a commit of its own, once per 32 sends or second). A write that fails must not fail the
+  -- send: the count waits for a later one.
   SET @txmq_sent_{topic} = IFNULL(@txmq_sent_{topic}, 0) + 1;
   IF @txmq_sent_{topic} >= 32 OR IFNULL(@txmq_sent_at_{topic}, 0) <= UNIX_TIMESTAMP() - 1 THEN
     BEGIN
       DECLARE EXIT HANDLER FOR SQLEXCEPTION SET @txmq_sent_at_{topic} = UNIX_TIMESTAMP();
-      INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), @txmq_sent_{topic})
+      INSERT INTO txmq_sql_counts (topic, grp, metric, conn, value)
+        VALUES ('{topic}', '', 'sent', CONNECTION_ID(), @txmq_sent_{topic})
         ON DUPLICATE KEY UPDATE value = value + VALUES(value);
       SET @txmq_sent_{topic} = 0, @txmq_sent_at_{topic} = UNIX_TIMESTAMP();
     END;
@@ -206,6 +208,14 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
     CALL txmq_send_batch('{topic}', p_messages);
     LEAVE proc;
   END IF;
+  -- The count, as txmq_send_batch's, in the same transaction (a failure leaves it in the
+  -- session for the next fast send).
+  BEGIN
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION SET @txmq_sent_{topic} = IFNULL(@txmq_sent_{topic}, 0) + v_count;
+    INSERT INTO txmq_sql_counts (topic, grp, metric, conn, value)
+      VALUES ('{topic}', '', 'sent', CONNECTION_ID(), v_count)
+      ON DUPLICATE KEY UPDATE value = value + VALUES(value);
+  END;
   IF EXISTS (SELECT 1 FROM txmq_waiters WHERE topic = '{channel}') THEN
     CALL txmq_i_wake('{channel}', v_count);
   END IF;
@@ -214,13 +224,6 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
     SELECT v_first + (j.n - 1) * @@SESSION.auto_increment_increment AS id
       FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (n FOR ORDINALITY)) AS j ORDER BY j.n;
   END IF;
-  -- The count last, on its own: its failure (a MEMORY table's write beside InnoDB's under
-  -- MySQL's GTID consistency, 1785) leaves it in the session for the next fast send.
-  BEGIN
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION SET @txmq_sent_{topic} = IFNULL(@txmq_sent_{topic}, 0) + v_count;
-    INSERT INTO txmq_sql_sends (topic, conn, value) VALUES ('{topic}', CONNECTION_ID(), v_count)
-      ON DUPLICATE KEY UPDATE value = value + v_count;
-  END;
 END)",
       fmt::arg("topic", topic), fmt::arg("limit", layout.info.options.max_payload_bytes),
       fmt::arg("inserts", inserts), fmt::arg("returning", returning),
