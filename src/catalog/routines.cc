@@ -90,7 +90,6 @@ void forget_sql_counts(Connection& c, std::string_view topic,
   try {
     if (!group) {
       c.execute("DELETE FROM txmq_sql_counts WHERE topic = ?", {topic});
-      c.execute("DELETE FROM txmq_sql_sends WHERE topic = ?", {topic});
     } else {
       c.execute("DELETE FROM txmq_sql_counts WHERE topic = ? AND grp = ?", {topic, *group});
     }

@@ -1358,17 +1358,6 @@ CREATE TABLE IF NOT EXISTS txmq_sql_counts (
   value BIGINT UNSIGNED NOT NULL,
   PRIMARY KEY (topic, grp, metric, conn)) ENGINE=InnoDB
 $$
--- Sends by the per-topic fast procedures (txmq_send_to_<topic>, send_procedures.cc), counted per
--- connection. MEMORY, not InnoDB: in autocommit an InnoDB row would be a second commit per
--- message (docs/design/sql-speed.md, section 5). So these counts include sends that the caller's
--- transaction rolled back, and a server restart forgets those not yet folded into txmq_metrics
--- (metrics.cc folds them every few seconds).
-CREATE TABLE IF NOT EXISTS txmq_sql_sends (
-  topic VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  conn BIGINT UNSIGNED NOT NULL,
-  value BIGINT UNSIGNED NOT NULL,
-  PRIMARY KEY (topic, conn)) ENGINE=MEMORY
-$$
 DROP PROCEDURE IF EXISTS txmq_i_count
 $$
 CREATE PROCEDURE txmq_i_count(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,

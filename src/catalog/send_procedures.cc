@@ -95,7 +95,7 @@ proc: BEGIN
     CALL txmq_send('{topic}', p_payload, NULL);
     LEAVE proc;
   END IF;
-  -- Counted in the session, and into txmq_sql_sends at its first, every 32nd, and in a later
+  -- Counted in the session, and into txmq_sql_counts at its first, every 32nd, and in a later
   -- second of the clock than the last (whole seconds: MySQL compares these as integers). A write
   -- per send cost 10-15 % of a send's speed (docs/metrics.md says what this leaves uncounted).
   -- Written as txmq_send writes its count (txmq_sql_counts, InnoDB: in the caller's transaction,
@@ -177,14 +177,7 @@ std::string batch_body(const TopicLayout& layout, bool mysql) {
   -- caller's COMMIT decides. Outside one, in a transaction of this call's, answered after its
   -- COMMIT, computed from the first id (one block under AUTO-INC lock modes 0 and 1); mode 2
   -- (Galera's) interleaves them: txmq_send_batch.
-  BEGIN
-    DECLARE CONTINUE HANDLER FOR 1568 SET v_in = 1;
-    IF @@autocommit = 0 THEN
-      SET v_in = 1;
-    ELSE
-      SET TRANSACTION READ WRITE;
-    END IF;
-  END;
+  CALL txmq_i_in_transaction(v_in);
   IF v_in = 0 AND @@innodb_autoinc_lock_mode > 1 THEN
     CALL txmq_send_batch('{topic}', p_messages);
     LEAVE proc;
@@ -316,10 +309,12 @@ bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& lay
   const std::string& topic = layout->info.name;
   const std::string send = send_procedure_name(topic);
   const std::string batch = batch_procedure_name(topic);
+  const std::string send_text = procedure_body(*layout);
+  const std::string batch_text = batch_body(*layout, c.server().mysql);
   try {
     if (!routines_installed(c)) return true;
-    install_procedure(c, topic, send, procedure_body(*layout));
-    install_procedure(c, topic, batch, batch_body(*layout, c.server().mysql));
+    install_procedure(c, topic, send, send_text);
+    install_procedure(c, topic, batch, batch_text);
     return true;
   } catch (const Error&) {
     // No CREATE ROUTINE, a call's transaction held it past the wait, or the server went away:
@@ -328,8 +323,7 @@ bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& lay
   try {
     const std::optional<std::string> a = procedure_comment(c, send);
     const std::optional<std::string> b = procedure_comment(c, batch);
-    return (!a || *a == comment_for(topic, procedure_body(*layout))) &&
-           (!b || *b == comment_for(topic, batch_body(*layout, c.server().mysql)));
+    return (!a || *a == comment_for(topic, send_text)) && (!b || *b == comment_for(topic, batch_text));
   } catch (const Error&) {
     return false;
   }

@@ -175,37 +175,6 @@ std::size_t MetricsRecorder::write(const std::vector<Delta>& rows) {
   return written;
 }
 
-namespace {
-
-// Takes the sends that the per-topic procedures counted (txmq_sql_sends, MEMORY: no lock, no
-// rollback) into `totals`: each row's value is decremented by what was read, at once, unless a
-// concurrent fold took it first (a value decremented below what was read). A fold
-// whose commit then fails loses those counts, as the MEMORY table's are lost at a restart
-// (approximate by design: routines.sql says why).
-void take_fast_sends(Connection& c,
-                     std::map<std::tuple<std::string, std::string, std::string>, std::int64_t>& totals) {
-  Result r;
-  try {
-    r = c.execute(fmt::format("SELECT topic, conn, value FROM txmq_sql_sends WHERE value > 0 "
-                              "LIMIT {}",
-                              kFoldRows),
-                  {});
-  } catch (const Error& e) {
-    if (is_missing_table(e.server_errno())) return;  // routines older than the fast sends
-    throw;
-  }
-  for (const Row& row : r.rows) {
-    // Another fold may have taken the same row since the read: then it counted it.
-    const Result taken = c.execute(
-        "UPDATE txmq_sql_sends SET value = value - ? WHERE topic = ? AND conn = ? AND value >= ?",
-        {row.u64(2), row.bytes(0), row.u64(1), row.u64(2)});
-    if (taken.affected_rows == 1) totals[{row.bytes(0), "", "sent"}] += row.i64(2);
-  }
-  if (!r.rows.empty()) c.execute("DELETE FROM txmq_sql_sends WHERE value = 0", {});
-}
-
-}  // namespace
-
 void fold_sql_counts(Pool& pool) {
   try {
     pool.run(OnLostConnection::kCommitUnknown, [](Connection& c, const Attempt&) {
@@ -227,7 +196,6 @@ void fold_sql_counts(Pool& pool) {
           key_params.insert(key_params.end(),
                             {row.bytes(0), row.bytes(1), row.bytes(2), row.u64(3)});
         }
-        take_fast_sends(c, totals);
         if (!totals.empty()) {
           std::string insert = "INSERT INTO txmq_metrics (topic, grp, metric, bucket, value) VALUES ";
           std::vector<Param> params;
