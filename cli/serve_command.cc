@@ -62,6 +62,17 @@ void add_serve_command(CLI::App& app, Globals& g) {
                       "MiB of request bodies read at once over all connections (256); past it "
                       "requests are answered 503 with Retry-After")
           ->check(CLI::Range(4, 1 << 20));
+  CLI::Option* max_answer_memory =
+      cmd->add_option("--max-answer-memory", o.max_answer_memory_mib,
+                      "MiB of answers waiting for their clients to read them (256); past it the "
+                      "next such answer is dropped and its connection closed")
+          ->check(CLI::Range(4, 1 << 20));
+  CLI::Option* max_per_client =
+      cmd->add_option("--max-connections-per-client", o.max_connections_per_client,
+                      "connections held at once from one client address (1024; 0: no bound); "
+                      "at it the client's longest-idle one is closed for a new one, else it is "
+                      "answered 503")
+          ->check(CLI::Range(0, 1'000'000));
   CLI::Option* log_format =
       cmd->add_option("--log-format", a->log_format,
                       "text (default: 'txmq serve: ...' lines) or json (one object per line: "
@@ -78,7 +89,8 @@ void add_serve_command(CLI::App& app, Globals& g) {
                       "against whole names (SQS queues' topics are sqs_NAME_HASH; default: all; "
                       "topics never used have none either way)");
   cmd->callback([&g, a, config, listen, credentials, region, account, workers, max_connections,
-                 max_body_memory, log_format, metrics_topics, tables_at_first_use] {
+                 max_body_memory, max_answer_memory, max_per_client, log_format, metrics_topics,
+                 tables_at_first_use] {
     server::ServeOptions options = a->options;
     try {
       options.log_format = *server::parse_log_format(a->log_format);
@@ -99,6 +111,12 @@ void add_serve_command(CLI::App& app, Globals& g) {
         }
         if (file->max_body_memory_mib && max_body_memory->count() == 0) {
           options.max_body_memory_mib = *file->max_body_memory_mib;
+        }
+        if (file->max_answer_memory_mib && max_answer_memory->count() == 0) {
+          options.max_answer_memory_mib = *file->max_answer_memory_mib;
+        }
+        if (file->max_connections_per_client && max_per_client->count() == 0) {
+          options.max_connections_per_client = *file->max_connections_per_client;
         }
         if (file->metrics_topics && metrics_topics->count() == 0) {
           options.metrics_topics = *file->metrics_topics;

@@ -218,8 +218,11 @@ class Client {
   std::vector<RecordedMetric> recorded_metrics();
   std::vector<InFlightMessage> in_flight(std::string_view topic, std::size_t limit = 1000,
                                          std::string_view group = {});
+  // The group's dead letters, lowest ids first. `payload_bytes`: read at most this much of each
+  // payload (a preview; DeadLetter::payload_size has the whole size).
   std::vector<DeadLetter> dead_letters(std::string_view topic, std::size_t limit = 1000,
-                                       std::string_view group = {});
+                                       std::string_view group = {},
+                                       std::size_t payload_bytes = SIZE_MAX);
   // Moves the group's dead letters back, claimable now and at attempt 1 again. Empty ids: all.
   // Returns how many were requeued.
   std::size_t requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids = {},

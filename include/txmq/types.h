@@ -303,7 +303,8 @@ struct InFlightMessage {
 struct DeadLetter {
   std::uint64_t id = 0;
   std::optional<std::string> key;
-  std::string payload;
+  std::string payload;       // its first payload_bytes only, when Client::dead_letters was asked so
+  std::size_t payload_size = 0;  // the whole payload's bytes
   Attributes attributes;
   int attempts = 0;
   std::string last_owner;

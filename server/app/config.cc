@@ -66,8 +66,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 const std::vector<std::string_view>& serve_config_keys() {
   static const std::vector<std::string_view> keys{
       "listen",     "credentials",     "region",          "account-id", "workers",
-      "log-format", "max-connections", "max-body-memory", "dsn",        "metrics-topics",
-      "tables-at-first-use"};
+      "log-format", "max-connections", "max-connections-per-client", "max-body-memory",
+      "max-answer-memory", "dsn", "metrics-topics", "tables-at-first-use"};
   return keys;
 }
 
@@ -157,6 +157,10 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
       config.max_connections = static_cast<std::size_t>(integer_value(1, 1'000'000, ""));
     } else if (name == "max-body-memory") {
       config.max_body_memory_mib = static_cast<std::size_t>(integer_value(4, 1 << 20, " (MiB)"));
+    } else if (name == "max-answer-memory") {
+      config.max_answer_memory_mib = static_cast<std::size_t>(integer_value(4, 1 << 20, " (MiB)"));
+    } else if (name == "max-connections-per-client") {
+      config.max_connections_per_client = static_cast<std::size_t>(integer_value(0, 1'000'000, ""));
     } else if (name == "dsn") {
       config.dsn = string_value();
     } else if (name == "metrics-topics") {

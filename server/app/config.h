@@ -10,6 +10,8 @@
 //   log-format = "json"                # "text" or "json"
 //   max-connections = 4096             # 1 to 1,000,000
 //   max-body-memory = 256              # MiB, 4 to 1,048,576
+//   max-answer-memory = 256            # MiB, 4 to 1,048,576
+//   max-connections-per-client = 1024  # 0 (no bound) to 1,000,000
 //   dsn = "mysql://txmq@db/txmq"       # allowed; TXMQ_DSN keeps passwords out of the file
 //   metrics-topics = "sqs_orders_.*"   # topics /metrics exports (a regular expression)
 //   tables-at-first-use = true         # a queue's tables made at its first use
@@ -35,6 +37,8 @@ struct ServeConfig {
   std::optional<LogFormat> log_format;
   std::optional<std::size_t> max_connections;
   std::optional<std::size_t> max_body_memory_mib;
+  std::optional<std::size_t> max_answer_memory_mib;
+  std::optional<std::size_t> max_connections_per_client;
   std::optional<std::string> dsn;
   std::optional<std::string> metrics_topics;
   std::optional<bool> tables_at_first_use;

@@ -73,6 +73,9 @@ tcp::endpoint checked_endpoint(const ServeOptions& options) {
   if (options.max_body_memory_mib < 4 || options.max_body_memory_mib > (std::size_t{1} << 20)) {
     throw std::invalid_argument("--max-body-memory must be from 4 to 1048576 (MiB)");
   }
+  if (options.max_answer_memory_mib < 4 || options.max_answer_memory_mib > (std::size_t{1} << 20)) {
+    throw std::invalid_argument("--max-answer-memory must be from 4 to 1048576 (MiB)");
+  }
   if (options.account.size() != 12 ||
       options.account.find_first_not_of("0123456789") != std::string::npos) {
     throw std::invalid_argument("--account-id must be 12 digits");
@@ -133,6 +136,8 @@ HttpServerOptions http_options(const ServeOptions& options, const Log& log,
   HttpServerOptions o;
   o.max_connections = max_connections;
   o.body_memory_budget = options.max_body_memory_mib << 20;
+  o.answer_memory_budget = options.max_answer_memory_mib << 20;
+  o.max_connections_per_client = options.max_connections_per_client;
   o.warn = [log](std::string_view w) { log(LogLevel::kWarning, w, nullptr); };
   return o;
 }
@@ -193,6 +198,7 @@ struct Server::Impl {
             io,
             HealthOptions{
                 .check = [this] { client.transact([](Transaction& t) { t.execute("SELECT 1"); }); },
+                .busy = [this] { return http.refusing_work(); },
                 .log = log}),
         metrics(client, server_metrics(), kDefaultExactUpTo, options.metrics_topics),
         dashboard(client, DashboardOptions{.log = log}),

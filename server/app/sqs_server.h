@@ -26,6 +26,12 @@ struct ServeOptions {
   // MiB of request bodies being read at once over all connections (--max-body-memory); past it
   // a request is answered 503 with Retry-After, so unauthenticated uploads cannot exhaust memory.
   std::size_t max_body_memory_mib = 256;
+  // Connections held at once from one client address (--max-connections-per-client; 0: no
+  // bound beyond max_connections).
+  std::size_t max_connections_per_client = 1024;
+  // MiB of answers that clients have not read yet (--max-answer-memory); past it the next such
+  // answer is dropped and its connection closed.
+  std::size_t max_answer_memory_mib = 256;
   // The log's format on stderr (and of the "listening on" line on stdout): server/base/log.h.
   LogFormat log_format = LogFormat::kText;
   // CreateQueue makes a queue's tables at its first use (--tables-at-first-use; docs/sqs.md,

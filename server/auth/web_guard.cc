@@ -53,7 +53,7 @@ bool loopback_host(std::string_view host) {
   return dots == 3;
 }
 
-std::optional<HttpResponse> refusal(const HttpRequest& request, const Credentials* credentials,
+std::optional<HttpResponse> refusal(const RequestHeader& request, const Credentials* credentials,
                                     std::string_view what) {
   if (credentials != nullptr) {
     if (basic_auth_ok(header_of(request, http::field::authorization), *credentials)) {

@@ -21,7 +21,7 @@ bool loopback_host(std::string_view host);
 // 401 asking for Basic auth when there are credentials and the request does not carry a key of
 // them; 403 without credentials when its Host is not a loopback name (DNS rebinding). None when
 // it may.
-std::optional<HttpResponse> refusal(const HttpRequest& request, const Credentials* credentials,
+std::optional<HttpResponse> refusal(const RequestHeader& request, const Credentials* credentials,
                                     std::string_view what);
 
 }  // namespace txmq::server::web_guard

@@ -30,11 +30,15 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-// A request header's largest size: SigV4 headers and cookies fit many times over.
-constexpr std::uint32_t kHeaderLimit = 64 * 1024;
-// A body is reserved against the memory budget a step ahead of what has arrived, and must keep
-// arriving at the minimum rate: a step's worth of time after its last bytes, it is cut off.
-constexpr std::size_t kBodyStep = 256 * 1024;
+// A header is read in steps of this size, each reserved against the memory budget first.
+constexpr std::size_t kHeaderStep = 8 * 1024;
+// A body is reserved against the memory budget a step ahead of what has arrived (Beast reads
+// up to 64 KiB at a time), and must keep arriving at the minimum rate: a grace's worth of time
+// after its last bytes, it is cut off.
+constexpr std::size_t kBodyStep = 64 * 1024;
+constexpr std::size_t kBodyGrace = 256 * 1024;
+// Refusals for want of room this recent make /readyz say "busy".
+constexpr auto kBusyFor = std::chrono::seconds(2);
 // After a refusal the server stops sending and reads (and drops) what the client still sends,
 // for up to this long or this much, before closing: closing with unread bytes resets the
 // connection, and the client could lose the answer. Dropped bytes cost no memory.
@@ -60,6 +64,20 @@ std::string byte_size(std::uint64_t bytes) {
   return fmt::format("{} bytes", bytes);
 }
 
+std::string_view trimmed(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+bool is_chunked(std::string_view coding) {
+  coding = trimmed(coding);
+  static constexpr std::string_view kChunked = "chunked";
+  return coding.size() == kChunked.size() &&
+         std::equal(coding.begin(), coding.end(), kChunked.begin(),
+                    [](char a, char b) { return (a | 0x20) == b; });
+}
+
 HttpResponse busy_answer(std::string text) {
   HttpResponse r = plain_text(503, std::move(text));
   r.headers.emplace_back("Retry-After", "1");
@@ -72,12 +90,14 @@ HttpResponse busy_answer(std::string text) {
 // onto the connection's strand from whatever thread answered), and waits for the next one.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  // kIdle: waiting for a request's first byte, so the acceptor may close it to make room
-  // (kEvicted). kActive: a request is being read, handled or answered.
-  enum Phase : int { kIdle, kActive, kEvicted };
+  // kIdle: waiting for a request's first byte; kHeader: reading a request's header. In either
+  // the acceptor may close it to make room (kEvicted), the idle ones first. kActive: a request
+  // is being admitted, read, handled or answered.
+  enum Phase : int { kIdle, kHeader, kActive, kEvicted };
 
-  Session(tcp::socket socket, HttpServer& server)
-      : stream_(std::move(socket)), server_(server), options_(server.options_) {
+  Session(tcp::socket socket, HttpServer& server, std::string client)
+      : stream_(std::move(socket)), server_(server), options_(server.options_),
+        client_(std::move(client)) {
     // For write() on the answering thread; asynchronous operations are not affected.
     beast::error_code ignored;
     stream_.socket().non_blocking(true, ignored);
@@ -99,12 +119,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // From the acceptor, with the server's lock held: claims an idle connection for closing, so
   // that it starts no request. False when it is not idle (any more).
-  bool try_evict() {
-    int idle = kIdle;
-    return phase_.compare_exchange_strong(idle, kEvicted);
+  bool try_evict(Phase from) {
+    int expected = from;
+    return phase_.compare_exchange_strong(expected, kEvicted);
   }
-  bool idle() const { return phase_.load() == kIdle; }
-  Clock::rep idle_since() const { return idle_since_.load(); }
+  Phase phase() const { return static_cast<Phase>(phase_.load()); }
+  Clock::rep phase_since() const { return phase_since_.load(); }
+  const std::string& client() const { return client_; }
   void close_evicted() {
     asio::post(stream_.get_executor(), [self = shared_from_this()] {
       std::lock_guard lock(self->handoff_);
@@ -129,13 +150,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void wait_for_request() {
     if (stopping_) return close();
     parser_.emplace();
-    parser_->header_limit(kHeaderLimit);
+    parser_->header_limit(static_cast<std::uint32_t>(kHeaderLimit));
     // Checked against the admission's limit once the header is in. (Boost 1.74 treats "no
     // limit" as a limit of zero for a Content-Length, hence the largest value.)
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     declared_length_.reset();
+    header_scanned_ = 0;
     if (buffer_.size() > 0) {  // the next request came with the last one (pipelining)
-      phase_.store(kActive);
+      phase_since_.store(Clock::now().time_since_epoch().count());
+      phase_.store(kHeader);
       header_deadline_ = Clock::now() + options_.header_timeout;
       return read_header();
     }
@@ -146,7 +169,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // keep-alive one may wait idle_timeout for a first byte, then has header_timeout.
     const Clock::time_point deadline = first_request_ ? accepted_at_ + options_.header_timeout
                                                       : Clock::now() + options_.idle_timeout;
-    idle_since_.store(Clock::now().time_since_epoch().count());
+    phase_since_.store(Clock::now().time_since_epoch().count());
     phase_.store(kIdle);
     stream_.expires_at(deadline);
     stream_.async_read_some(buffer_.prepare(kFirstRead),
@@ -157,30 +180,94 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_first_bytes(beast::error_code ec, std::size_t n) {
     buffer_.commit(n);
+    phase_since_.store(Clock::now().time_since_epoch().count());
     int idle = kIdle;
-    if (!phase_.compare_exchange_strong(idle, kActive)) return close();  // evicted
+    if (!phase_.compare_exchange_strong(idle, kHeader)) return close();  // evicted
     if (ec) return close();  // closed by the client or idle too long
     header_deadline_ = first_request_ ? accepted_at_ + options_.header_timeout
                                       : Clock::now() + options_.header_timeout;
     read_header();
   }
 
+  // Reads until the header's blank line is in the buffer, in steps reserved against the memory
+  // budget, and counts its fields before Beast's parser allocates one by one: 11,000 fields
+  // of 6 bytes cost 860 KiB parsed.
   void read_header() {
+    if (phase_.load() == kEvicted) return close();
+    const std::string_view have(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    const std::size_t from = header_scanned_ > 3 ? header_scanned_ - 3 : 0;
+    const std::size_t end = have.find("\r\n\r\n", from);
+    header_scanned_ = have.size();
+    if (end != std::string_view::npos && end < kHeaderLimit) {
+      // One line feed ends the request line and each field but the last.
+      if (static_cast<std::size_t>(std::count(have.begin(), have.begin() + end, '\n')) >
+          kMaxHeaderFields) {
+        return refuse(plain_text(
+            431, fmt::format("request header over the limit of {} fields", kMaxHeaderFields)));
+      }
+      int reading = kHeader;
+      if (!phase_.compare_exchange_strong(reading, kActive)) return close();  // evicted
+      stream_.expires_at(header_deadline_);
+      // All of it is in the buffer: parsed without another read.
+      return http::async_read_header(
+          stream_, buffer_, *parser_,
+          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+    }
+    if (have.size() >= kHeaderLimit) {
+      return refuse(
+          plain_text(431, "request header over the limit of " + byte_size(kHeaderLimit)));
+    }
+    const std::size_t step = std::min(kHeaderStep, kHeaderLimit - have.size());
+    buffer_.prepare(step);
+    if (buffer_.capacity() > header_bytes_ &&
+        !reserve_body_memory(buffer_.capacity() - header_bytes_, /*credentialed=*/false)) {
+      return refuse_over_budget();
+    }
+    header_bytes_ = std::max(header_bytes_, buffer_.capacity());
     stream_.expires_at(header_deadline_);
-    http::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+    stream_.async_read_some(buffer_.prepare(step),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->buffer_.commit(n);
+                              if (ec) return self->close();  // gone, too slow, or evicted
+                              self->read_header();
+                            });
   }
 
   void on_header(beast::error_code ec) {
     if (ec == http::error::header_limit) {
       return refuse(
-          plain_text(431, "request headers over the limit of " + byte_size(kHeaderLimit)));
+          plain_text(431, "request header over the limit of " + byte_size(kHeaderLimit)));
     }
-    if (ec) return close();  // closed by the client, too slow, or not HTTP
+    // A header the parser refuses (a malformed field, a framing it cannot trust such as a
+    // Content-Length beside a chunked coding) is answered 400, as RFC 9112 asks; the client
+    // gone or too slow, closed.
+    if (ec && ec.category() == beast::http::make_error_code(http::error::bad_version).category() &&
+        ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      return refuse(plain_text(400, "malformed request header: " + ec.message()));
+    }
+    if (ec) return close();
     keep_alive_ = parser_->get().keep_alive();
     version_ = parser_->get().version();
     const RequestHeader& header = parser_->get();
+    // RFC 9112 6.1: chunked, alone, is the only coding a request body may have here; a list
+    // ("chunked, chunked", "gzip, chunked") or another coding would be framed by a length the
+    // sender did not mean.
+    if (const std::string_view te = header_of(header, http::field::transfer_encoding);
+        !te.empty() && !is_chunked(te)) {
+      // chunked last and once, after another coding: 501 (none other is done here); else 400.
+      const std::size_t comma = te.rfind(',');
+      const std::string_view before = comma == std::string_view::npos ? "" : te.substr(0, comma);
+      bool chunked_before = false;
+      for (std::size_t from = 0; from <= before.size();) {
+        const std::size_t to = std::min(before.find(',', from), before.size());
+        chunked_before = chunked_before || is_chunked(before.substr(from, to - from));
+        from = to + 1;
+      }
+      return refuse(comma != std::string_view::npos && is_chunked(te.substr(comma + 1)) &&
+                            !chunked_before
+                        ? plain_text(501, "a request body's only transfer coding here is chunked")
+                        : plain_text(400, "Transfer-Encoding must end with chunked, once"));
+    }
     Admission admission;
     if (options_.admission) {
       try {
@@ -199,10 +286,13 @@ class Session : public std::enable_shared_from_this<Session> {
                                       *declared_length_, byte_size(admission.body_limit))));
     }
     body_limit_ = admission.body_limit;
+    credentialed_ = admission.credentialed;
     parser_->body_limit(admission.body_limit);
     // Reserved as the body arrives, a step ahead of it, not all at once from the declared
     // length: a client that declares 4 MiB and sends nothing holds one step.
-    if (!reserve_body_memory(std::min(kBodyStep, next_body_step()))) return refuse_over_budget();
+    if (!reserve_body_memory(std::min(kBodyStep, next_body_step()), credentialed_)) {
+      return refuse_over_budget();
+    }
     body_started_ = Clock::now();
     // Sent only now that the body is wanted: a client that waits for it (curl with a large
     // body) sends nothing that would be refused.
@@ -230,7 +320,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // each read): a client that stops sending is cut off a step's time later, whatever length it
   // declared.
   Clock::time_point body_deadline() const {
-    const std::uint64_t due = parser_->get().body().size() + kBodyStep;
+    const std::uint64_t due = parser_->get().body().size() + kBodyGrace;
     const auto allowance = std::chrono::milliseconds(
         due * 1000 / std::max<std::size_t>(options_.min_body_rate, 1));
     return body_started_ + options_.header_timeout + allowance;
@@ -250,9 +340,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (ec) return close();
     if (parser_->is_done()) return dispatch();
-    // What arrived is reserved, and a step more before the next read.
-    const std::size_t wanted = parser_->get().body().size() + next_body_step();
-    if (wanted > body_bytes_reserved_ && !reserve_body_memory(wanted - body_bytes_reserved_)) {
+    // What arrived is reserved, and a step more before the next read (beside the header's).
+    const std::size_t wanted = header_bytes_ + parser_->get().body().size() + next_body_step();
+    if (wanted > body_bytes_reserved_ &&
+        !reserve_body_memory(wanted - body_bytes_reserved_, credentialed_)) {
       return refuse_over_budget();
     }
     read_body();
@@ -268,6 +359,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // requests answered early (a deadline) but still queued keep counting.
     auto hold = std::make_shared<BodyHold>(server_.body_bytes_reserved_, body_bytes_reserved_);
     body_bytes_reserved_ = 0;
+    header_bytes_ = 0;
     server_.handler_(std::move(request),
                      [self, hold](HttpResponse response) { self->write(std::move(response)); });
   }
@@ -285,31 +377,40 @@ class Session : public std::enable_shared_from_this<Session> {
     std::size_t bytes_;
   };
 
-  bool reserve_body_memory(std::size_t bytes) {
-    if (!server_.reserve_body_memory(bytes)) return false;
+  bool reserve_body_memory(std::size_t bytes, bool credentialed) {
+    if (!server_.reserve_body_memory(bytes, credentialed)) return false;
     body_bytes_reserved_ += bytes;
     return true;
   }
 
   void release_body_memory() {
+    header_bytes_ = 0;
     if (body_bytes_reserved_ == 0) return;
     server_.release_body_memory(body_bytes_reserved_);
     body_bytes_reserved_ = 0;
   }
 
   void refuse_over_budget() {
+    // Only a refusal that a key's request meets means the server has no room for work: the
+    // others meet the share kept from them.
+    if (credentialed_) server_.note_refusal("request bodies at the memory budget");
     server_.warn_at_most_once_a_minute(
         server_.last_budget_warning_,
-        fmt::format("request bodies being read reached the budget of {} (--max-body-memory): "
-                    "requests answered 503 until some finish",
+        fmt::format("request headers and bodies being read reached {} of the budget of {} "
+                    "(--max-body-memory): requests answered 503 until some finish",
+                    credentialed_ ? "all" : "the uncredentialed share",
                     byte_size(options_.body_memory_budget)));
-    refuse(busy_answer("too many request bodies being read at once: retry"));
+    refuse(busy_answer("too many requests being read at once: retry"));
   }
 
-  // Answers and closes without reading the body (or the rest of it).
+  // Answers and closes without reading the body (or the rest of it). What was read of the
+  // request is freed now, not after the linger: its share of the budget goes back at once.
   void refuse(HttpResponse r) {
     keep_alive_ = false;
     refused_ = true;
+    parser_.reset();
+    buffer_.consume(buffer_.size());
+    buffer_.shrink_to_fit();
     release_body_memory();
     busy_ = true;
     write(std::move(r));
@@ -355,11 +456,24 @@ class Session : public std::enable_shared_from_this<Session> {
   void finish_write(const std::shared_ptr<Answer>& answer, beast::error_code ec) {
     release_body_memory();  // the handler has answered: done with the body
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      // A client that does not read its answer is cut off like an idle one.
-      stream_.expires_after(options_.idle_timeout);
+      // What the client did not take at once waits in the answer budget, and must be read at
+      // the minimum rate after a grace: a client that reads nothing holds it no longer.
+      const std::size_t bytes = answer->response.body().size() + 1024;
+      if (!server_.reserve_answer_memory(bytes)) {
+        server_.warn_at_most_once_a_minute(
+            server_.last_answer_warning_,
+            fmt::format("answers waiting for their clients to read them reached the budget of "
+                        "{} (--max-answer-memory): the connections of the next are closed",
+                        byte_size(options_.answer_memory_budget)));
+        return close();
+      }
+      stream_.expires_after(options_.header_timeout +
+                            std::chrono::milliseconds(
+                                bytes * 1000 / std::max<std::size_t>(options_.min_body_rate, 1)));
       http::async_write(
           stream_, answer->serializer,
-          [self = shared_from_this(), answer](beast::error_code write_ec, std::size_t) {
+          [self = shared_from_this(), answer, bytes](beast::error_code write_ec, std::size_t) {
+            self->server_.answer_bytes_reserved_ -= bytes;
             self->after_write(write_ec, answer->response.keep_alive());
           });
       return;
@@ -387,9 +501,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void drop_input() {
-    stream_.async_read_some(buffer_.prepare(16 * 1024),
+    stream_.async_read_some(buffer_.prepare(4 * 1024),
                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
                               self->lingered_bytes_ += n;
+                              self->buffer_.consume(self->buffer_.size());
                               if (ec || self->lingered_bytes_ >= kLingerBytes) return self->close();
                               self->drop_input();
                             });
@@ -408,16 +523,20 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   HttpServer& server_;
   const HttpServerOptions& options_;
+  const std::string client_;  // the peer's address, for the per-client cap
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::atomic<int> phase_{kActive};
-  std::atomic<Clock::rep> idle_since_{0};
+  std::atomic<Clock::rep> phase_since_{0};  // when it went idle or began its header
   const Clock::time_point accepted_at_ = Clock::now();
   Clock::time_point header_deadline_;
   Clock::time_point body_started_;
   boost::optional<std::uint64_t> declared_length_;
   std::size_t body_limit_ = kDefaultBodyLimit;
-  std::size_t body_bytes_reserved_ = 0;
+  std::size_t body_bytes_reserved_ = 0;  // of the budget, the header's bytes among them
+  std::size_t header_bytes_ = 0;         // the header's share of body_bytes_reserved_
+  std::size_t header_scanned_ = 0;       // bytes of the buffer searched for the blank line
+  bool credentialed_ = false;
   std::size_t lingered_bytes_ = 0;
   bool first_request_ = true;
   bool keep_alive_ = true;
@@ -539,65 +658,124 @@ void HttpServer::on_accept_error(const boost::system::error_code& ec) {
 void HttpServer::take_connection(tcp::socket socket, bool make_room) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  auto session = std::make_shared<Session>(std::move(socket), *this);
+  std::optional<asio::ip::address> client;
+  if (const tcp::endpoint peer = socket.remote_endpoint(ignored); !ignored) client = peer.address();
+  auto session =
+      std::make_shared<Session>(std::move(socket), *this, client ? client->to_string() : "");
+  const std::size_t per_client_cap = options_.max_connections_per_client == 0
+                                         ? options_.max_connections
+                                         : options_.max_connections_per_client;
   std::shared_ptr<Session> evicted;
   bool full = false;
+  bool client_full = false;
   std::size_t open = 0;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
-    if (make_room || sessions_.size() >= options_.max_connections) {
-      evicted = evict_longest_idle_locked();
+    if (client && per_client_[session->client()] >= per_client_cap) {
+      // Its own connections make room for it, not other clients'.
+      client_full = true;
+      evicted = evict_locked(client);
+      full = evicted == nullptr;
+    } else if (make_room || sessions_.size() >= options_.max_connections) {
+      evicted = evict_locked(std::nullopt);
       full = evicted == nullptr;
     }
-    if (!full) sessions_.emplace(session.get(), session);
+    if (!full) {
+      sessions_.emplace(session.get(), session);
+      ++per_client_[session->client()];
+    }
     open = sessions_.size();
   }
-  if ((evicted || full) && !make_room) {  // out of descriptors: said by on_accept_error
+  if (client_full) {
     warn_at_most_once_a_minute(
-        last_cap_warning_, fmt::format("{} connections open, the cap (--max-connections {}): {}",
-                                       open, options_.max_connections,
-                                       full ? "none idle, new connections are answered 503"
-                                            : "the longest-idle one is closed for each new one"));
+        last_client_cap_warning_,
+        fmt::format("{} has the most connections one client may hold "
+                    "(--max-connections-per-client {}): {}",
+                    session->client(), per_client_cap,
+                    full ? "none of them idle, its new connections are answered 503"
+                         : "its longest-idle (or slowest) one is closed for each new one"));
+  } else if ((evicted || full) && !make_room) {  // out of descriptors: said by on_accept_error
+    warn_at_most_once_a_minute(
+        last_cap_warning_,
+        fmt::format("{} connections open, the cap (--max-connections {}): {}", open,
+                    options_.max_connections,
+                    full ? "none idle or in its header, new connections are answered 503"
+                         : "the longest-idle (or slowest) one is closed for each new one"));
   }
   if (evicted) evicted->close_evicted();
-  if (full) return session->refuse_at_once();
+  if (full) {
+    if (!client_full) note_refusal("connections at the cap (--max-connections)");
+    return session->refuse_at_once();
+  }
   session->start();
 }
 
-std::shared_ptr<Session> HttpServer::evict_longest_idle_locked() {
-  // A scan of every connection, but only when the cap is reached.
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    Session* longest = nullptr;
-    Clock::rep since = std::numeric_limits<Clock::rep>::max();
-    for (const auto& [raw, session] : sessions_) {
-      if (raw->idle() && raw->idle_since() < since) {
-        longest = raw;
-        since = raw->idle_since();
+std::shared_ptr<Session> HttpServer::evict_locked(const std::optional<asio::ip::address>& client) {
+  const std::string address = client ? client->to_string() : "";
+  // A scan of every connection, but only when a cap is reached. The idle first; then those
+  // still in their header (a slow-header client would otherwise hold the cap).
+  for (const Session::Phase phase : {Session::kIdle, Session::kHeader}) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      Session* longest = nullptr;
+      Clock::rep since = std::numeric_limits<Clock::rep>::max();
+      for (const auto& [raw, session] : sessions_) {
+        if (raw->phase() == phase && raw->phase_since() < since &&
+            (!client || raw->client() == address)) {
+          longest = raw;
+          since = raw->phase_since();
+        }
       }
-    }
-    if (longest == nullptr) return nullptr;
-    if (longest->try_evict()) {  // else it started a request meanwhile: look again
-      auto it = sessions_.find(longest);
-      std::shared_ptr<Session> evicted = std::move(it->second);
-      sessions_.erase(it);
-      return evicted;
+      if (longest == nullptr) break;
+      if (longest->try_evict(phase)) {  // else it moved on meanwhile: look again
+        auto it = sessions_.find(longest);
+        std::shared_ptr<Session> evicted = std::move(it->second);
+        sessions_.erase(it);
+        if (auto c = per_client_.find(evicted->client()); c != per_client_.end() && --c->second == 0) {
+          per_client_.erase(c);
+        }
+        return evicted;
+      }
     }
   }
   return nullptr;
 }
 
-bool HttpServer::reserve_body_memory(std::size_t bytes) {
+bool HttpServer::reserve_body_memory(std::size_t bytes, bool credentialed) {
+  // A quarter of the budget is kept for credentialed requests.
+  const std::size_t budget = credentialed
+                                 ? options_.body_memory_budget
+                                 : options_.body_memory_budget - options_.body_memory_budget / 4;
   std::size_t reserved = body_bytes_reserved_->load();
   do {
-    if (bytes > options_.body_memory_budget - std::min(reserved, options_.body_memory_budget)) {
-      return false;
-    }
+    if (bytes > budget - std::min(reserved, budget)) return false;
   } while (!body_bytes_reserved_->compare_exchange_weak(reserved, reserved + bytes));
   return true;
 }
 
 void HttpServer::release_body_memory(std::size_t bytes) { *body_bytes_reserved_ -= bytes; }
+
+bool HttpServer::reserve_answer_memory(std::size_t bytes) {
+  std::size_t reserved = answer_bytes_reserved_.load();
+  const std::size_t budget = options_.answer_memory_budget;
+  do {
+    if (bytes > budget - std::min(reserved, budget)) return false;
+  } while (!answer_bytes_reserved_.compare_exchange_weak(reserved, reserved + bytes));
+  return true;
+}
+
+void HttpServer::note_refusal(const char* why) {
+  last_refusal_reason_.store(why);
+  last_refusal_.store(Clock::now().time_since_epoch().count());
+}
+
+std::string HttpServer::refusing_work() const {
+  const char* why = last_refusal_reason_.load();
+  const Clock::time_point at{Clock::duration(last_refusal_.load())};
+  if (why == nullptr || Clock::now() - at > kBusyFor) return {};
+  return fmt::format("{}: requests refused within the last {} s", why,
+                     std::chrono::duration_cast<std::chrono::seconds>(kBusyFor).count());
+}
 
 bool HttpServer::warn_at_most_once_a_minute(Clock::time_point& last, std::string text) {
   if (!options_.warn) return false;
@@ -645,6 +823,9 @@ void HttpServer::closed(Session* session) {
     if (auto it = sessions_.find(session); it != sessions_.end()) {
       keep = std::move(it->second);
       sessions_.erase(it);
+      if (auto c = per_client_.find(keep->client()); c != per_client_.end() && --c->second == 0) {
+        per_client_.erase(c);
+      }
     }
     if (stopping_ && sessions_.empty() && on_all_closed_) {
       callback = std::move(on_all_closed_);

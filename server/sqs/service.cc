@@ -371,18 +371,23 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
   BodyAdmission admission;
   const std::string_view target(h.target().data(), h.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  // The probes, /metrics and the dashboard check their own requests: small ones (the
-  // dashboard's changes name a few hundred messages at most).
-  if (path == "/healthz" || path == "/readyz" || path == "/metrics" ||
-      (path == "/" && h.method() == http::verb::get && target == "/")) {
-    admission.body_limit = kMaxWebBody;
-    return admission;
-  }
-  if (path.starts_with("/ui/")) {
-    admission.body_limit = kMaxDashboardBody;
-    return admission;
-  }
   const std::shared_ptr<const Credentials> credentials = current_credentials();
+  // The probes and GET / take no body. /metrics and the dashboard are refused here, before any
+  // body, when the request may not see them (web_guard: Basic auth with --credentials, a
+  // loopback Host without); their handlers check again. The dashboard's changes are small
+  // (a few hundred messages named at most), and use the budget's uncredentialed share.
+  if (path == "/healthz" || path == "/readyz" ||
+      (path == "/" && h.method() == http::verb::get && target == "/")) {
+    admission.body_limit = 0;
+    return admission;
+  }
+  const bool metrics = path == "/metrics";
+  if (metrics || path.starts_with("/ui/")) {
+    admission.body_limit = metrics ? 0 : kMaxDashboardBody;
+    admission.web_refusal = web_guard::refusal(h, credentials.get(),
+                                               metrics ? "/metrics" : "the txmq dashboard");
+    return admission;
+  }
   admission.json = json_protocol(h);
   if (auto refusal = cross_site_refusal(h, credentials != nullptr)) {
     admission.refusal = std::move(refusal);
@@ -394,6 +399,8 @@ SqsService::BodyAdmission SqsService::admit_body(const RequestHeader& h) const {
     admission.refusal = SqsError::of(failure->code, failure->message);
     return admission;
   }
+  // Signed by a known key (as far as a header shows), or the server has no credentials.
+  admission.credentialed = true;
   // Only Txmq.SendMessageBatch (10,000 messages) needs more than SQS's largest request, and
   // only once the headers passed the checks above.
   if (header(h, "x-amz-target") == "Txmq.SendMessageBatch") {
@@ -408,7 +415,10 @@ Admission SqsService::admit(const RequestHeader& header) const {
   BodyAdmission checked = admit_body(header);
   Admission admission;
   admission.body_limit = checked.body_limit;
-  if (checked.refusal) {
+  admission.credentialed = checked.credentialed;
+  if (checked.web_refusal) {
+    admission.refuse = std::move(checked.web_refusal);
+  } else if (checked.refusal) {
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     admission.refuse = error_response(*checked.refusal, checked.json, new_request_id());

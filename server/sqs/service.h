@@ -129,12 +129,13 @@ class SqsService {
     std::size_t body_limit = kDefaultBodyLimit;
     std::optional<SqsError> refusal;
     bool json = false;  // the protocol the refusal is answered in
+    std::optional<HttpResponse> web_refusal;  // of /metrics or the dashboard: 401 or 403
+    bool credentialed = false;                // Admission::credentialed
   };
   static constexpr std::size_t kMaxTxmqBatchBody = 64u << 20;  // 10,000 messages
   // A Query request of 1 MiB: a binary attribute's base64 of '+' and '/' percent-encodes to
   // 4 MiB, and the parameters' names come on top.
   static constexpr std::size_t kMaxQueryBody = 5u << 20;
-  static constexpr std::size_t kMaxWebBody = 64u << 10;         // probes, /metrics, GET /
   static constexpr std::size_t kMaxDashboardBody = 1u << 20;    // /ui/
   BodyAdmission admit_body(const RequestHeader& header) const;
   // admit_body() as the HTTP layer's AdmissionCheck (HttpServerOptions::admission).

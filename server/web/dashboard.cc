@@ -31,7 +31,7 @@ using SteadyClock = std::chrono::steady_clock;
 namespace dashboard_internal {
 
 
-Preview preview(std::string_view payload, std::size_t max_bytes) {
+Preview preview(std::string_view payload, std::size_t max_bytes, bool cut) {
   Preview p;
   std::size_t i = 0;
   bool text = true;
@@ -45,13 +45,18 @@ Preview preview(std::string_view payload, std::size_t max_bytes) {
     i += c->size;
   }
   if (text) {
-    // Valid so far; the rest must be valid too for the payload to count as text.
-    text = util::is_valid_utf8(payload.substr(i));
+    // Valid so far; the rest must be valid too for the payload to count as text (what was
+    // read of it: a cut payload may end inside a character).
+    const std::string_view rest = payload.substr(i);
+    text = util::is_valid_utf8(rest);
+    for (std::size_t drop = 1; cut && !text && drop <= std::min<std::size_t>(3, rest.size()); ++drop) {
+      text = util::is_valid_utf8(rest.substr(0, rest.size() - drop));
+    }
   }
   if (text) {
     p.kind = "text";
     p.text = std::string(payload.substr(0, i));
-    p.truncated = i < payload.size();
+    p.truncated = cut || i < payload.size();
     return p;
   }
   p.kind = "hex";
@@ -60,7 +65,7 @@ Preview preview(std::string_view payload, std::size_t max_bytes) {
     if (k > 0) p.text.push_back(' ');
     p.text += util::hex_encode(payload.substr(k, 1));
   }
-  p.truncated = n < payload.size();
+  p.truncated = cut || n < payload.size();
   return p;
 }
 
@@ -69,6 +74,9 @@ Preview preview(std::string_view payload, std::size_t max_bytes) {
 namespace {
 
 using dashboard_internal::Preview;
+
+// A dead letter's preview in the dashboard, in bytes.
+constexpr std::size_t kPreviewBytes = 300;
 
 // One sample of a group.
 struct Point {
@@ -382,8 +390,10 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
 
   json dead(const std::string& topic, const std::string& group, std::size_t limit) {
     json out = json::array();
-    for (const DeadLetter& d : client.dead_letters(topic, limit, group)) {
-      const Preview p = dashboard_internal::preview(d.payload, 300);
+    // The previews' bytes only (and one more, to tell a longer payload), not whole payloads.
+    for (const DeadLetter& d : client.dead_letters(topic, limit, group, kPreviewBytes + 4)) {
+      const Preview p = dashboard_internal::preview(d.payload, kPreviewBytes,
+                                                    d.payload.size() < d.payload_size);
       json attributes = json::object();
       for (const auto& [name, value] : d.attributes) {
         const Preview v = dashboard_internal::preview(value.value, 100);
@@ -396,7 +406,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
                      {"last_owner", d.last_owner},
                      {"enqueued_at", epoch_ms(d.enqueued_at)},
                      {"died_at", epoch_ms(d.died_at)},
-                     {"size", d.payload.size()},
+                     {"size", d.payload_size},
                      {"preview", p.text},
                      {"preview_kind", p.kind},
                      {"truncated", p.truncated},

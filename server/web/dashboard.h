@@ -75,7 +75,8 @@ struct Preview {
   std::string text;
   bool truncated = false;
 };
-Preview preview(std::string_view payload, std::size_t max_bytes);
+// `cut`: payload is the first bytes of a longer one (it may end inside a character).
+Preview preview(std::string_view payload, std::size_t max_bytes, bool cut = false);
 }  // namespace dashboard_internal
 
 }  // namespace txmq::server

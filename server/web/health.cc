@@ -68,6 +68,12 @@ struct Health::State : std::enable_shared_from_this<Health::State> {
       lock.unlock();
       return waiter->answer(503, "stopping");
     }
+    if (options.busy) {
+      if (std::string busy = options.busy(); !busy.empty()) {
+        lock.unlock();
+        return waiter->answer(503, "busy: " + busy);
+      }
+    }
     if (checked_at && SteadyClock::now() - *checked_at < options.fresh_for) {
       const bool failing = !failure.empty();
       lock.unlock();

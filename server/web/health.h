@@ -5,8 +5,9 @@
 //                 it stops.
 //   GET /readyz   readiness: 200 "ok" when the database answered a trivial query within the last
 //                 second; else 503 with a one-line reason ("database unreachable (the
-//                 server's log says why)", "database did not answer within 2 s", "stopping"):
-//                 never the database's error, which names its user, host and schema.
+//                 server's log says why)", "database did not answer within 2 s", "stopping",
+//                 "busy: ..." when the server refused requests for want of room within the last
+//                 2 s): never the database's error, which names its user, host and schema.
 // HEAD works as GET (without the body). Neither needs credentials: they reveal nothing, and a
 // probe cannot sign. A WebEndpoint.
 //
@@ -35,6 +36,9 @@ struct HealthOptions {
   // How long a probe waits for a check before it gets 503: a probe's own timeout is typically
   // 1 to 5 s, and a database that takes over 2 s for SELECT 1 is not ready for traffic.
   std::chrono::milliseconds timeout{2000};
+  // Why the server refuses work for want of room now (HttpServer::refusing_work); empty when
+  // it does not. Called on an HTTP thread: quick. Empty function: never busy.
+  std::function<std::string()> busy;
   // Changes of readiness (unreachable, reachable again), one line each.
   Log log;
 };

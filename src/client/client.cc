@@ -540,12 +540,13 @@ std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size
 }
 
 std::vector<DeadLetter> Client::dead_letters(std::string_view topic, std::size_t limit,
-                                             std::string_view group) {
+                                             std::string_view group, std::size_t payload_bytes) {
   Impl& i = *impl_;
-  return i.route(topic, [&] { return internal::dead_letters(i.queue, topic, group, limit); },
-                 [&](const internal::ShardMap& p) {
-                   return i.router.dead_letters(p, group, limit);
-                 });
+  return i.route(
+      topic, [&] { return internal::dead_letters(i.queue, topic, group, limit, payload_bytes); },
+      [&](const internal::ShardMap& p) {
+        return i.router.dead_letters(p, group, limit, payload_bytes);
+      });
 }
 
 std::size_t Client::requeue_dead(std::string_view topic, std::span<const std::uint64_t> ids,

@@ -47,9 +47,10 @@ auto lowest_of_group(QueueContext& q, std::string_view topic, std::string_view g
       return read(c, unit.tables);
     });
     std::move(part.begin(), part.end(), std::back_inserter(all));
+    // Kept at `limit` as the partitions come: never limit x partitions rows at once.
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    if (all.size() > limit) all.resize(limit);
   }
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  if (all.size() > limit) all.resize(limit);
   return all;
 }
 
@@ -258,13 +259,20 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
 }
 
 std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
-                                     std::string_view group, std::size_t limit) {
+                                     std::string_view group, std::size_t limit,
+                                     std::size_t payload_bytes) {
+  // A preview reads only its bytes from the server: 1,000 dead letters of 1 MiB are 1 GiB.
+  const bool whole = payload_bytes >= (std::size_t{1} << 32);
   return lowest_of_group(q, topic, group, limit, [&](Connection& c, const TopicTables& t) {
+    std::vector<Param> params;
+    if (!whole) params.emplace_back(static_cast<std::uint64_t>(payload_bytes));
+    params.emplace_back(static_cast<std::uint64_t>(limit));
     Result r = c.execute(
-        fmt::format("SELECT id, msg_key, payload, attempts, last_owner, {}, {}, attributes FROM {} "
-                    "ORDER BY id LIMIT ?",
-                    micros_of("enqueued_at"), micros_of("died_at"), t.dead),
-        {static_cast<std::uint64_t>(limit)});
+        fmt::format("SELECT id, msg_key, {}, attempts, last_owner, {}, {}, attributes, "
+                    "LENGTH(payload) FROM {} ORDER BY id LIMIT ?",
+                    whole ? "payload" : "SUBSTRING(payload, 1, ?)", micros_of("enqueued_at"),
+                    micros_of("died_at"), t.dead),
+        params);
     std::vector<DeadLetter> out;
     for (Row& row : r.rows) {
       DeadLetter d;
@@ -276,6 +284,7 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
       d.enqueued_at = time_from_micros(row.i64(5));
       d.died_at = time_from_micros(row.i64(6));
       if (!row.null(7)) d.attributes = decode_attributes(row.bytes(7));
+      d.payload_size = static_cast<std::size_t>(row.u64(8));
       out.push_back(std::move(d));
     }
     return out;

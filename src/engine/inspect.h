@@ -18,7 +18,8 @@ TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group
 std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::string_view group, std::size_t limit);
 std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
-                                     std::string_view group, std::size_t limit);
+                                     std::string_view group, std::size_t limit,
+                                     std::size_t payload_bytes);
 std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
                          std::span<const std::uint64_t> ids);
 std::size_t delete_dead(QueueContext& q, std::string_view topic, std::string_view group,

@@ -888,12 +888,12 @@ std::vector<InFlightMessage> ShardRouter::in_flight(const ShardMap& p, std::stri
 }
 
 std::vector<DeadLetter> ShardRouter::dead_letters(const ShardMap& p, std::string_view group,
-                                             std::size_t limit) {
+                                                  std::size_t limit, std::size_t payload_bytes) {
   std::vector<DeadLetter> all;
   for (std::vector<DeadLetter>& some : on_each<std::vector<DeadLetter>>(
            p.holders(), "a listing of dead letters",
-           [topic = p.topic, group = std::string(group), limit](QueueContext& q) {
-             return internal::dead_letters(q, topic, group, limit);
+           [topic = p.topic, group = std::string(group), limit, payload_bytes](QueueContext& q) {
+             return internal::dead_letters(q, topic, group, limit, payload_bytes);
            })) {
     for (DeadLetter& m : some) all.push_back(std::move(m));
   }

@@ -43,7 +43,7 @@ class ShardRouter {
   std::vector<InFlightMessage> in_flight(const ShardMap& p, std::string_view group,
                                          std::size_t limit);
   std::vector<DeadLetter> dead_letters(const ShardMap& p, std::string_view group,
-                                       std::size_t limit);
+                                       std::size_t limit, std::size_t payload_bytes);
   std::size_t requeue_dead(const ShardMap& p, std::string_view group,
                            std::span<const std::uint64_t> ids);
   std::size_t delete_dead(const ShardMap& p, std::string_view group,

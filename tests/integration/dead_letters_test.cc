@@ -83,6 +83,33 @@ TEST(DeadLetters, DeleteByIdAcrossPartitionsLeavesTheRestAndOtherGroups) {
   EXPECT_EQ(c->stats(name, "audit").ready, 1u);
 }
 
+// A listing of previews (the dashboard's) reads the first bytes of each payload from the
+// server, with the whole size beside them; the lowest ids over all partitions, never more.
+TEST(DeadLetters, APreviewListingReadsOnlyTheFirstBytesOfEachPayload) {
+  auto c = client("dead-letters");
+  const std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.max_attempts = 1, .partitions = 4});
+  const std::string big(300'000, 'x');
+  for (int i = 0; i < 12; ++i) c->send(name, std::to_string(i % 10) + big);
+  c->send(name, "short");
+  const std::vector<std::uint64_t> ids = kill_all(*c, name, "default", 13);
+  ASSERT_EQ(ids.size(), 13u);
+
+  const std::vector<DeadLetter> previews = c->dead_letters(name, 5, {}, 304);
+  ASSERT_EQ(previews.size(), 5u);
+  for (std::size_t i = 0; i < previews.size(); ++i) {
+    EXPECT_EQ(previews[i].id, ids[i]);  // the five lowest of all four partitions
+    const bool small = previews[i].payload_size == 5;
+    EXPECT_EQ(previews[i].payload.size(), small ? 5u : 304u);
+    if (!small) EXPECT_EQ(previews[i].payload_size, big.size() + 1);
+  }
+  // Whole payloads by default, their size beside them.
+  for (const DeadLetter& d : c->dead_letters(name, 13)) {
+    EXPECT_EQ(d.payload.size(), d.payload_size);
+    EXPECT_TRUE(d.payload == "short" || d.payload.size() == big.size() + 1);
+  }
+}
+
 TEST(DeadLetters, DeleteAllTakesMoreThanOneStatement) {
   auto c = client();
   const std::string name = topic_for_test();

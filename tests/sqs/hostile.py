@@ -287,6 +287,46 @@ class NestedBodies(unittest.TestCase):
         self.assertLess(grew, 100, f"RSS grew by {grew:.0f} MiB after three such bodies")
 
 
+class GuardsReached(unittest.TestCase):
+    """The hostile cases reach the guard they are named for, not one before it: a JSON body
+    just under the body limit (4 MiB - 1 of '[') reaches the depth guard (a body of 8 MiB would
+    be refused as too large first), and a pre-authentication body that carries a well-formed
+    Authorization header of a known key (one without it is refused on its header alone)."""
+
+    def setUp(self):
+        path = os.path.join(SCRATCH, "credentials-guards")
+        with open(path, "w") as f:
+            f.write(f"{KEY} {SECRET}\n")
+        self.serve = Serve("--credentials", path)
+
+    def tearDown(self):
+        self.serve.stop()
+
+    def test_four_mebibytes_less_one_of_brackets_reach_the_depth_guard(self):
+        a = json_call(self.serve, "ListQueues", b"[" * (4 * MIB - 1), timeout=120)
+        self.assertEqual(a.status, 400, a.body[:300])
+        self.assertEqual(code_of(a), "SerializationException", a.body[:300])
+        self.assertIn(b"nests deeper than", a.body)
+        # One byte more than the limit: refused as too large before any of it is read.
+        a = json_call(self.serve, "ListQueues", b"[" * (4 * MIB + 1), timeout=120)
+        self.assertEqual(a.status, 413, a.body[:300])
+
+    def test_a_signed_looking_body_is_read_then_refused_by_its_signature(self):
+        # A known key, a date of now, a signature of the wrong secret: every check a header
+        # allows passes, so the body is read (up to its limit) and only then refused.
+        body = json.dumps({"QueueName": "guards-" + "x" * 70}).encode() + b" " * MIB
+        a = json_call(self.serve, "CreateQueue", body, secret="not-the-secret")
+        self.assertEqual((a.status, code_of(a)), (403, "SignatureDoesNotMatch"), a.body[:300])
+        # Without the header: refused from the header alone, before the body.
+        a = raw(self.serve.port, "POST", "/", {"X-Amz-Target": "AmazonSQS.CreateQueue",
+                                               "Content-Type": "application/x-amz-json-1.0"},
+                body)
+        self.assertEqual(a.status, 403, a.body[:300])
+        self.assertIn(code_of(a), ("MissingAuthenticationToken", "AccessDenied",
+                                   "IncompleteSignature", "InvalidClientTokenId"), a.body[:300])
+        self.assertFalse(queue_exists(self.serve.client(), "guards-"))
+
+
 class CrossSiteWithoutCredentials(ServeCase):
     """Finding 4: without --credentials, what only a browser on another site (or a DNS name
     rebound to 127.0.0.1) would send is refused with 403 and changes nothing."""

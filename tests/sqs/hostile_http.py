@@ -10,6 +10,10 @@ and the systemd unit raises LimitNOFILE.
 Each test starts its own txmq serve on the database of the usual DSN resolution (CTest's
 txmq_server fixture: TXMQ_HOME) and stops it by its pid.
 """
+import base64
+import collections
+import http.client
+import json
 import os
 import re
 import resource
@@ -40,11 +44,16 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (min(_hard, 8192) if _hard > 0 else 8
 
 
 class Serve:
-    """txmq serve --listen 127.0.0.1:0 ARGS, its log in a file; stopped by its pid."""
+    """txmq serve --listen 127.0.0.1:0 ARGS, its log in a file; stopped by its pid. `exact_rss`:
+    without AddressSanitizer's quarantine of freed memory (which counts in RSS), for the tests
+    that measure memory."""
 
-    def __init__(self, *args, nofile=None):
+    def __init__(self, *args, nofile=None, exact_rss=False):
         e = dict(os.environ)
         e.pop("TXMQ_DSN", None)
+        if exact_rss:
+            e["ASAN_OPTIONS"] = (e.get("ASAN_OPTIONS", "") +
+                                 ":quarantine_size_mb=0:thread_local_quarantine_size_kb=0").lstrip(":")
         self.log_path = os.path.join(SCRATCH, f"serve-{time.monotonic_ns()}.log")
         self.log = open(self.log_path, "w")
 
@@ -84,19 +93,40 @@ class Serve:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def connect(self, timeout=10):
-        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+    def connect(self, timeout=10, source=None):
+        """A connection, from the loopback address SOURCE (127.0.0.2, ...) when given."""
+        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout,
+                                        source_address=(source, 0) if source else None)
 
-    def healthz(self, timeout):
-        """(status or None, seconds) of GET /healthz on a new connection."""
+    def healthz(self, timeout, path="/healthz", source=None):
+        """(status or None, seconds) of GET PATH on a new connection (from SOURCE's address)."""
         start = time.monotonic()
         try:
-            with self.connect(timeout) as c:
-                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: txmq\r\nConnection: close\r\n\r\n")
+            with self.connect(timeout, source) as c:
+                c.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: txmq\r\n"
+                          b"Connection: close\r\n\r\n")
                 status = status_of(read_head(c, timeout))
         except OSError:
             status = None
         return status, time.monotonic() - start
+
+    def readyz(self, timeout=5):
+        """(status, body) of GET /readyz."""
+        with self.connect(timeout) as c:
+            c.sendall(b"GET /readyz HTTP/1.1\r\nHost: txmq\r\nConnection: close\r\n\r\n")
+            data = b""
+            c.settimeout(timeout)
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        return status_of(data), data.split(b"\r\n\r\n", 1)[-1].decode(errors="replace")
+
+    def vm(self, field):
+        """A VmXXX field of /proc/PID/status, in MiB."""
+        with open(f"/proc/{self.pid}/status") as f:
+            return int(re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M).group(1)) / 1024
 
 
 def read_head(sock, timeout):
@@ -106,7 +136,7 @@ def read_head(sock, timeout):
     while b"\r\n\r\n" not in data:
         try:
             chunk = sock.recv(65536)
-        except ConnectionResetError:
+        except (ConnectionResetError, socket.timeout):
             break
         if not chunk:
             break
@@ -400,6 +430,346 @@ class HostileHttp(unittest.TestCase):
             self.assertEqual(sorted(closed_after), ["silent", "slow"], closed_after)
             for seconds in closed_after.values():
                 self.assertLess(seconds, 20)
+            self.assertEqual(s.healthz(2)[0], 200)
+        finally:
+            s.stop()
+
+
+KEY, SECRET = "AKIDROUNDTWO", "SECRETROUNDTWO"
+
+
+def credentials_file():
+    path = os.path.join(SCRATCH, "credentials")
+    with open(path, "w") as f:
+        f.write(f"{KEY} {SECRET}\n")
+    return path
+
+
+def signed_call(port, action, body, key=KEY, secret=SECRET, content_length=None):
+    """The bytes of a JSON-protocol call signed by botocore (a wrong signature when `secret` is
+    not the key's), its Content-Length CONTENT_LENGTH when given (else the body's)."""
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+    if isinstance(body, str):
+        body = body.encode()
+    request = botocore.awsrequest.AWSRequest(
+        method="POST", url=f"http://127.0.0.1:{port}/", data=body,
+        headers={"X-Amz-Target": f"AmazonSQS.{action}",
+                 "Content-Type": "application/x-amz-json-1.0"})
+    botocore.auth.SigV4Auth(botocore.credentials.Credentials(key, secret), "sqs",
+                            "us-east-1").add_auth(request)
+    lines = ["POST / HTTP/1.1", f"Host: 127.0.0.1:{port}"]
+    lines += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() != "host"]
+    lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode(), body
+
+
+def call(port, action, payload, timeout=30):
+    """(status, JSON answer) of a signed JSON-protocol call on a new connection."""
+    head, body = signed_call(port, action, json.dumps(payload))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        c.sendall(head + body)
+        r = http.client.HTTPResponse(c)
+        r.begin()
+        data = r.read()
+        try:
+            return r.status, json.loads(data or b"{}")
+        except ValueError:
+            return r.status, {"text": data.decode(errors="replace")}
+
+
+def push(c, data, timeout=5):
+    """Sends what the server takes within TIMEOUT; a server that refuses and closes is fine."""
+    c.settimeout(timeout)
+    try:
+        c.sendall(data)
+    except OSError:
+        pass
+
+
+def basic_auth():
+    return "Basic " + base64.b64encode(f"{KEY}:{SECRET}".encode()).decode()
+
+
+class RoundTwo(unittest.TestCase):
+    """The second review's attacks on memory and admission before authentication (issue 51)."""
+
+    def test_r1_a_header_of_too_many_fields_is_refused_before_it_is_parsed(self):
+        s = Serve()
+        try:
+            def head(fields):
+                return (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                        b"".join(b"a%d: b\r\n" % i for i in range(fields - 1)) + b"\r\n")
+            with s.connect() as c:
+                c.sendall(head(100))
+                self.assertEqual(status_of(read_head(c, 5)), 200)
+            with s.connect() as c:
+                c.sendall(head(101))
+                answer = read_head(c, 5)
+                self.assertEqual(status_of(answer), 431, answer)
+            # 300 at once of 6,000 fields (54 KB, under the 64 KiB header limit): each would
+            # cost about 470 KiB parsed; all are refused from their bytes.
+            statuses = []
+
+            def attack():
+                try:
+                    with s.connect(30) as c:
+                        c.sendall(head(6000))
+                        statuses.append(status_of(read_head(c, 30)))
+                except OSError:
+                    statuses.append("closed")
+            threads = [threading.Thread(target=attack) for _ in range(300)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(set(statuses), {431}, collections.Counter(statuses))
+            self.assertEqual(s.healthz(2)[0], 200)
+        finally:
+            s.stop()
+
+    def test_r1_unfinished_headers_are_held_within_the_memory_budget(self):
+        # 3,000 connections (from three addresses, under the per-client cap) each send 60 header
+        # lines of 1 KiB and never the blank line. Past the first 8 KiB a header's bytes count
+        # in the budget's uncredentialed share (12 MiB of 16): the rest are answered 503.
+        s = Serve("--max-body-memory", "16", exact_rss=True)
+        held = []
+        try:
+            self.assertEqual(s.healthz(5)[0], 200)
+            time.sleep(0.5)
+            idle = s.vm("VmRSS")
+            line = b"x-pad: " + b"p" * 1017 + b"\r\n"
+            for i in range(3000):
+                try:
+                    c = s.connect(10, f"127.0.0.{2 + i % 3}")
+                    push(c, b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n" + line * 60)
+                    held.append(c)
+                except OSError:
+                    pass
+            time.sleep(2)
+            peak = s.vm("VmHWM")
+            probes = [s.healthz(3) for _ in range(4)]
+            print(f"\n  3,000 unfinished 60 KiB headers: RSS {idle:.0f} -> peak {peak:.0f} MiB; "
+                  f"/healthz {probes}", file=sys.stderr)
+            self.assertLess(peak - idle, 100, f"RSS {idle:.0f} -> {peak:.0f} MiB")
+            for status, _ in probes:
+                self.assertEqual(status, 200, probes)
+        finally:
+            for c in held:
+                c.close()
+            s.stop()
+
+    def test_r2_the_dashboard_metrics_and_probes_refuse_a_body_before_reading_it(self):
+        s = Serve("--credentials", credentials_file())
+        try:
+            for head, want in (
+                    (b"POST /ui/api/dead/requeue HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n", 401),
+                    (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 65536\r\n\r\n",
+                     401),
+                    (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 65536\r\n"
+                     b"Authorization: " + basic_auth().encode() + b"\r\n\r\n", 413),
+                    (b"POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 65536\r\n\r\n",
+                     413),
+                    (b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n", 413)):
+                with s.connect() as c:
+                    c.sendall(head)  # and no body: the answer must not wait for it
+                    answer = read_head(c, 3)
+                    self.assertEqual(status_of(answer), want, (head[:40], answer))
+        finally:
+            s.stop()
+
+    def test_r2_bodies_without_a_key_leave_a_share_of_the_budget_to_signed_requests(self):
+        # 16 dashboard uploads (Basic auth, 1 MiB declared, 900 KiB sent and held) against an
+        # 8 MiB budget: they stop at its uncredentialed 6 MiB; a signed call still gets in, and
+        # /readyz stays ready. Then signed bodies fill it all: /readyz says busy, until they go.
+        s = Serve("--credentials", credentials_file(), "--max-body-memory", "8")
+        uploads = []
+        try:
+            for _ in range(16):
+                c = s.connect()
+                push(c, b"POST /ui/api/dead/requeue HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Authorization: " + basic_auth().encode() + b"\r\n"
+                        b"Content-Type: application/json\r\nContent-Length: 1048576\r\n\r\n" +
+                        b" " * (900 << 10))
+                uploads.append(c)
+            time.sleep(1)
+            status, answer = call(s.port, "GetQueueUrl", {"QueueName": "nowhere-round-two"})
+            self.assertNotEqual(status, 503, answer)
+            self.assertIn("QueueDoesNotExist", json.dumps(answer))
+            self.assertEqual(s.readyz()[0], 200)
+            # Signed (a key of the file, a signature of now: all a header can show) bodies of
+            # 3.5 MiB held open: the whole budget fills, and a 503 makes /readyz busy.
+            for _ in range(4):
+                head, _ = signed_call(s.port, "SendMessage", b"", content_length=4 << 20)
+                c = s.connect()
+                push(c, head + b"{" + b" " * (3500 << 10))
+                uploads.append(c)
+            time.sleep(1)
+            busy = s.readyz()
+            self.assertEqual(busy[0], 503, busy)
+            self.assertIn("busy", busy[1])
+            for c in uploads:
+                c.close()
+            uploads = []
+            time.sleep(3)
+            self.assertEqual(s.readyz(), (200, "ok\n"))
+        finally:
+            for c in uploads:
+                c.close()
+            s.stop()
+
+    def test_r3_slow_headers_cannot_hold_the_connection_cap(self):
+        s = Serve("--max-connections", "100")
+        slow = []
+        try:
+            for _ in range(200):
+                c = s.connect()
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: txmq\r\n")  # and never the rest
+                slow.append(c)
+            time.sleep(0.5)
+            probes = [s.healthz(3) for _ in range(8)]
+            for status, _ in probes:
+                self.assertEqual(status, 200, probes)
+        finally:
+            for c in slow:
+                c.close()
+            s.stop()
+
+    def test_r3_one_address_holds_at_most_its_cap(self):
+        s = Serve("--max-connections-per-client", "20")
+        many, few = [], []
+        try:
+            for _ in range(60):
+                c = s.connect(10, "127.0.0.2")
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: txmq\r\n")
+                many.append(c)
+            for _ in range(5):
+                c = s.connect(10, "127.0.0.3")
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: txmq\r\n")
+                few.append(c)
+            time.sleep(1)
+            closed_many = sum(closed_or_refused(c) for c in many)
+            closed_few = sum(closed_or_refused(c) for c in few)
+            self.assertGreaterEqual(closed_many, 40)
+            self.assertEqual(closed_few, 0)
+            self.assertEqual(s.healthz(3, source="127.0.0.2")[0], 200)
+            self.assertIn("--max-connections-per-client 20", s.stderr())
+        finally:
+            for c in many + few:
+                c.close()
+            s.stop()
+
+    def test_r4_answers_nobody_reads_are_held_within_their_budget_and_lose_nothing(self):
+        s = Serve("--max-answer-memory", "16")
+        readers = []
+        try:
+            status, answer = call(s.port, "CreateQueue", {"QueueName": "unread-answers"})
+            self.assertEqual(status, 200, answer)
+            url = answer["QueueUrl"]
+            body = '"' * (200 << 10)  # each quote escaped in JSON: 400 KiB a message
+            for i in range(120):
+                status, answer = call(s.port, "SendMessage", {"QueueUrl": url,
+                                                              "MessageBody": body + str(i)})
+                self.assertEqual(status, 200, answer)
+            # Twelve receives of ten messages (4 MiB answers) whose clients never read.
+            for _ in range(12):
+                c = socket.socket()
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                c.connect(("127.0.0.1", s.port))
+                head, payload = signed_call(s.port, "ReceiveMessage", json.dumps(
+                    {"QueueUrl": url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 2}))
+                c.sendall(head + payload)
+                readers.append(c)
+            deadline = time.monotonic() + 10
+            while "--max-answer-memory" not in s.stderr() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.assertIn("--max-answer-memory", s.stderr())
+            for c in readers:
+                c.close()
+            readers = []
+            # Nothing lost: every message is received (those of dropped answers once their
+            # visibility timeout ends).
+            seen = set()
+            deadline = time.monotonic() + 60
+            while len(seen) < 120 and time.monotonic() < deadline:
+                status, answer = call(s.port, "ReceiveMessage", {
+                    "QueueUrl": url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1})
+                self.assertEqual(status, 200, answer)
+                for m in answer.get("Messages", []):
+                    seen.add(m["Body"][len(body):])
+                    call(s.port, "DeleteMessage", {"QueueUrl": url,
+                                                   "ReceiptHandle": m["ReceiptHandle"]})
+            self.assertEqual(len(seen), 120)
+        finally:
+            for c in readers:
+                c.close()
+            s.stop()
+
+    def test_r6_a_transfer_encoding_other_than_chunked_alone_is_refused(self):
+        s = Serve()
+        try:
+            date, auth = fake_auth()
+            # (Beast refuses "gzip, chunked" beside a Content-Length itself: 400 too.)
+            for coding, want in (("chunked, chunked", 400), ("gzip, chunked", (400, 501)),
+                                 ("xchunked", 400), ("chunked , gzip", 400)):
+                with s.connect() as c:
+                    c.sendall(f"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              f"X-Amz-Target: AmazonSQS.ListQueues\r\n"
+                              f"Content-Type: application/x-amz-json-1.0\r\n"
+                              f"X-Amz-Date: {date}\r\nAuthorization: {auth}\r\n"
+                              f"Transfer-Encoding: {coding}\r\nContent-Length: 4\r\n\r\n"
+                              f"abcdGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                    c.settimeout(5)
+                    data = b""
+                    while True:
+                        try:
+                            chunk = c.recv(65536)
+                        except (socket.timeout, ConnectionResetError):
+                            break
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.assertIn(status_of(data), want if isinstance(want, tuple) else (want,),
+                                  (coding, data))
+                    self.assertEqual(data.count(b"HTTP/1.1 "), 1, (coding, data))
+        finally:
+            s.stop()
+
+    def test_r7_refused_bodies_are_freed_when_refused(self):
+        # 16 Txmq.SendMessageBatch bodies of 60 MiB signed by a key of the file with a wrong
+        # secret (each passes every check a header allows) against the 256 MiB budget.
+        s = Serve("--credentials", credentials_file(), exact_rss=True)
+        try:
+            self.assertEqual(s.healthz(5)[0], 200)
+            time.sleep(0.5)
+            idle = s.vm("VmRSS")
+
+            def upload():
+                head, _ = signed_call(s.port, "SendMessage", b"", secret="wrong",
+                                      content_length=60 * MiB)
+                head = head.replace(b"AmazonSQS.SendMessage", b"Txmq.SendMessageBatch")
+                try:
+                    with s.connect(60) as c:
+                        c.sendall(head)
+                        block = b"[" + b" " * (MiB - 1)
+                        for _ in range(60):
+                            c.sendall(block)
+                            block = b" " * MiB
+                            time.sleep(0.05)  # paced: all sixteen grow together
+                        read_head(c, 30)
+                except OSError:
+                    pass
+            threads = [threading.Thread(target=upload) for _ in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            peak = s.vm("VmHWM")
+            print(f"\n  16 x 60 MiB wrongly signed: RSS {idle:.0f} -> peak {peak:.0f} MiB",
+                  file=sys.stderr)
+            self.assertLess(peak - idle, 256 + 32, f"RSS {idle:.0f} -> {peak:.0f} MiB")
             self.assertEqual(s.healthz(2)[0], 200)
         finally:
             s.stop()

@@ -32,6 +32,8 @@ workers = 32
 log-format = "json"
 max-connections = 10000
 max-body-memory = 512
+max-answer-memory = 64
+max-connections-per-client = 0
 dsn = "mysql://txmq@db.example/txmq"
 metrics-topics = "sqs_orders.*"
 tables-at-first-use = true
@@ -46,6 +48,8 @@ tables-at-first-use = true
   EXPECT_EQ(c.log_format, LogFormat::kJson);
   EXPECT_EQ(c.max_connections, 10000u);
   EXPECT_EQ(c.max_body_memory_mib, 512u);
+  EXPECT_EQ(c.max_answer_memory_mib, 64u);
+  EXPECT_EQ(c.max_connections_per_client, 0u);
   EXPECT_EQ(c.dsn, "mysql://txmq@db.example/txmq");
   EXPECT_EQ(c.metrics_topics, "sqs_orders.*");
   EXPECT_EQ(c.tables_at_first_use, true);
@@ -57,7 +61,8 @@ TEST(ServeConfig, KeysLeftOutAreUnset) {
   const ServeConfig c = parse_serve_config("workers = 1\n", "serve.conf");
   EXPECT_EQ(c.workers, 1);
   EXPECT_FALSE(c.listen || c.credentials_file || c.region || c.account || c.log_format || c.dsn ||
-               c.max_connections || c.max_body_memory_mib);
+               c.max_connections || c.max_body_memory_mib || c.max_answer_memory_mib ||
+               c.max_connections_per_client);
   EXPECT_FALSE(parse_serve_config("", "serve.conf").workers);
 }
 
@@ -96,11 +101,13 @@ TEST(ServeConfig, UnknownKeysSuggestTheNearestKnownOne) {
             "/etc/txmq/serve.conf:1: unknown key 'Region' (did you mean 'region'?)");
   EXPECT_EQ(error_of("port = 9324\n"),
             "/etc/txmq/serve.conf:1: unknown key 'port' (known keys: listen, credentials, "
-            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn, "
+            "region, account-id, workers, log-format, max-connections, "
+            "max-connections-per-client, max-body-memory, max-answer-memory, dsn, "
             "metrics-topics, tables-at-first-use)");
   EXPECT_EQ(error_of("workers = 2\n[serve]\nlisten = \"127.0.0.1:1\"\n"),
             "/etc/txmq/serve.conf:2: unknown key 'serve' (known keys: listen, credentials, "
-            "region, account-id, workers, log-format, max-connections, max-body-memory, dsn, "
+            "region, account-id, workers, log-format, max-connections, "
+            "max-connections-per-client, max-body-memory, max-answer-memory, dsn, "
             "metrics-topics, tables-at-first-use; the file has no [tables]: keys go at its top)");
 }
 

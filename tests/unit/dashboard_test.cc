@@ -80,6 +80,15 @@ TEST(Dashboard, PreviewsTextWholeCharactersAndBinaryInHex) {
   EXPECT_EQ(preview("\xed\xa0\x80", 300).kind, "hex");
   EXPECT_EQ(preview("\xf0\x9f\x98\x80", 300).kind, "text");  // an emoji
   EXPECT_EQ(preview("", 300).kind, "text");
+
+  // The first bytes of a longer payload (the dead-letter view reads only those): one that ends
+  // inside a character is still text, and truncated whatever its length.
+  p = preview(std::string(299, 'a') + "\xe2\x82\xac\xe2\x82", 300, /*cut=*/true);
+  EXPECT_EQ(p.kind, "text");
+  EXPECT_EQ(p.text, std::string(299, 'a'));
+  EXPECT_TRUE(p.truncated);
+  EXPECT_TRUE(preview("short", 300, /*cut=*/true).truncated);
+  EXPECT_EQ(preview(std::string(299, 'a') + "\xff", 300, /*cut=*/true).kind, "hex");
 }
 
 TEST(Dashboard, EmbedsItsFiles) {
