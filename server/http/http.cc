@@ -30,8 +30,11 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-// A header is read in steps of this size, each reserved against the memory budget first.
+// A header is read in steps of this size; its buffer past the first kHeaderFree bytes is
+// reserved against the memory budget before each read (the first are the connection's own
+// cost, bounded by the connection caps: a usual SigV4 header never touches the budget).
 constexpr std::size_t kHeaderStep = 8 * 1024;
+constexpr std::size_t kHeaderFree = 8 * 1024;
 // A body is reserved against the memory budget a step ahead of what has arrived (Beast reads
 // up to 64 KiB at a time), and must keep arriving at the minimum rate: a grace's worth of time
 // after its last bytes, it is cut off.
@@ -156,11 +159,14 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     declared_length_.reset();
     header_scanned_ = 0;
+    credentialed_ = false;
     if (buffer_.size() > 0) {  // the next request came with the last one (pipelining)
       phase_since_.store(Clock::now().time_since_epoch().count());
       phase_.store(kHeader);
       header_deadline_ = Clock::now() + options_.header_timeout;
-      return read_header();
+      // On the strand, not here: an answering thread may be here holding handoff_ (write()),
+      // and read_header() may refuse at once, which writes and takes handoff_ again.
+      return asio::post(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
     }
     // An idle connection keeps no buffer: a body's read may have grown it to 64 KiB, times
     // thousands of connections.
@@ -219,11 +225,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const std::size_t step = std::min(kHeaderStep, kHeaderLimit - have.size());
     buffer_.prepare(step);
-    if (buffer_.capacity() > header_bytes_ &&
-        !reserve_body_memory(buffer_.capacity() - header_bytes_, /*credentialed=*/false)) {
+    const std::size_t charged = buffer_.capacity() > kHeaderFree ? buffer_.capacity() - kHeaderFree : 0;
+    if (charged > header_bytes_ &&
+        !reserve_body_memory(charged - header_bytes_, /*credentialed=*/false)) {
       return refuse_over_budget();
     }
-    header_bytes_ = std::max(header_bytes_, buffer_.capacity());
+    header_bytes_ = std::max(header_bytes_, charged);
     stream_.expires_at(header_deadline_);
     stream_.async_read_some(buffer_.prepare(step),
                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
@@ -250,8 +257,13 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = parser_->get().version();
     const RequestHeader& header = parser_->get();
     // RFC 9112 6.1: chunked, alone, is the only coding a request body may have here; a list
-    // ("chunked, chunked", "gzip, chunked") or another coding would be framed by a length the
-    // sender did not mean.
+    // ("chunked, chunked", "gzip, chunked"), another coding, an empty one or a second field
+    // would be framed by a length the sender did not mean.
+    const auto codings = header.equal_range(http::field::transfer_encoding);
+    const std::size_t coding_fields = static_cast<std::size_t>(std::distance(codings.first, codings.second));
+    if (coding_fields > 1 || (coding_fields == 1 && trimmed(header_of(header, http::field::transfer_encoding)).empty())) {
+      return refuse(plain_text(400, "Transfer-Encoding must be one field: chunked"));
+    }
     if (const std::string_view te = header_of(header, http::field::transfer_encoding);
         !te.empty() && !is_chunked(te)) {
       // chunked last and once, after another coding: 501 (none other is done here); else 400.
@@ -672,7 +684,8 @@ void HttpServer::take_connection(tcp::socket socket, bool make_room) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
-    if (client && per_client_[session->client()] >= per_client_cap) {
+    const auto known = per_client_.find(session->client());
+    if (client && known != per_client_.end() && known->second >= per_client_cap) {
       // Its own connections make room for it, not other clients'.
       client_full = true;
       evicted = evict_locked(client);

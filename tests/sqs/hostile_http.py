@@ -508,6 +508,23 @@ class RoundTwo(unittest.TestCase):
                 c.sendall(head(101))
                 answer = read_head(c, 5)
                 self.assertEqual(status_of(answer), 431, answer)
+            # The same behind a request in the same packet (pipelined): answered in turn, and
+            # the server goes on answering (its refusal once deadlocked an I/O thread).
+            for _ in range(4):
+                with s.connect() as c:
+                    c.sendall(head(1) + b"GET /h HTTP/1.1\r\n" + b"a:\r\n" * 120 + b"\r\n")
+                    c.settimeout(5)
+                    data = b""
+                    while data.count(b"HTTP/1.1 ") < 2 or not data.endswith(b"\n"):
+                        try:
+                            chunk = c.recv(65536)
+                        except (socket.timeout, ConnectionResetError):
+                            break
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.assertEqual(re.findall(rb"HTTP/1\.1 (\d{3})", data), [b"200", b"431"], data)
+                self.assertEqual(s.healthz(3)[0], 200)
             # 300 at once of 6,000 fields (54 KB, under the 64 KiB header limit): each would
             # cost about 470 KiB parsed; all are refused from their bytes.
             statuses = []
@@ -713,7 +730,8 @@ class RoundTwo(unittest.TestCase):
             date, auth = fake_auth()
             # (Beast refuses "gzip, chunked" beside a Content-Length itself: 400 too.)
             for coding, want in (("chunked, chunked", 400), ("gzip, chunked", (400, 501)),
-                                 ("xchunked", 400), ("chunked , gzip", 400)):
+                                 ("xchunked", 400), ("chunked , gzip", 400),
+                                 ("\r\nTransfer-Encoding: gzip", 400), ("", 400)):
                 with s.connect() as c:
                     c.sendall(f"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                               f"X-Amz-Target: AmazonSQS.ListQueues\r\n"
