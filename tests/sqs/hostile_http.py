@@ -755,6 +755,39 @@ class RoundTwo(unittest.TestCase):
         finally:
             s.stop()
 
+    def test_r7_a_body_refused_for_the_budget_is_freed_when_refused(self):
+        # A holds 8 MiB of a 64 MiB budget; B sends 57 MiB and pauses: refused at about 56 MiB,
+        # its share of the budget given back at once, so its bytes must go at once too (not
+        # after its 2 s linger, while others reuse the share: that passed the budget).
+        s = Serve("--max-body-memory", "64", exact_rss=True)
+        conns = []
+        try:
+            self.assertEqual(s.healthz(5)[0], 200)
+            time.sleep(0.5)
+            idle = s.vm("VmRSS")
+
+            def upload(declared, sent):
+                c = s.connect(30)
+                conns.append(c)
+                head = post_head(declared, signed=True).replace(b"AmazonSQS.SendMessage",
+                                                                b"Txmq.SendMessageBatch")
+                push(c, head + b"{" + b" " * (sent - 1), timeout=10)
+                return c
+            upload(16 * MiB, 8 * MiB)
+            b = upload(60 * MiB, 57 * MiB)
+            self.assertEqual(status_of(read_head(b, 10)), 503)
+            held = 0
+            for _ in range(5):  # within B's linger
+                held = max(held, s.vm("VmRSS") - idle)
+                time.sleep(0.1)
+            print(f"\n  56 MiB refused beside 8 MiB held: {held:.0f} MiB over idle during its linger",
+                  file=sys.stderr)
+            self.assertLess(held, 8 + 24)
+        finally:
+            for c in conns:
+                c.close()
+            s.stop()
+
     def test_r7_refused_bodies_are_freed_when_refused(self):
         # 16 Txmq.SendMessageBatch bodies of 60 MiB signed by a key of the file with a wrong
         # secret (each passes every check a header allows) against the 256 MiB budget.
