@@ -223,8 +223,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return refuse(
           plain_text(431, "request header over the limit of " + byte_size(kHeaderLimit)));
     }
-    const std::size_t step = std::min(kHeaderStep, kHeaderLimit - have.size());
-    buffer_.prepare(step);
+    const auto space = buffer_.prepare(std::min(kHeaderStep, kHeaderLimit - have.size()));
     const std::size_t charged = buffer_.capacity() > kHeaderFree ? buffer_.capacity() - kHeaderFree : 0;
     if (charged > header_bytes_ &&
         !reserve_body_memory(charged - header_bytes_, /*credentialed=*/false)) {
@@ -232,8 +231,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     header_bytes_ = std::max(header_bytes_, charged);
     stream_.expires_at(header_deadline_);
-    stream_.async_read_some(buffer_.prepare(step),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    stream_.async_read_some(space, [self = shared_from_this()](beast::error_code ec, std::size_t n) {
                               self->buffer_.commit(n);
                               if (ec) return self->close();  // gone, too slow, or evicted
                               self->read_header();
@@ -259,26 +257,29 @@ class Session : public std::enable_shared_from_this<Session> {
     // RFC 9112 6.1: chunked, alone, is the only coding a request body may have here; a list
     // ("chunked, chunked", "gzip, chunked"), another coding, an empty one or a second field
     // would be framed by a length the sender did not mean.
-    const auto codings = header.equal_range(http::field::transfer_encoding);
-    const std::size_t coding_fields = static_cast<std::size_t>(std::distance(codings.first, codings.second));
-    if (coding_fields > 1 || (coding_fields == 1 && trimmed(header_of(header, http::field::transfer_encoding)).empty())) {
-      return refuse(plain_text(400, "Transfer-Encoding must be one field: chunked"));
-    }
-    if (const std::string_view te = header_of(header, http::field::transfer_encoding);
-        !te.empty() && !is_chunked(te)) {
-      // chunked last and once, after another coding: 501 (none other is done here); else 400.
-      const std::size_t comma = te.rfind(',');
-      const std::string_view before = comma == std::string_view::npos ? "" : te.substr(0, comma);
-      bool chunked_before = false;
-      for (std::size_t from = 0; from <= before.size();) {
-        const std::size_t to = std::min(before.find(',', from), before.size());
-        chunked_before = chunked_before || is_chunked(before.substr(from, to - from));
+    if (const auto codings = header.equal_range(http::field::transfer_encoding);
+        codings.first != codings.second) {
+      if (std::next(codings.first) != codings.second) {
+        return refuse(plain_text(400, "Transfer-Encoding must be one field: chunked"));
+      }
+      const std::string_view te(codings.first->value().data(), codings.first->value().size());
+      // Its codings, in order: chunked alone passes; chunked last and once after others is 501
+      // (no other is done here); anything else (chunked twice, not last, an empty one) is 400.
+      std::size_t count = 0, chunked = 0;
+      bool empty = false, last_chunked = false;
+      for (std::size_t from = 0; from <= te.size(); ++count) {
+        const std::size_t to = std::min(te.find(',', from), te.size());
+        const std::string_view coding = te.substr(from, to - from);
+        last_chunked = is_chunked(coding);
+        chunked += last_chunked ? 1 : 0;
+        empty = empty || trimmed(coding).empty();
         from = to + 1;
       }
-      return refuse(comma != std::string_view::npos && is_chunked(te.substr(comma + 1)) &&
-                            !chunked_before
-                        ? plain_text(501, "a request body's only transfer coding here is chunked")
-                        : plain_text(400, "Transfer-Encoding must end with chunked, once"));
+      if (!(count == 1 && last_chunked)) {
+        return refuse(last_chunked && chunked == 1 && !empty
+                          ? plain_text(501, "a request body's only transfer coding here is chunked")
+                          : plain_text(400, "Transfer-Encoding must end with chunked, once"));
+      }
     }
     Admission admission;
     if (options_.admission) {
@@ -516,7 +517,6 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.async_read_some(buffer_.prepare(4 * 1024),
                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
                               self->lingered_bytes_ += n;
-                              self->buffer_.consume(self->buffer_.size());
                               if (ec || self->lingered_bytes_ >= kLingerBytes) return self->close();
                               self->drop_input();
                             });
@@ -670,10 +670,12 @@ void HttpServer::on_accept_error(const boost::system::error_code& ec) {
 void HttpServer::take_connection(tcp::socket socket, bool make_room) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  std::optional<asio::ip::address> client;
-  if (const tcp::endpoint peer = socket.remote_endpoint(ignored); !ignored) client = peer.address();
-  auto session =
-      std::make_shared<Session>(std::move(socket), *this, client ? client->to_string() : "");
+  // Empty when the peer is already gone: no per-client cap then.
+  std::string client;
+  if (const tcp::endpoint peer = socket.remote_endpoint(ignored); !ignored) {
+    client = peer.address().to_string();
+  }
+  auto session = std::make_shared<Session>(std::move(socket), *this, client);
   const std::size_t per_client_cap = options_.max_connections_per_client == 0
                                          ? options_.max_connections
                                          : options_.max_connections_per_client;
@@ -684,19 +686,19 @@ void HttpServer::take_connection(tcp::socket socket, bool make_room) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
-    const auto known = per_client_.find(session->client());
-    if (client && known != per_client_.end() && known->second >= per_client_cap) {
+    const auto known = per_client_.find(client);
+    if (!client.empty() && known != per_client_.end() && known->second >= per_client_cap) {
       // Its own connections make room for it, not other clients'.
       client_full = true;
-      evicted = evict_locked(client);
+      evicted = evict_locked(&client);
       full = evicted == nullptr;
     } else if (make_room || sessions_.size() >= options_.max_connections) {
-      evicted = evict_locked(std::nullopt);
+      evicted = evict_locked(nullptr);
       full = evicted == nullptr;
     }
     if (!full) {
       sessions_.emplace(session.get(), session);
-      ++per_client_[session->client()];
+      ++per_client_[client];
     }
     open = sessions_.size();
   }
@@ -705,7 +707,7 @@ void HttpServer::take_connection(tcp::socket socket, bool make_room) {
         last_client_cap_warning_,
         fmt::format("{} has the most connections one client may hold "
                     "(--max-connections-per-client {}): {}",
-                    session->client(), per_client_cap,
+                    client, per_client_cap,
                     full ? "none of them idle, its new connections are answered 503"
                          : "its longest-idle (or slowest) one is closed for each new one"));
   } else if ((evicted || full) && !make_room) {  // out of descriptors: said by on_accept_error
@@ -724,8 +726,7 @@ void HttpServer::take_connection(tcp::socket socket, bool make_room) {
   session->start();
 }
 
-std::shared_ptr<Session> HttpServer::evict_locked(const std::optional<asio::ip::address>& client) {
-  const std::string address = client ? client->to_string() : "";
+std::shared_ptr<Session> HttpServer::evict_locked(const std::string* client) {
   // A scan of every connection, but only when a cap is reached. The idle first; then those
   // still in their header (a slow-header client would otherwise hold the cap).
   for (const Session::Phase phase : {Session::kIdle, Session::kHeader}) {
@@ -734,7 +735,7 @@ std::shared_ptr<Session> HttpServer::evict_locked(const std::optional<asio::ip::
       Clock::rep since = std::numeric_limits<Clock::rep>::max();
       for (const auto& [raw, session] : sessions_) {
         if (raw->phase() == phase && raw->phase_since() < since &&
-            (!client || raw->client() == address)) {
+            (client == nullptr || raw->client() == *client)) {
           longest = raw;
           since = raw->phase_since();
         }
@@ -744,9 +745,7 @@ std::shared_ptr<Session> HttpServer::evict_locked(const std::optional<asio::ip::
         auto it = sessions_.find(longest);
         std::shared_ptr<Session> evicted = std::move(it->second);
         sessions_.erase(it);
-        if (auto c = per_client_.find(evicted->client()); c != per_client_.end() && --c->second == 0) {
-          per_client_.erase(c);
-        }
+        forget_client_locked(evicted->client());
         return evicted;
       }
     }
@@ -754,27 +753,34 @@ std::shared_ptr<Session> HttpServer::evict_locked(const std::optional<asio::ip::
   return nullptr;
 }
 
+void HttpServer::forget_client_locked(const std::string& client) {
+  if (auto c = per_client_.find(client); c != per_client_.end() && --c->second == 0) {
+    per_client_.erase(c);
+  }
+}
+
+namespace {
+// Adds `bytes` to `reserved` unless that would pass `budget`; false then.
+bool reserve_within(std::atomic<std::size_t>& reserved, std::size_t bytes, std::size_t budget) {
+  std::size_t now = reserved.load();
+  do {
+    if (bytes > budget - std::min(now, budget)) return false;
+  } while (!reserved.compare_exchange_weak(now, now + bytes));
+  return true;
+}
+}  // namespace
+
 bool HttpServer::reserve_body_memory(std::size_t bytes, bool credentialed) {
   // A quarter of the budget is kept for credentialed requests.
-  const std::size_t budget = credentialed
-                                 ? options_.body_memory_budget
-                                 : options_.body_memory_budget - options_.body_memory_budget / 4;
-  std::size_t reserved = body_bytes_reserved_->load();
-  do {
-    if (bytes > budget - std::min(reserved, budget)) return false;
-  } while (!body_bytes_reserved_->compare_exchange_weak(reserved, reserved + bytes));
-  return true;
+  return reserve_within(*body_bytes_reserved_, bytes,
+                        credentialed ? options_.body_memory_budget
+                                     : options_.body_memory_budget - options_.body_memory_budget / 4);
 }
 
 void HttpServer::release_body_memory(std::size_t bytes) { *body_bytes_reserved_ -= bytes; }
 
 bool HttpServer::reserve_answer_memory(std::size_t bytes) {
-  std::size_t reserved = answer_bytes_reserved_.load();
-  const std::size_t budget = options_.answer_memory_budget;
-  do {
-    if (bytes > budget - std::min(reserved, budget)) return false;
-  } while (!answer_bytes_reserved_.compare_exchange_weak(reserved, reserved + bytes));
-  return true;
+  return reserve_within(answer_bytes_reserved_, bytes, options_.answer_memory_budget);
 }
 
 void HttpServer::note_refusal(const char* why) {
@@ -836,9 +842,7 @@ void HttpServer::closed(Session* session) {
     if (auto it = sessions_.find(session); it != sessions_.end()) {
       keep = std::move(it->second);
       sessions_.erase(it);
-      if (auto c = per_client_.find(keep->client()); c != per_client_.end() && --c->second == 0) {
-        per_client_.erase(c);
-      }
+      forget_client_locked(keep->client());
     }
     if (stopping_ && sessions_.empty() && on_all_closed_) {
       callback = std::move(on_all_closed_);

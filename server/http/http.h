@@ -145,10 +145,12 @@ class HttpServer {
   // `make_room` (out of descriptors), a connection is closed for it (evict_locked); with none to
   // close it is answered 503 and closed.
   void take_connection(boost::asio::ip::tcp::socket socket, bool make_room = false);
-  // The longest-idle connection, else the one longest in its request header (of `client` when
-  // given), already marked so that it will not go on; the caller closes it. Null when every
-  // connection has a request in progress. Called with mutex_ held.
-  std::shared_ptr<Session> evict_locked(const std::optional<boost::asio::ip::address>& client);
+  // The longest-idle connection, else the one longest in its request header (of the client
+  // address `client` when not null), already marked so that it will not go on; the caller
+  // closes it. Null when every connection has a request in progress. Called with mutex_ held.
+  std::shared_ptr<Session> evict_locked(const std::string* client);
+  // One connection of `client` fewer in per_client_ (its entry gone at zero). mutex_ held.
+  void forget_client_locked(const std::string& client);
   void closed(Session* session);
   // Reserves `bytes` of the memory budget (all of it when `credentialed`, else all but the
   // credentialed share); false when that would pass it.
