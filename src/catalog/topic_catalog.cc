@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <memory>
 #include <unordered_set>
 
 #include "catalog/routines.h"
@@ -25,9 +26,57 @@ void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_vi
   throw error;
 }
 
-PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition) {
-  return PartitionQueue{std::string(topic), group, partition, topic_tables(topic, group, partition),
-                        wait_channel(topic, group)};
+QueueRef partition_queue(std::string_view topic, unsigned group, unsigned partition) {
+  return QueueRef{std::string(topic), group, partition, topic_tables(topic, group, partition),
+                  wait_channel(topic, group)};
+}
+
+ResolvedTopic::ResolvedTopic(TopicLayout from)
+    : layout(std::move(from)), topic_wide(topic_tables(layout.info.name)) {
+  queues.reserve(layout.groups.size() * layout.partitions());
+  for (const GroupEntry& g : layout.groups) {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      queues.push_back(partition_queue(layout.info.name, g.number, p));
+    }
+  }
+}
+
+const QueueRef* ResolvedTopic::queue(unsigned group, unsigned partition) const {
+  const unsigned partitions = layout.partitions();
+  if (partition >= partitions) return nullptr;
+  for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+    if (layout.groups[g].number == group) return &queues[g * partitions + partition];
+  }
+  return nullptr;
+}
+
+std::vector<const QueueRef*> ResolvedTopic::claim_order(const GroupEntry& group,
+                                                        const std::vector<int>& only) const {
+  std::vector<const QueueRef*> units;
+  // Partitions placed on other servers (a sharded topic, shard_map.h) are not walked here.
+  if (only.empty()) {
+    for (unsigned p = 0; p < layout.partitions(); ++p) {
+      if (layout.is_placed(p)) units.push_back(queue(group.number, p));
+    }
+    return units;
+  }
+  for (int p : only) {
+    if (p < 0 || p >= layout.info.options.partitions) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}",
+                              layout.info.name, layout.info.options.partitions - 1, p));
+    }
+    if (!layout.is_placed(static_cast<unsigned>(p))) continue;
+    units.push_back(queue(group.number, static_cast<unsigned>(p)));
+  }
+  return units;
+}
+
+std::string_view ResolvedTopic::group_name(unsigned number) const {
+  for (const GroupEntry& g : layout.groups) {
+    if (g.number == number) return g.name;
+  }
+  return {};
 }
 
 const GroupEntry& TopicLayout::group(std::string_view name) const {
@@ -228,36 +277,47 @@ std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view na
   return layout;
 }
 
-TopicLayout TopicCatalog::reload(Connection& c, std::string_view name) {
+Topic TopicCatalog::reload(Connection& c, std::string_view name) {
   check_topic_name(name);
   std::optional<TopicLayout> layout = load(c, name);
   if (!layout) {
     forget(name);
     throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
   }
-  std::lock_guard lock(mutex_);
-  cache_[std::string(name)] = Cached{*layout, std::chrono::steady_clock::now()};
-  return *layout;
+  auto topic = std::make_shared<const ResolvedTopic>(std::move(*layout));
+  remember(name, topic);
+  return topic;
 }
 
-std::optional<TopicLayout> TopicCatalog::cached(std::string_view name) {
+void TopicCatalog::remember(std::string_view name, const Topic& topic) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  // Thousands of topics used once each must not stay cached forever.
+  if (cache_.size() >= kCacheSweepAt) {
+    std::erase_if(cache_, [&](const auto& entry) { return now - entry.second.fetched >= kCacheFor; });
+  }
+  cache_[std::string(name)] = Cached{topic, now};
+}
+
+Topic TopicCatalog::cached(std::string_view name) {
   check_topic_name(name);
+  resolutions_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
   auto it = cache_.find(std::string(name));
   if (it != cache_.end() && std::chrono::steady_clock::now() - it->second.fetched < kCacheFor) {
-    return it->second.layout;
+    return it->second.topic;
   }
-  return std::nullopt;
+  return nullptr;
 }
 
-TopicLayout TopicCatalog::layout(std::string_view name) {
-  if (std::optional<TopicLayout> known = cached(name)) return std::move(*known);
+Topic TopicCatalog::resolve(std::string_view name) {
+  if (Topic known = cached(name)) return known;
   return pool_.run(OnLostConnection::kRetry,
                    [&](Connection& c, const Attempt&) { return reload(c, name); });
 }
 
-TopicLayout TopicCatalog::layout(std::string_view name, Connection& c) {
-  if (std::optional<TopicLayout> known = cached(name)) return std::move(*known);
+Topic TopicCatalog::resolve(std::string_view name, Connection& c) {
+  if (Topic known = cached(name)) return known;
   return reload(c, name);
 }
 
@@ -269,7 +329,10 @@ void TopicCatalog::forget(std::string_view name) {
 void TopicCatalog::no_send_fences(std::string_view name) {
   std::lock_guard lock(mutex_);
   auto it = cache_.find(std::string(name));
-  if (it != cache_.end()) it->second.layout.send_fences = false;
+  if (it == cache_.end() || !it->second.topic->layout.send_fences) return;
+  auto without = std::make_shared<ResolvedTopic>(*it->second.topic);
+  without->layout.send_fences = false;
+  it->second.topic = std::move(without);
 }
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options,

@@ -2,8 +2,10 @@
 // send fences and the locks on catalog rows that serialise changes between clients.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -55,6 +57,41 @@ struct TopicLayout {
   unsigned partitions() const { return static_cast<unsigned>(info.options.partitions); }
 };
 
+// One queue: a group's partition of a topic, with its own tables.
+struct QueueRef {
+  std::string topic;
+  unsigned group = 0;
+  unsigned partition = 0;
+  TopicTables tables;
+  std::string channel;  // where the group's waiting consumers register
+};
+QueueRef partition_queue(std::string_view topic, unsigned group, unsigned partition);
+
+// A topic as one call uses it: its layout, and the tables and wait channel of every group's
+// partition, made once when the catalog is read (not per statement). Immutable and shared: a
+// call resolves its topic once (TopicCatalog::resolve) and hands this down, so that it sees one
+// layout throughout and never looks the name up again.
+struct ResolvedTopic {
+  explicit ResolvedTopic(TopicLayout layout);
+
+  TopicLayout layout;
+  TopicTables topic_wide;        // the tables of group 0, partition 0: the dedup and archive tables
+  std::vector<QueueRef> queues;  // by group (layout order), then partition
+
+  const std::string& name() const { return layout.info.name; }
+  const TopicInfo& info() const { return layout.info; }
+  const TopicOptions& options() const { return layout.info.options; }
+  // None when the group or partition is not in the layout (a dropped group's receipt).
+  const QueueRef* queue(unsigned group, unsigned partition) const;
+  // The group's partitions placed on this server, in order (all when `only` is empty);
+  // kInvalidArgument for a partition the topic does not have.
+  std::vector<const QueueRef*> claim_order(const GroupEntry& group,
+                                           const std::vector<int>& only) const;
+  // Empty when the layout has no such group.
+  std::string_view group_name(unsigned number) const;
+};
+using Topic = std::shared_ptr<const ResolvedTopic>;
+
 // Topic settings, cached for a few seconds so that sends do not read the catalog each time.
 class TopicCatalog {
  public:
@@ -63,13 +100,17 @@ class TopicCatalog {
   // Creates txmq_schema and txmq_topics when missing; refuses a newer schema version.
   void bootstrap();
   // Throws kNotFound when the topic does not exist, kInvalidArgument for a bad name.
-  TopicInfo get(std::string_view name) { return layout(name).info; }
-  TopicLayout layout(std::string_view name);
+  TopicInfo get(std::string_view name) { return resolve(name)->info(); }
+  TopicLayout layout(std::string_view name) { return resolve(name)->layout; }
+  // The topic as one call uses it (ResolvedTopic): from the cache when fresh, else read.
+  Topic resolve(std::string_view name);
   // The same, read through c when not cached: for a caller that holds a connection of the pool
   // (a transaction), which must not wait for a second one (a pool of one would wait forever).
-  TopicLayout layout(std::string_view name, Connection& c);
+  Topic resolve(std::string_view name, Connection& c);
   // Reads the layout through c (inside the caller's transaction) and caches it.
-  TopicLayout reload(Connection& c, std::string_view name);
+  Topic reload(Connection& c, std::string_view name);
+  // How many times a topic was resolved (resolve, get, layout): one call should resolve once.
+  std::uint64_t resolutions() const { return resolutions_.load(std::memory_order_relaxed); }
   // `placed`: the partitions that live on this server (a sharded topic's member, shard_map.h).
   // `tables_now` false: only the catalog rows; make_tables makes the tables at first use.
   bool create(std::string_view name, const TopicOptions& options,
@@ -109,30 +150,26 @@ class TopicCatalog {
  private:
   // A dead-letter topic must exist and not be the topic itself.
   void check_dead_letter_topic(std::string_view name, const TopicOptions& options);
-  // The layout when cached and fresh.
-  std::optional<TopicLayout> cached(std::string_view name);
+  // The topic when cached and fresh.
+  Topic cached(std::string_view name);
 
   static constexpr auto kCacheFor = std::chrono::seconds(5);
+  // Past this many cached topics, a new entry first drops the stale ones.
+  static constexpr std::size_t kCacheSweepAt = 4096;
   struct Cached {
-    TopicLayout layout;
+    Topic topic;
     std::chrono::steady_clock::time_point fetched;
   };
+  void remember(std::string_view name, const Topic& topic);
   std::optional<TopicLayout> load(Connection& c, std::string_view name);
 
   Pool& pool_;
   std::mutex mutex_;
   std::unordered_map<std::string, Cached> cache_;
+  std::atomic<std::uint64_t> resolutions_{0};
 };
 
-// One queue: a group's partition of a topic, with its own tables.
-struct PartitionQueue {
-  std::string topic;
-  unsigned group = 0;
-  unsigned partition = 0;
-  TopicTables tables;
-  std::string channel;  // where the group's waiting consumers register
-};
-PartitionQueue partition_queue(std::string_view topic, unsigned group, unsigned partition);
+
 
 // Whether the topic has all its tables (for its layout when they were made): a topic created
 // without them (TopicCatalog::create) gets them at first use, the allocating group's first

@@ -19,9 +19,10 @@ namespace txmq::internal {
 void announce(QueueContext& q, std::string_view topic, std::size_t count);
 // The same, with the topic's layout already at hand (its groups are announced to).
 void announce(QueueContext& q, const TopicLayout& layout, std::size_t count);
+void announce(QueueContext& q, const ResolvedTopic& topic, std::size_t count);
 // After a commit that moved keyed messages into the queue table (or made others claimable
 // below this client's scan hint): lowers the hint and announces them.
-void made_claimable(QueueContext& q, const PartitionQueue& unit,
+void made_claimable(QueueContext& q, const QueueRef& unit,
                     const std::vector<std::uint64_t>& ids);
 
 // Client::subscribe (waiters.cc): a subscription to the group's waiter; Client::Subscription's

@@ -67,7 +67,7 @@ struct ClaimResult {
 };
 
 // `riding`: acknowledgements to apply first, in the claim's transaction (ack_and_receive).
-ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const PartitionQueue& unit,
+ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const QueueRef& unit,
                        int max_messages, Micros lease, RidingAcks* riding) {
   const TopicTables& t = unit.tables;
   const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
@@ -270,31 +270,10 @@ void check_claim_options(int max_messages, Micros wait) {
   }
 }
 
-std::vector<PartitionQueue> claim_order(const TopicLayout& layout, const GroupEntry& group,
-                                        const std::vector<int>& only) {
-  std::vector<PartitionQueue> units;
-  // Partitions placed on other servers (a sharded topic, shard_map.h) are not walked here.
-  if (only.empty()) {
-    for (unsigned p = 0; p < layout.partitions(); ++p) {
-      if (layout.is_placed(p)) units.push_back(partition_queue(layout.info.name, group.number, p));
-    }
-    return units;
-  }
-  for (int p : only) {
-    if (p < 0 || p >= layout.info.options.partitions) {
-      throw Error(Errc::kInvalidArgument,
-                  fmt::format("topic '{}' has partitions 0 to {}; there is no partition {}",
-                              layout.info.name, layout.info.options.partitions - 1, p));
-    }
-    if (!layout.is_placed(static_cast<unsigned>(p))) continue;
-    units.push_back(partition_queue(layout.info.name, group.number, static_cast<unsigned>(p)));
-  }
-  return units;
-}
-
-std::vector<std::string> queue_tables_of(const std::vector<PartitionQueue>& units) {
+std::vector<std::string> queue_tables_of(const std::vector<const QueueRef*>& units) {
   std::vector<std::string> tables;
-  for (const PartitionQueue& u : units) tables.push_back(u.tables.queue);
+  tables.reserve(units.size());
+  for (const QueueRef* u : units) tables.push_back(u->tables.queue);
   return tables;
 }
 
@@ -309,26 +288,32 @@ void check_lease(Micros lease) {
 }  // namespace
 
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
+                             const ReceiveOptions& options) {
+  check_claim_options(options.max_messages, options.wait);
+  return receive(q, *q.catalog.resolve(topic), options);
+}
+
+std::vector<Message> receive(QueueContext& q, const ResolvedTopic& resolved,
                              const ReceiveOptions& options, RidingAcks* riding) {
   check_claim_options(options.max_messages, options.wait);
-  const TopicLayout layout = q.catalog.layout(topic);
-  const TopicInfo& info = layout.info;
-  const GroupEntry& group = layout.group(options.group);
+  const std::string& topic = resolved.name();
+  const TopicInfo& info = resolved.info();
+  const GroupEntry& group = resolved.layout.group(options.group);
   Micros lease = options.lease.value_or(info.options.lease);
   check_lease(lease);
-  const std::vector<PartitionQueue> units = claim_order(layout, group, options.partitions);
+  const std::vector<const QueueRef*> units = resolved.claim_order(group, options.partitions);
   if (units.empty()) {  // none of them on this server
     if (riding != nullptr) riding->alone();
     return {};
   }
   const auto wanted = static_cast<std::size_t>(options.max_messages);
   std::vector<Message> messages;
-  claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
+  claim_within(q, units.front()->channel, queue_tables_of(units), options.wait, [&] {
     // Partitions in turn, from a different one each time, until the batch is full.
     const std::size_t first = q.turn.fetch_add(1) % units.size();
     std::size_t dead_lettered = 0;
     for (std::size_t i = 0; i < units.size() && messages.size() < wanted; ++i) {
-      const PartitionQueue& unit = units[(first + i) % units.size()];
+      const QueueRef& unit = *units[(first + i) % units.size()];
       const auto start = std::chrono::steady_clock::now();
       ClaimResult claimed = on_topic(q, topic, [&] {
         return claim_once(q, info, unit, static_cast<int>(wanted - messages.size()), lease,
@@ -360,14 +345,13 @@ std::vector<Message> ack_and_receive(QueueContext& q, std::string_view topic,
   // The options (partitions and group included) are checked before anything is acknowledged.
   check_claim_options(options.max_messages, options.wait);
   if (options.lease) check_lease(*options.lease);
-  {
-    const TopicLayout layout = q.catalog.layout(topic);
-    (void)claim_order(layout, layout.group(options.group), options.partitions);
-  }
-  RidingAcks riding(q, topic, receipts);
+  // One resolution for the whole call: the check, the acknowledgements and the claim.
+  const Topic resolved = q.catalog.resolve(topic);
+  (void)resolved->claim_order(resolved->layout.group(options.group), options.partitions);
+  RidingAcks riding(q, *resolved, receipts);
   std::vector<Message> messages;
   try {
-    messages = receive(q, topic, options, &riding);
+    messages = receive(q, *resolved, options, &riding);
   } catch (const Error& e) {
     // Not applied (or, for kCommitUnknown, not known to be): the caller's to send again.
     if (riding.pending() || e.code() == Errc::kCommitUnknown) throw;

@@ -21,10 +21,8 @@ class RidingAcks;  // settle.h
 // whether it was leased before, tenant, whether the scan hint covers the row.
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages,
                         bool fair);
-// The queues a claim of `group` walks: all partitions, or the ones given (checked).
-std::vector<PartitionQueue> claim_order(const TopicLayout& layout, const GroupEntry& group,
-                                        const std::vector<int>& only);
-std::vector<std::string> queue_tables_of(const std::vector<PartitionQueue>& units);
+// The queue tables of the queues a claim walks (ResolvedTopic::claim_order), for its waiter.
+std::vector<std::string> queue_tables_of(const std::vector<const QueueRef*>& units);
 // The fields of a message from a select_claimable row (not the receipt or lease expiry).
 Message message_from_row(Row& row);
 
@@ -70,8 +68,10 @@ bool claim_within(QueueContext& q, std::string_view channel, const std::vector<s
 
 // `riding`: acknowledgements to apply in the first claim's transaction (or on their own when
 // no claim is made).
-std::vector<Message> receive(QueueContext& q, std::string_view topic,
+std::vector<Message> receive(QueueContext& q, const ResolvedTopic& topic,
                              const ReceiveOptions& options, RidingAcks* riding = nullptr);
+std::vector<Message> receive(QueueContext& q, std::string_view topic,
+                             const ReceiveOptions& options);
 // Client::ack_and_receive: `settled` gets the receipts' outcomes, in order.
 std::vector<Message> ack_and_receive(QueueContext& q, std::string_view topic,
                                      std::span<const std::string> receipts,

@@ -162,18 +162,20 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
 std::size_t process_units(QueueContext& q, std::string_view topic, const ProcessOptions& options,
                           const ProcessOnce& once) {
   check_claim_options(options.max_messages, options.wait);
-  const TopicLayout layout = q.catalog.layout(topic);
-  const std::vector<PartitionQueue> units =
-      claim_order(layout, layout.group(options.group), options.partitions);
+  const Topic resolved = q.catalog.resolve(topic);
+  const TopicLayout& layout = resolved->layout;
+  const std::string& group = layout.group(options.group).name;
+  const std::vector<const QueueRef*> units =
+      resolved->claim_order(layout.group(options.group), options.partitions);
   if (units.empty()) return 0;  // none of them on this server
   std::size_t processed = 0;
-  claim_within(q, units.front().channel, queue_tables_of(units), options.wait, [&] {
+  claim_within(q, units.front()->channel, queue_tables_of(units), options.wait, [&] {
     // One transaction holds one partition's messages: the first partition, in turn, that has
     // some.
     const std::size_t first = q.turn.fetch_add(1) % units.size();
     bool dead_lettered = false;
     for (std::size_t i = 0; i < units.size(); ++i) {
-      const PartitionQueue& unit = units[(first + i) % units.size()];
+      const QueueRef& unit = *units[(first + i) % units.size()];
       // A missing table is the topic's (dropped meanwhile) unless the handler's own statement
       // met it: then the handler's error goes to the caller as it was.
       bool handler_failed = false;
@@ -186,7 +188,6 @@ std::size_t process_units(QueueContext& q, std::string_view topic, const Process
         continue;  // the topic's tables made at its first use: nothing was there to process
       }
       made_claimable(q, unit, outcome.promoted);
-      const std::string& group = layout.group(options.group).name;
       q.metrics.count(topic, group, Counter::kDeadLettered, outcome.dead_letters);
       q.metrics.count(topic, group, Counter::kReceived, outcome.processed);
       q.metrics.count(topic, group, Counter::kAcked, outcome.processed);
@@ -207,7 +208,7 @@ std::size_t process(QueueContext& q, std::string_view topic, const ProcessOption
                     const TransactionalHandler& handler) {
   if (!handler) throw Error(Errc::kInvalidArgument, "process needs a handler");
   return process_units(q, topic, options,
-                       [&](const TopicLayout& layout, const PartitionQueue& unit,
+                       [&](const TopicLayout& layout, const QueueRef& unit,
                            bool& handler_failed) {
                          return process_once(q, layout.info, unit.tables, options.max_messages,
                                              handler, handler_failed);

@@ -55,7 +55,7 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
 // One exactly-once transaction over one queue table; sets handler_failed when an error thrown
 // is the handler's own.
 using ProcessOnce =
-    std::function<ProcessOutcome(const TopicLayout&, const PartitionQueue&, bool& handler_failed)>;
+    std::function<ProcessOutcome(const TopicLayout&, const QueueRef&, bool& handler_failed)>;
 // The claim loop of process and process_xa: waits up to options.wait for claimable messages in
 // the group's partitions, runs `once` on them in turn, counts metrics.
 std::size_t process_units(QueueContext& q, std::string_view topic, const ProcessOptions& options,

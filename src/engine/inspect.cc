@@ -30,10 +30,14 @@ constexpr std::size_t kRequeueChunk = 1000;
 
 
 // The group's queues, one per partition.
-std::vector<PartitionQueue> group_units(QueueContext& q, std::string_view topic,
+std::vector<QueueRef> group_units(QueueContext& q, std::string_view topic,
                                         std::string_view group) {
-  const TopicLayout layout = q.catalog.layout(topic);
-  return claim_order(layout, layout.group(group), {});
+  const Topic resolved = q.catalog.resolve(topic);
+  std::vector<QueueRef> units;
+  for (const QueueRef* unit : resolved->claim_order(resolved->layout.group(group), {})) {
+    units.push_back(*unit);
+  }
+  return units;
 }
 
 // The `limit` lowest ids of a group over its partitions: read(c, tables) lists one partition's
@@ -42,7 +46,7 @@ template <typename Read>
 auto lowest_of_group(QueueContext& q, std::string_view topic, std::string_view group,
                      std::size_t limit, Read&& read) {
   decltype(read(std::declval<Connection&>(), std::declval<const TopicTables&>())) all;
-  for (const PartitionQueue& unit : group_units(q, topic, group)) {
+  for (const QueueRef& unit : group_units(q, topic, group)) {
     auto part = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
       return read(c, unit.tables);
     });
@@ -163,7 +167,7 @@ T read_on_topic(QueueContext& q, std::string_view topic, F&& fn, T empty) {
   return empty;
 }
 
-TopicStats stats_of(QueueContext& q, std::string_view topic, const PartitionQueue& unit,
+TopicStats stats_of(QueueContext& q, std::string_view topic, const QueueRef& unit,
                     std::uint64_t exact_up_to) {
   const TopicTables& t = unit.tables;
   TopicStats none;
@@ -224,7 +228,7 @@ TopicStats stats(QueueContext& q, std::string_view topic, std::string_view group
   TopicStats total;
   total.topic = std::string(topic);
   total.group = std::string(group.empty() ? kDefaultGroup : group);
-  for (const PartitionQueue& unit : group_units(q, topic, group)) {
+  for (const QueueRef& unit : group_units(q, topic, group)) {
     const TopicStats s = stats_of(q, topic, unit, exact_up_to);
     total.ready += s.ready;
     total.in_flight += s.in_flight;
@@ -293,7 +297,7 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
 
 namespace {
 
-std::size_t requeue_in(QueueContext& q, std::string_view topic, const PartitionQueue& unit,
+std::size_t requeue_in(QueueContext& q, std::string_view topic, const QueueRef& unit,
                        std::span<const std::uint64_t> ids) {
   const TopicTables& t = unit.tables;
   std::size_t total = 0;
@@ -367,7 +371,7 @@ template <typename F>
 std::size_t by_partition(QueueContext& q, std::string_view topic, std::string_view group,
                          std::span<const std::uint64_t> ids, F&& fn) {
   std::size_t total = 0;
-  for (const PartitionQueue& unit : group_units(q, topic, group)) {
+  for (const QueueRef& unit : group_units(q, topic, group)) {
     if (ids.empty()) {
       total += fn(unit, ids);
       continue;
@@ -386,7 +390,7 @@ std::size_t by_partition(QueueContext& q, std::string_view topic, std::string_vi
 std::size_t requeue_dead(QueueContext& q, std::string_view topic, std::string_view group,
                          std::span<const std::uint64_t> ids) {
   return by_partition(q, topic, group, ids,
-                      [&](const PartitionQueue& unit, std::span<const std::uint64_t> mine) {
+                      [&](const QueueRef& unit, std::span<const std::uint64_t> mine) {
                         return requeue_in(q, topic, unit, mine);
                       });
 }
@@ -395,7 +399,7 @@ namespace {
 
 // Deletes one partition's dead letters with the given ids (all of them when ids is empty), in
 // autocommit statements of at most kRequeueChunk rows, so that no lock is held long.
-std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const PartitionQueue& unit,
+std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const QueueRef& unit,
                            std::span<const std::uint64_t> ids) {
   const TopicTables& t = unit.tables;
   std::size_t total = 0;
@@ -430,7 +434,7 @@ std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const Partit
 std::size_t delete_dead(QueueContext& q, std::string_view topic, std::string_view group,
                         std::span<const std::uint64_t> ids) {
   return by_partition(q, topic, group, ids,
-                      [&](const PartitionQueue& unit, std::span<const std::uint64_t> mine) {
+                      [&](const QueueRef& unit, std::span<const std::uint64_t> mine) {
                         return delete_dead_in(q, topic, unit, mine);
                       });
 }

@@ -250,11 +250,11 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
 // the transaction ends, so that no group can be created or dropped before it commits (a group
 // change locks the row for update: the catalog, with_topic_fenced); a locking read also sees the
 // latest committed version under an enlisted connection's REPEATABLE READ.
-TopicLayout current_layout(QueueContext& q, Connection& c, std::string_view topic) {
-  TopicLayout layout = q.catalog.layout(topic, c);
+Topic current_layout(QueueContext& q, Connection& c, std::string_view topic) {
+  Topic known = q.catalog.resolve(topic, c);
   Result r = c.execute("SELECT layout FROM txmq_topics WHERE name = ? LOCK IN SHARE MODE", {topic});
   if (r.rows.empty()) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", topic));
-  if (r.rows[0].u64(0) == layout.version) return layout;
+  if (r.rows[0].u64(0) == known->layout.version) return known;
   return q.catalog.reload(c, topic);
 }
 
@@ -424,7 +424,7 @@ bool PurgeSchedule::due(std::string_view topic) {
 
 TopicInfo check_send(QueueContext& q, std::string_view topic,
                      std::span<const OutgoingMessage> messages, Connection* through) {
-  TopicInfo info = through ? q.catalog.layout(topic, *through).info : q.catalog.get(topic);
+  TopicInfo info = through ? q.catalog.resolve(topic, *through)->info() : q.catalog.get(topic);
   for (std::size_t i = 0; i < messages.size(); ++i) {
     check_message(info, messages[i].payload, messages[i], i, messages.size() > 1);
   }
@@ -483,7 +483,8 @@ unsigned partition_of_key(std::string_view key, unsigned partitions) {
 std::vector<std::uint64_t> insert_messages(QueueContext& q, Connection& c, const TopicInfo& topic,
                                            std::span<const OutgoingMessage> messages) {
   if (messages.empty()) return {};
-  const TopicLayout layout = current_layout(q, c, topic.name);
+  const Topic resolved = current_layout(q, c, topic.name);
+  const TopicLayout& layout = resolved->layout;
   const unsigned partitions = layout.partitions();
   // Keyed messages go to their key's partition; the others of the call to one partition, a
   // different one each call.
@@ -621,7 +622,8 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
                       options.attributes, options.tenant};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
-  const TopicLayout layout = q.catalog.layout(topic);
+  const Topic resolved = q.catalog.resolve(topic);
+  const TopicLayout& layout = resolved->layout;
   if (layout.groups.size() > 1) {  // copies for the other groups need a transaction
     OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}, std::nullopt};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
@@ -649,7 +651,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
     OutgoingMessage m{std::string(payload), std::nullopt, options.delay, std::nullopt, {}, std::nullopt};
     return send_batch(q, topic, std::span<const OutgoingMessage>(&m, 1)).at(0);
   }
-  if (options.delay == Micros{0}) announce(q, layout, 1);
+  if (options.delay == Micros{0}) announce(q, *resolved, 1);
   return *id;
 }
 
@@ -670,7 +672,8 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
              kRowOverheadBytes;
   }
   if (bytes > q.max_statement_bytes) return std::nullopt;
-  const TopicLayout layout = q.catalog.layout(topic);
+  const Topic resolved = q.catalog.resolve(topic);
+  const TopicLayout& layout = resolved->layout;
   if (layout.groups.size() > 1) return std::nullopt;  // copies need a transaction
   std::vector<const OutgoingMessage*> rows;
   rows.reserve(messages.size());
@@ -699,7 +702,7 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
         return insert_returning_ids(c, sql, bound, rows.size());
       });
   if (!ids) return std::nullopt;
-  announce(q, layout, claimable_now(messages));
+  announce(q, *resolved, claimable_now(messages));
   return ids;
 }
 

@@ -248,25 +248,10 @@ std::vector<std::uint64_t> ack_chunk(QueueContext& q, const TopicTables& t,
                     });
 }
 
-// Whether the receipt's group and partition exist (a dropped group's receipts find nothing to
-// settle).
-bool in_layout(const TopicLayout& layout, const Receipt& r) {
-  return partition_of(r.id) < layout.partitions() &&
-         std::any_of(layout.groups.begin(), layout.groups.end(),
-                     [&](const GroupEntry& g) { return g.number == r.group; });
-}
-
-std::string_view group_name(const TopicLayout& layout, unsigned number) {
-  for (const GroupEntry& g : layout.groups) {
-    if (g.number == number) return g.name;
-  }
-  return {};
-}
-
-// The queue a receipt's message is in; none when it is not in the layout.
-std::optional<PartitionQueue> unit_of_receipt(const TopicLayout& layout, const Receipt& r) {
-  if (!in_layout(layout, r)) return std::nullopt;
-  return partition_queue(layout.info.name, r.group, partition_of(r.id));
+// The queue a receipt's message is in; none when its group or partition is not in the topic (a
+// dropped group's receipts find nothing to settle).
+const QueueRef* unit_of_receipt(const ResolvedTopic& topic, const Receipt& r) {
+  return topic.queue(r.group, partition_of(r.id));
 }
 
 // Deletes a bounded batch of archive rows past the topic's retention, at most every 10 s per
@@ -285,7 +270,7 @@ void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic) {
 
 }  // namespace
 
-std::vector<AckChunk> ack_chunks(const TopicLayout& layout, const std::vector<Receipt>& parsed,
+std::vector<AckChunk> ack_chunks(const ResolvedTopic& topic, const std::vector<Receipt>& parsed,
                                  const std::vector<std::size_t>& indices) {
   constexpr std::size_t kChunk = 512;
   std::map<std::tuple<unsigned, unsigned, bool>, std::vector<std::size_t>> by_queue;
@@ -298,8 +283,8 @@ std::vector<AckChunk> ack_chunks(const TopicLayout& layout, const std::vector<Re
     const auto [group, partition, keyed] = where;
     for (std::size_t from = 0; from < which.size(); from += kChunk) {
       AckChunk& chunk = chunks.emplace_back();
-      chunk.unit = partition_queue(layout.info.name, group, partition);
-      chunk.group = std::string(group_name(layout, group));
+      chunk.unit = topic.queue(group, partition);
+      chunk.group = topic.group_name(group);
       chunk.keyed = keyed;
       chunk.which.assign(which.begin() + static_cast<std::ptrdiff_t>(from),
                          which.begin() + static_cast<std::ptrdiff_t>(
@@ -317,8 +302,13 @@ void count_acked(QueueContext& q, std::string_view topic, std::string_view group
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts) {
-  const TopicLayout layout = q.catalog.layout(topic);
-  const bool archive = layout.info.options.archive > Micros{0};
+  return ack(q, *q.catalog.resolve(topic), receipts);
+}
+
+std::vector<Settle> ack(QueueContext& q, const ResolvedTopic& resolved,
+                        std::span<const std::string> receipts) {
+  const std::string& topic = resolved.name();
+  const bool archive = resolved.options().archive > Micros{0};
   std::vector<Receipt> parsed;
   parsed.reserve(receipts.size());
   for (const std::string& r : receipts) parsed.push_back(Receipt::parse(r));
@@ -326,31 +316,30 @@ std::vector<Settle> ack(QueueContext& q, std::string_view topic,
   if (parsed.empty()) return results;
   std::vector<std::size_t> known;
   for (std::size_t i = 0; i < parsed.size(); ++i) {
-    if (in_layout(layout, parsed[i])) {
+    if (unit_of_receipt(resolved, parsed[i]) != nullptr) {
       known.push_back(i);
     } else {
       results[i] = Settle::kNotFound;
     }
   }
-  const std::vector<AckChunk> chunks = ack_chunks(layout, parsed, known);
+  const std::vector<AckChunk> chunks = ack_chunks(resolved, parsed, known);
   std::vector<double> acked;
   on_topic(q, topic, [&] {
     for (const AckChunk& chunk : chunks) {
-      made_claimable(q, chunk.unit,
-                     ack_chunk(q, chunk.unit.tables, parsed, chunk.which, chunk.keyed, archive,
+      made_claimable(q, *chunk.unit,
+                     ack_chunk(q, chunk.unit->tables, parsed, chunk.which, chunk.keyed, archive,
                                results, acked));
       count_acked(q, topic, chunk.group, acked);
     }
   });
-  purge_archive_now_and_then(q, layout.info);
+  purge_archive_now_and_then(q, resolved.info());
   return results;
 }
 
-RidingAcks::RidingAcks(QueueContext& q, std::string_view topic,
+RidingAcks::RidingAcks(QueueContext& q, const ResolvedTopic& topic,
                        std::span<const std::string> receipts)
     : q_(q), topic_(topic) {
-  const TopicLayout layout = q.catalog.layout(topic);
-  const bool archive = layout.info.options.archive > Micros{0};
+  const bool archive = topic.options().archive > Micros{0};
   parsed_.reserve(receipts.size());
   for (const std::string& r : receipts) parsed_.push_back(Receipt::parse(r));
   results_.assign(parsed_.size(), Settle::kOk);
@@ -359,7 +348,7 @@ RidingAcks::RidingAcks(QueueContext& q, std::string_view topic,
   std::vector<std::size_t> riding;
   for (std::size_t i = 0; i < parsed_.size(); ++i) {
     const Receipt& r = parsed_[i];
-    if (archive || (r.token & kKeyedTokenBit) != 0 || !in_layout(layout, r)) {
+    if (archive || (r.token & kKeyedTokenBit) != 0 || unit_of_receipt(topic, r) == nullptr) {
       now.push_back(receipts[i]);
       now_at.push_back(i);
     } else {
@@ -370,7 +359,7 @@ RidingAcks::RidingAcks(QueueContext& q, std::string_view topic,
     const std::vector<Settle> settled = ack(q, topic, now);
     for (std::size_t k = 0; k < now_at.size(); ++k) results_[now_at[k]] = settled[k];
   }
-  for (AckChunk& chunk : ack_chunks(layout, parsed_, riding)) {
+  for (AckChunk& chunk : ack_chunks(topic, parsed_, riding)) {
     chunks_.push_back(Chunk{std::move(chunk), {}, {}});
   }
 }
@@ -379,26 +368,26 @@ void RidingAcks::apply(Connection& c) {
   for (Chunk& chunk : chunks_) {
     const AckChunk& receipts = chunk.receipts;
     for (std::size_t i : receipts.which) results_[i] = Settle::kOk;
-    const FencedAck fenced(receipts.unit.tables, parsed_, receipts.which);
+    const FencedAck fenced(receipts.unit->tables, parsed_, receipts.which);
     Result r = fenced.delete_returning(c);
     fenced.classify(c, r, results_);
     chunk.acked = FencedAck::latencies(r);
     // Keys only of receipts handed out before schema version 4, which do not say so.
-    chunk.promoted = finish_keyed(c, receipts.unit.tables, FencedAck::keys(r));
+    chunk.promoted = finish_keyed(c, receipts.unit->tables, FencedAck::keys(r));
   }
 }
 
 void RidingAcks::committed() {
   for (const Chunk& chunk : chunks_) {
-    made_claimable(q_, chunk.receipts.unit, chunk.promoted);
-    count_acked(q_, topic_, chunk.receipts.group, chunk.acked);
+    made_claimable(q_, *chunk.receipts.unit, chunk.promoted);
+    count_acked(q_, topic_.name(), chunk.receipts.group, chunk.acked);
   }
   chunks_.clear();
 }
 
 void RidingAcks::alone() {
   if (!pending()) return;
-  on_topic(q_, topic_, [&] {
+  on_topic(q_, topic_.name(), [&] {
     q_.pool.run(OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
       c.begin();
       apply(c);
@@ -414,10 +403,10 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
     throw Error(Errc::kInvalidArgument, "nack delay must be from 0 to 366 days");
   }
   const Receipt r = Receipt::parse(receipt);
-  const TopicLayout layout = q.catalog.layout(topic);
-  const TopicInfo& info = layout.info;
-  const std::optional<PartitionQueue> unit = unit_of_receipt(layout, r);
-  if (!unit) return Settle::kNotFound;
+  const Topic resolved = q.catalog.resolve(topic);
+  const TopicInfo& info = resolved->info();
+  const QueueRef* unit = unit_of_receipt(*resolved, r);
+  if (unit == nullptr) return Settle::kNotFound;
   const TopicTables& t = unit->tables;
   std::vector<std::uint64_t> promoted;
   Micros applied{0};
@@ -456,7 +445,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
         });
   });
   if (settle == Settle::kOk) {
-    const std::string_view group = group_name(layout, r.group);
+    const std::string_view group = resolved->group_name(r.group);
     q.metrics.count(topic, group, Counter::kNacked, 1);
     if (dead_lettered) q.metrics.count(topic, group, Counter::kDeadLettered, 1);
     q.hints.lower(t.queue, r.id);
@@ -469,11 +458,11 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
 
 void release(QueueContext& q, std::string_view topic, std::span<const std::string> receipts) {
   if (receipts.empty()) return;
-  const TopicLayout layout = q.catalog.layout(topic);
+  const Topic resolved = q.catalog.resolve(topic);
   for (const std::string& text : receipts) {
     const Receipt r = Receipt::parse(text);
-    const std::optional<PartitionQueue> unit = unit_of_receipt(layout, r);
-    if (!unit) continue;
+    const QueueRef* unit = unit_of_receipt(*resolved, r);
+    if (unit == nullptr) continue;
     const Result u = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       return c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6), attempts = "
                                    "GREATEST(attempts, 1) - 1, lease_token = 0, owner_id = 0 "
@@ -492,10 +481,10 @@ Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt,
     throw Error(Errc::kInvalidArgument, "lease must be from 0 to 12 hours");
   }
   const Receipt r = Receipt::parse(receipt);
-  const TopicLayout layout = q.catalog.layout(topic);
-  const TopicInfo& info = layout.info;
-  const std::optional<PartitionQueue> unit = unit_of_receipt(layout, r);
-  if (!unit) return Settle::kNotFound;
+  const Topic resolved = q.catalog.resolve(topic);
+  const TopicInfo& info = resolved->info();
+  const QueueRef* unit = unit_of_receipt(*resolved, r);
+  if (unit == nullptr) return Settle::kNotFound;
   const TopicTables& t = unit->tables;
   // As at the claim: peers may take it at the new lease end plus the retry delay. A lease of 0
   // gives it back now, with no retry delay and no failure counted (SQS's visibility 0); its

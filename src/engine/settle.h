@@ -34,18 +34,20 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
 
 std::vector<Settle> ack(QueueContext& q, std::string_view topic,
                         std::span<const std::string> receipts);
+std::vector<Settle> ack(QueueContext& q, const ResolvedTopic& topic,
+                        std::span<const std::string> receipts);
 
 // Receipts of one queue table (group and partition), of keyed or unkeyed messages: up to one
 // acknowledging DELETE's worth (512).
 struct AckChunk {
-  PartitionQueue unit;
-  std::string group;
+  const QueueRef* unit = nullptr;  // of the ResolvedTopic the chunks were made from
+  std::string_view group;
   bool keyed = false;
   std::vector<std::size_t> which;  // indices into the parsed receipts
 };
 // parsed[i] for each i of `indices`, by queue, keyed and unkeyed apart, in chunks. REQUIRES:
-// each is in the layout (in_layout).
-std::vector<AckChunk> ack_chunks(const TopicLayout& layout, const std::vector<Receipt>& parsed,
+// each is in the topic (ResolvedTopic::queue finds it).
+std::vector<AckChunk> ack_chunks(const ResolvedTopic& topic, const std::vector<Receipt>& parsed,
                                  const std::vector<std::size_t>& indices);
 // Counts acknowledged messages, and their end-to-end latencies, in the metrics.
 void count_acked(QueueContext& q, std::string_view topic, std::string_view group,
@@ -57,7 +59,8 @@ void count_acked(QueueContext& q, std::string_view topic, std::string_view group
 // on a topic without an archive, ride; the constructor acknowledges the others at once (ack).
 class RidingAcks {
  public:
-  RidingAcks(QueueContext& q, std::string_view topic, std::span<const std::string> receipts);
+  // REQUIRES: `topic` outlives this (the call's own resolution of it).
+  RidingAcks(QueueContext& q, const ResolvedTopic& topic, std::span<const std::string> receipts);
   RidingAcks(const RidingAcks&) = delete;
   RidingAcks& operator=(const RidingAcks&) = delete;
 
@@ -80,7 +83,7 @@ class RidingAcks {
     std::vector<std::uint64_t> promoted;  // keys moved on (receipts from before schema 4)
   };
   QueueContext& q_;
-  std::string topic_;
+  const ResolvedTopic& topic_;
   std::vector<Receipt> parsed_;
   std::vector<Settle> results_;
   std::vector<Chunk> chunks_;

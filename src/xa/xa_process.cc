@@ -701,7 +701,7 @@ std::size_t process_xa(QueueContext& q, XaSites& sites, std::string_view topic, 
   maybe_recover(q, site, instance);
   return process_units(
       q, topic, options,
-      [&](const TopicLayout& layout, const PartitionQueue& unit, bool& handler_failed) {
+      [&](const TopicLayout& layout, const QueueRef& unit, bool& handler_failed) {
         return process_xa_once(q, site, instance, owner, layout,
                                layout.group(options.group).name, unit.tables,
                                options.max_messages, handler, handler_failed);

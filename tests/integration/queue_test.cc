@@ -11,6 +11,10 @@
 
 #include <fmt/format.h>
 
+#include "db/dsn.h"
+#include "engine/claim.h"
+#include "engine/send.h"
+#include "engine/settle.h"
 #include "support.h"
 
 namespace txmq {
@@ -501,6 +505,49 @@ TEST(Plan, ClaimWalksThePrimaryKey) {
   EXPECT_EQ(r.rows[0].bytes(3), "range");
   EXPECT_EQ(r.rows[0].bytes(5), "PRIMARY");
   EXPECT_EQ(r.rows[0].bytes(9).find("filesort"), std::string::npos) << r.rows[0].bytes(9);
+}
+
+// A call resolves its topic once (TopicCatalog::resolve) and hands the result down:
+// ack_and_receive's check, its riding acknowledgements and its claim share one resolution, and
+// so do a receive, an ack, a nack, an extend and a single send.
+TEST(Claim, OneCallResolvesItsTopicOnce) {
+  auto c = client();
+  std::string name = topic_for_test();
+  c->create_topic(name);
+  c->send_batch(name, numbered(40));
+  internal::QueueContext q(internal::parse_dsn(test::dsn()), 2, "resolve-once", false);
+  ReceiveOptions ten;
+  ten.max_messages = 10;
+  const auto resolutions = [&](auto&& call) {
+    const std::uint64_t before = q.catalog.resolutions();
+    call();
+    return q.catalog.resolutions() - before;
+  };
+  std::vector<Message> got;
+  EXPECT_EQ(resolutions([&] { got = internal::receive(q, name, ten); }), 1u);
+  ASSERT_EQ(got.size(), 10u);
+  std::vector<std::string> receipts;
+  for (const Message& m : got) receipts.push_back(m.receipt);
+  std::vector<Settle> settled;
+  EXPECT_EQ(resolutions([&] { got = internal::ack_and_receive(q, name, receipts, ten, settled); }),
+            1u);
+  ASSERT_EQ(settled, std::vector<Settle>(10, Settle::kOk));
+  ASSERT_EQ(got.size(), 10u);
+  EXPECT_EQ(resolutions([&] {
+              EXPECT_EQ(internal::extend(q, name, got[0].receipt, std::chrono::seconds(30)),
+                        Settle::kOk);
+            }),
+            1u);
+  EXPECT_EQ(resolutions([&] {
+              EXPECT_EQ(internal::nack(q, name, got[1].receipt, std::nullopt), Settle::kOk);
+            }),
+            1u);
+  const std::vector<std::string> two = {got[2].receipt, got[3].receipt};
+  EXPECT_EQ(resolutions([&] {
+              EXPECT_EQ(internal::ack(q, name, two), std::vector<Settle>(2, Settle::kOk));
+            }),
+            1u);
+  EXPECT_EQ(resolutions([&] { internal::send_one(q, name, "one more", SendOptions{}); }), 1u);
 }
 
 // Claims start past the ids this client already claimed; what becomes claimable below (an expired
