@@ -77,7 +77,13 @@ json SqsService::tag_queue(Call& c) {
 json SqsService::untag_queue(Call& c) {
   auto q = queue_of(c);
   auto keys = string_list(c.input, "TagKeys");
-  if (keys.empty()) fail("MissingParameter", "The request must contain the parameter TagKeys.");
+  // SQS's answer to no keys at all, as to an empty or long one.
+  const bool keys_ok = !keys.empty() && std::all_of(keys.begin(), keys.end(), [](const auto& k) {
+    return !k.empty() && k.size() <= kMaxTagKey;
+  });
+  if (!keys_ok) {
+    fail("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.");
+  }
   catalog_.set_tags(q->name, {}, keys);
   return json::object();
 }

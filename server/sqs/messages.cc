@@ -31,7 +31,12 @@ std::size_t check_attribute(const std::string& name, const json& value, Attribut
       std::all_of(name.begin(), name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
       });
-  if (!name_ok) bad("names are 1 to 256 of A-Z a-z 0-9 _ - . and do not start or end with '.'");
+  if (!name_ok) {
+    fail("InvalidParameterValue",
+         fmt::format("The message attribute name '{}' is invalid. Attribute name can contain A-Z, "
+                     "a-z, 0-9, underscore (_), hyphen (-), and period (.) characters.",
+                     name.substr(0, 256)));
+  }
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return std::tolower(c); });
@@ -48,7 +53,10 @@ std::size_t check_attribute(const std::string& name, const json& value, Attribut
   if (type.empty()) bad("The message attribute data type is required");
   const std::string base = type.substr(0, type.find('.'));
   if (base != "String" && base != "Number" && base != "Binary") {
-    bad("DataType must be String, Number or Binary, optionally with a .custom suffix");
+    fail("InvalidParameterValue",
+         fmt::format("The message attribute '{}' has an invalid message attribute type, the set "
+                     "of supported type prefixes is Binary, Number, and String.",
+                     name));
   }
   if (type.size() > 256) bad("DataType is up to 256 characters");
   out.type = type;

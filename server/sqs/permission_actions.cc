@@ -81,7 +81,8 @@ json SqsService::add_permission(Call& c) {
   const std::vector<std::string> accounts = string_list(c.input, "AWSAccountIds");
   const std::vector<std::string> actions = string_list(c.input, "Actions");
   if (accounts.empty()) {
-    fail("MissingParameter", "The request must contain the parameter AWSAccountIds.");
+    fail("InvalidParameterValue",
+         "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.");
   }
   if (actions.empty()) fail("MissingParameter", "The request must contain the parameter Actions.");
   if (actions.size() > kMaxActions) {
@@ -107,14 +108,14 @@ json SqsService::add_permission(Call& c) {
     const auto is = [&](std::string_view n) { return n == a; };
     if (std::any_of(std::begin(kOwnerOnly), std::end(kOwnerOnly), is)) {
       fail("InvalidParameterValue",
-           fmt::format("Value {} for parameter ActionName is invalid. Reason: Only the queue "
+           fmt::format("Value SQS:{} for parameter ActionName is invalid. Reason: Only the queue "
                        "owner is allowed to invoke this action.",
                        a));
     }
     if (a != "*" && !std::any_of(std::begin(kShareable), std::end(kShareable), is)) {
       fail("InvalidParameterValue",
-           fmt::format("Value {} for parameter ActionName is invalid. Reason: Please refer to the "
-                       "appropriate WSDL for a list of valid actions.",
+           fmt::format("Value SQS:{} for parameter ActionName is invalid. Reason: Please refer "
+                       "to the appropriate WSDL for a list of valid actions.",
                        a.substr(0, 100)));
     }
     granted.push_back("SQS:" + a);

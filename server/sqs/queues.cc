@@ -101,8 +101,11 @@ std::string to_json(const std::map<std::string, std::string>& m) { return json(m
 
 void check_tags(const std::map<std::string, std::string>& tags) {
   for (const auto& [k, v] : tags) {
-    if (k.empty() || k.size() > 128 || v.size() > 256) {
-      fail("InvalidParameterValue", "Tag keys are 1 to 128 characters, values up to 256");
+    if (k.empty() || k.size() > kMaxTagKey) {
+      fail("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.");
+    }
+    if (v.size() > 256) {
+      fail("InvalidParameterValue", "Tag values must be between 0 and 256 characters in length.");
     }
   }
 }
@@ -913,7 +916,9 @@ void QueueCatalog::set_tags(std::string_view name, const std::map<std::string, s
     auto tags = from_json(r.rows[0].as_string(0));
     for (const auto& [k, v] : add) tags[k] = v;
     for (const auto& k : remove) tags.erase(k);
-    if (tags.size() > 50) fail("InvalidParameterValue", "Too many tags: a queue has up to 50");
+    if (tags.size() > 50) {
+      fail("InvalidParameterValue", fmt::format("Too many tags added for queue {}.", name));
+    }
     t.execute("UPDATE txmq_sqs_queues SET tags = ? WHERE name = ?", {to_json(tags), name});
   });
   forget(name);

@@ -37,6 +37,8 @@ inline constexpr std::string_view kGroupStartAttribute = "TxmqGroupStart";
 // Given at creation; they cannot change.
 inline constexpr std::string_view kServersAttribute = "TxmqServers";
 inline constexpr std::string_view kPartitionsAttribute = "TxmqPartitions";
+// SQS's limit on a tag key's length (TagQueue, UntagQueue, CreateQueue's tags).
+inline constexpr std::size_t kMaxTagKey = 128;
 
 struct QueueInfo {
   std::string name;   // the SQS name

@@ -124,7 +124,7 @@ void check_fifo_batch(const json& entries, const QueueInfo& q) {
       return it != e.end() && !it->is_null();
     };
     if (!given("MessageGroupId")) {
-      fail("InvalidParameterValue", "The request must contain the parameter MessageGroupId.");
+      fail("MissingParameter", "The request must contain the parameter MessageGroupId.");
     }
     if (!q.content_based_deduplication && !given("MessageDeduplicationId")) {
       fail("InvalidParameterValue",

@@ -14,7 +14,7 @@ const {
   GetQueueAttributesCommand, SetQueueAttributesCommand, PurgeQueueCommand, SendMessageCommand,
   SendMessageBatchCommand, ReceiveMessageCommand, DeleteMessageCommand, DeleteMessageBatchCommand,
   ChangeMessageVisibilityCommand, ChangeMessageVisibilityBatchCommand,
-  ListDeadLetterSourceQueuesCommand, TagQueueCommand,
+  ListDeadLetterSourceQueuesCommand, TagQueueCommand, UntagQueueCommand, AddPermissionCommand,
   ListQueueTagsCommand, QueueDoesNotExist, QueueNameExists, InvalidBatchEntryId,
   BatchEntryIdsNotDistinct, TooManyEntriesInBatchRequest, EmptyBatchRequest,
   InvalidMessageContents, InvalidAttributeName, UnsupportedOperation,
@@ -544,12 +544,44 @@ describe("as SQS", () => {
                     "MissingParameter", "MissingParameter",
                     "The request must contain the parameter MessageBody.", "MissingRequiredParameterException");
     const fifo = await createQueue("fbatch", {}, true);
-    await invalid(sqs.send(new SendMessageBatchCommand({ QueueUrl: fifo, Entries: [
+    await refusedAs(sqs.send(new SendMessageBatchCommand({ QueueUrl: fifo, Entries: [
       { Id: "good", MessageBody: "x", MessageGroupId: "g", MessageDeduplicationId: "d1" },
       { Id: "nogroup", MessageBody: "y", MessageDeduplicationId: "d2" }] })),
-                  "The request must contain the parameter MessageGroupId.");
+                    "MissingParameter", "MissingParameter",
+                    "The request must contain the parameter MessageGroupId.", "MissingRequiredParameterException");
     assert.deepEqual(await counts(url), [0, 0, 0]);
     assert.deepEqual(await counts(fifo), [0, 0, 0]);
+  });
+
+  it("SQS's texts for attribute types and names, permissions and tags", async () => {
+    const url = await createQueue("texts");
+    await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x", MessageAttributes: {
+      t: { DataType: "Integer", StringValue: "1" } } })),
+                  "The message attribute 't' has an invalid message attribute type, the set of supported type prefixes is Binary, Number, and String.");
+    for (const name of ["bad name", ".dot", "a..b"]) {
+      await invalid(sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "x", MessageAttributes: {
+        [name]: { DataType: "String", StringValue: "v" } } })),
+                    `The message attribute name '${name}' is invalid. Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters.`);
+    }
+    await invalid(sqs.send(new AddPermissionCommand({ QueueUrl: url, Label: "l", AWSAccountIds: ["111122223333"],
+                                                       Actions: ["CreateQueue"] })),
+                  "Value SQS:CreateQueue for parameter ActionName is invalid. Reason: Only the queue owner is allowed to invoke this action.");
+    await invalid(sqs.send(new AddPermissionCommand({ QueueUrl: url, Label: "l", AWSAccountIds: ["111122223333"],
+                                                       Actions: ["Fly"] })),
+                  "Value SQS:Fly for parameter ActionName is invalid. Reason: Please refer to the appropriate WSDL for a list of valid actions.");
+    await assert.rejects(sqs.send(new AddPermissionCommand({ QueueUrl: url, Label: "l", AWSAccountIds: [],
+                                                            Actions: ["SendMessage"] })),
+                         (e) => e.name === "InvalidParameterValue" && /PrincipalId/.test(e.message));
+    await sqs.send(new TagQueueCommand({ QueueUrl: url,
+                                         Tags: Object.fromEntries([...Array(50).keys()].map((i) => [`k${i}`, "v"])) }));
+    await invalid(sqs.send(new TagQueueCommand({ QueueUrl: url, Tags: { "one-more": "v" } })),
+                  `Too many tags added for queue ${PREFIX}-texts.`);
+    for (const keys of [[], [""], ["k".repeat(129)], ["k1", ""]]) {
+      await invalid(sqs.send(new UntagQueueCommand({ QueueUrl: url, TagKeys: keys })),
+                    "Tag keys must be between 1 and 128 characters in length.");
+    }
+    await sqs.send(new UntagQueueCommand({ QueueUrl: url, TagKeys: ["k".repeat(128), "k1"] }));
+    assert.equal(Object.keys((await sqs.send(new ListQueueTagsCommand({ QueueUrl: url }))).Tags).length, 49);
   });
 
   it("1 MiB: a message of exactly 1,048,576 bytes, and no more", async () => {

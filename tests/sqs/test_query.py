@@ -1264,11 +1264,48 @@ class AsSqsTest(SqsTestCase):
                                 MessageBody="x", MessageGroupId=group)
         self.assertEqual(self.counts(url), (0, 0, 0))
 
+    def test_sqs_texts_for_attributes_permissions_and_tags(self):
+        url = self.create("texts")
+        self.assert_refused("InvalidParameterValue", "The message attribute 't' has an invalid "
+                            "message attribute type, the set of supported type prefixes is "
+                            "Binary, Number, and String.", self.raw.send_message, QueueUrl=url,
+                            MessageBody="x",
+                            MessageAttributes={"t": {"DataType": "Integer", "StringValue": "1"}})
+        for name in ("bad name", ".dot", "a..b"):
+            self.assert_refused("InvalidParameterValue", f"The message attribute name '{name}' "
+                                "is invalid. Attribute name can contain A-Z, a-z, 0-9, "
+                                "underscore (_), hyphen (-), and period (.) characters.",
+                                self.raw.send_message, QueueUrl=url, MessageBody="x",
+                                MessageAttributes={name: {"DataType": "String",
+                                                          "StringValue": "v"}})
+        self.assert_refused("InvalidParameterValue", "Value SQS:CreateQueue for parameter "
+                            "ActionName is invalid. Reason: Only the queue owner is allowed to "
+                            "invoke this action.", self.raw.add_permission, QueueUrl=url,
+                            Label="l", AWSAccountIds=["111122223333"], Actions=["CreateQueue"])
+        self.assert_refused("InvalidParameterValue", "Value SQS:Fly for parameter ActionName is "
+                            "invalid. Reason: Please refer to the appropriate WSDL for a list of "
+                            "valid actions.", self.raw.add_permission, QueueUrl=url, Label="l",
+                            AWSAccountIds=["111122223333"], Actions=["Fly"])
+        e = self.assert_error("InvalidParameterValue", self.raw.add_permission, QueueUrl=url,
+                              Label="l", AWSAccountIds=[], Actions=["SendMessage"])
+        self.assertIn("PrincipalId", e.response["Error"]["Message"])
+        self.sqs.tag_queue(QueueUrl=url, Tags={f"k{i}": "v" for i in range(50)})
+        self.assert_refused("InvalidParameterValue", f"Too many tags added for queue "
+                            f"{self.name('texts')}.", self.raw.tag_queue, QueueUrl=url,
+                            Tags={"one-more": "v"})
+        for keys in ([], [""], ["k" * 129], ["k1", ""]):
+            self.assert_refused("InvalidParameterValue", "Tag keys must be between 1 and 128 "
+                                "characters in length.", self.raw.untag_queue, QueueUrl=url,
+                                TagKeys=keys)
+        self.assertEqual(len(self.sqs.list_queue_tags(QueueUrl=url)["Tags"]), 50)
+        self.sqs.untag_queue(QueueUrl=url, TagKeys=["k" * 128, "k1"])
+        self.assertEqual(len(self.sqs.list_queue_tags(QueueUrl=url)["Tags"]), 49)
+
     def test_fifo_batch_without_group_or_deduplication_id_is_refused_whole(self):
         url = self.create("fbatch", fifo=True)
         good = {"Id": "good", "MessageBody": "x", "MessageGroupId": "g",
                 "MessageDeduplicationId": "d1"}
-        self.assert_refused("InvalidParameterValue",
+        self.assert_refused("MissingParameter",
                             "The request must contain the parameter MessageGroupId.",
                             self.sqs.send_message_batch, QueueUrl=url, Entries=[
                                 good, {"Id": "nogroup", "MessageBody": "y",
