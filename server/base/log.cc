@@ -74,4 +74,20 @@ void LogWriter::operator()(LogLevel level, std::string_view msg, const nlohmann:
   std::fflush(to);
 }
 
+bool LogThrottle::allow(std::chrono::steady_clock::time_point now, std::uint64_t& held_back) {
+  std::lock_guard lock(mutex_);
+  if (written_ == 0 || now - window_start_ >= period_) {
+    window_start_ = now;
+    written_ = 0;
+  }
+  if (written_ >= lines_) {
+    ++held_back_;
+    return false;
+  }
+  ++written_;
+  held_back = held_back_;
+  held_back_ = 0;
+  return true;
+}
+
 }  // namespace txmq::server

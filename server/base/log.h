@@ -6,8 +6,10 @@
 //   {"time":"2026-11-23T07:50:54.123Z","level":"error","msg":"...", FIELDS...}
 // with the event's structured fields (action, request_id, status, ...) beside msg.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +50,26 @@ class LogWriter {
  private:
   LogFormat format_;
   std::FILE* out_;
+};
+
+// At most `lines` lines of one kind per `period` (a fixed window): events a client can cause at
+// will, such as refused signatures, must not fill the disk. What it holds back is counted and
+// told with the next line it lets through. Thread-safe.
+class LogThrottle {
+ public:
+  LogThrottle(std::uint64_t lines, std::chrono::steady_clock::duration period)
+      : lines_(lines), period_(period) {}
+  // Whether to write this event's line; `held_back` is then how many were not written since the
+  // last line that was.
+  bool allow(std::chrono::steady_clock::time_point now, std::uint64_t& held_back);
+
+ private:
+  const std::uint64_t lines_;
+  const std::chrono::steady_clock::duration period_;
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point window_start_{};
+  std::uint64_t written_ = 0;  // in this window
+  std::uint64_t held_back_ = 0;
 };
 
 }  // namespace txmq::server

@@ -1,5 +1,6 @@
 #include "server/sqs/service.h"
 
+#include <algorithm>
 #include <random>
 
 #include <boost/asio/post.hpp>
@@ -421,7 +422,9 @@ Admission SqsService::admit(const RequestHeader& header) const {
   } else if (checked.refusal) {
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    admission.refuse = error_response(*checked.refusal, checked.json, new_request_id());
+    const std::string request_id = new_request_id();
+    log_failure(*checked.refusal, "request", request_id);
+    admission.refuse = error_response(*checked.refusal, checked.json, request_id);
   }
   return admission;
 }
@@ -540,18 +543,34 @@ void SqsService::reply_error(Call& c, std::exception_ptr error) {
   const SqsError e = sqs_error_of(error);
   counters_.errors.fetch_add(1, std::memory_order_relaxed);
   count_request(c, e.code);
-  if (options_.log) {
-    const std::string action = c.action.empty() ? "request" : c.action;
-    options_.log(
-        e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning,
-        fmt::format("{} {}: {} {}: {}", action, c.request_id, e.http_status, e.code, e.what()),
-        {{"action", action},
-         {"request_id", c.request_id},
-         {"status", e.http_status},
-         {"code", e.code},
-         {"error", e.what()}});
-  }
+  log_failure(e, c.action.empty() ? "request" : c.action, c.request_id);
   c.respond(error_response(e, c.protocol == Call::Protocol::kJson, c.request_id));
+}
+
+void SqsService::log_failure(const SqsError& e, std::string_view action,
+                             const std::string& request_id) const {
+  if (!options_.log) return;
+  // sigv4.h's refusals: what an operator most needs to see (a client with a wrong key, region or
+  // clock), and what anyone can send at will.
+  static constexpr std::string_view kAuthCodes[] = {
+      "SignatureDoesNotMatch", "InvalidClientTokenId", "IncompleteSignature",
+      "MissingAuthenticationToken", "RequestExpired", "AccessDenied"};
+  const bool auth = std::find(std::begin(kAuthCodes), std::end(kAuthCodes), e.code) !=
+                    std::end(kAuthCodes);
+  std::uint64_t held_back = 0;
+  if (auth && !refusal_log_.allow(std::chrono::steady_clock::now(), held_back)) return;
+  std::string line =
+      fmt::format("{} {}: {} {}: {}", action, request_id, e.http_status, e.code, e.what());
+  nlohmann::json fields = {{"action", action},
+                           {"request_id", request_id},
+                           {"status", e.http_status},
+                           {"code", e.code},
+                           {"error", e.what()}};
+  if (held_back > 0) {
+    line += fmt::format(" ({} more refused requests not logged)", held_back);
+    fields["not_logged"] = held_back;
+  }
+  options_.log(e.http_status >= 500 ? LogLevel::kError : LogLevel::kWarning, line, fields);
 }
 
 SqsError SqsService::sqs_error_of(std::exception_ptr error) {

@@ -273,6 +273,9 @@ class SqsService {
   mutable std::mutex credentials_mutex_;
   std::shared_ptr<const Credentials> credentials_;  // null: no --credentials
   mutable Counters counters_;  // admit() counts refusals too
+  // Refused signatures and keys: one line each, at most 10 per 10 s (a flood is counted).
+  mutable LogThrottle refusal_log_{10, std::chrono::seconds(10)};
+  void log_failure(const SqsError& e, std::string_view action, const std::string& request_id) const;
   std::mutex posting_mutex_;  // handle() posts and shutdown() stops under it
   std::atomic<bool> stopping_{false};
   std::mutex calls_mutex_;

@@ -826,6 +826,78 @@ class RoundTwo(unittest.TestCase):
             s.stop()
 
 
+def signed_query(port, body, region="us-east-1", key=KEY, secret=SECRET):
+    """The bytes of a Query-protocol POST signed by botocore for REGION."""
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+    request = botocore.awsrequest.AWSRequest(
+        method="POST", url=f"http://127.0.0.1:{port}/", data=body.encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"})
+    botocore.auth.SigV4Auth(botocore.credentials.Credentials(key, secret), "sqs",
+                            region).add_auth(request)
+    lines = ["POST / HTTP/1.1", f"Host: 127.0.0.1:{port}"]
+    lines += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() != "host"]
+    lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body.encode()
+
+
+def answer(port, data, timeout=30):
+    """(status, body text) of DATA sent on a new connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        c.sendall(data)
+        r = http.client.HTTPResponse(c)
+        r.begin()
+        return r.status, r.read().decode(errors="replace")
+
+
+class RefusedSignatures(unittest.TestCase):
+    """Issue 54, item 4: a refused signature or key leaves a log line, in both protocols, and a
+    flood of them leaves a bounded number of lines that count the rest."""
+
+    def test_each_refusal_is_logged_and_a_flood_is_counted(self):
+        s = Serve("--credentials", credentials_file())
+        try:
+            def lines():
+                return [l for l in s.stderr().splitlines() if " 403 " in l or " 400 " in l]
+
+            head, body = signed_call(s.port, "ListQueues", "{}", secret="not-the-secret")
+            self.assertEqual(answer(s.port, head + body)[0], 403)
+            head, body = signed_call(s.port, "ListQueues", "{}", key="AKIDUNKNOWN")
+            self.assertEqual(answer(s.port, head + body)[0], 403)
+            query = "Action=ListQueues&Version=2012-11-05"
+            status, text = answer(s.port, signed_query(s.port, query, region="eu-west-1"))
+            self.assertEqual(status, 403, text)
+            status, text = answer(s.port, signed_query(s.port, query, secret="wrong"))
+            self.assertEqual(status, 403, text)
+            status, text = answer(s.port, signed_query(s.port, query))
+            self.assertEqual(status, 200, text)
+            logged = lines()
+            for code in ("SignatureDoesNotMatch", "InvalidClientTokenId", "eu-west-1"):
+                self.assertTrue(any(code in l for l in logged), (code, logged))
+            self.assertEqual(len(logged), 4, logged)
+            # A flood: 300 more, as fast as they come.
+            for i in range(300):
+                head, body = signed_call(s.port, "ListQueues", "{}",
+                                         secret="wrong" if i % 2 else SECRET,
+                                         key=KEY if i % 2 else "AKIDUNKNOWN")
+                self.assertEqual(answer(s.port, head + body)[0], 403)
+            flood = lines()[4:]
+            self.assertLessEqual(len(flood), 30, flood[-5:])
+            time.sleep(10.5)  # the throttle's window passes: the next refusal counts the rest
+            head, body = signed_call(s.port, "ListQueues", "{}", secret="wrong")
+            self.assertEqual(answer(s.port, head + body)[0], 403)
+            deadline = time.monotonic() + 5
+            while not any("not logged" in l for l in lines()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            counted = [l for l in lines() if "more refused requests not logged" in l]
+            self.assertTrue(counted, lines()[-3:])
+            held = sum(int(re.search(r"\((\d+) more refused", l).group(1)) for l in counted)
+            self.assertEqual(held + len(lines()) - 4, 301, lines()[-3:])
+        finally:
+            s.stop()
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)
