@@ -65,5 +65,20 @@ TEST(Log, Formats) {
   EXPECT_FALSE(parse_log_format("JSON"));
 }
 
+TEST(Log, ThrottleLetsAFewLinesThroughPerWindowAndCountsTheRest) {
+  LogThrottle throttle(2, std::chrono::seconds(10));
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  std::uint64_t held = 99;
+  EXPECT_TRUE(throttle.allow(t0, held));
+  EXPECT_EQ(held, 0u);
+  EXPECT_TRUE(throttle.allow(t0 + std::chrono::seconds(1), held));
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(throttle.allow(t0 + std::chrono::seconds(9), held));
+  EXPECT_TRUE(throttle.allow(t0 + std::chrono::seconds(10), held));  // a new window
+  EXPECT_EQ(held, 5u);
+  EXPECT_TRUE(throttle.allow(t0 + std::chrono::seconds(11), held));
+  EXPECT_EQ(held, 0u);
+  EXPECT_FALSE(throttle.allow(t0 + std::chrono::seconds(12), held));
+}
+
 }  // namespace
 }  // namespace txmq::server
