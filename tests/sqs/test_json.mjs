@@ -584,6 +584,26 @@ describe("as SQS", () => {
     assert.equal(Object.keys((await sqs.send(new ListQueueTagsCommand({ QueueUrl: url }))).Tags).length, 49);
   });
 
+  it("an older handle of a message received again: deletes nothing, changes no visibility", async () => {
+    const url = await createQueue("older");
+    await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: "twice" }));
+    const [first] = await receive(url, { VisibilityTimeout: 1 });
+    await sleep(1500);
+    const [again] = await receive(url, { WaitTimeSeconds: 3, VisibilityTimeout: 60 });
+    assert.equal(again.MessageId, first.MessageId);
+    const old = first.ReceiptHandle;
+    await invalid(sqs.send(new ChangeMessageVisibilityCommand({ QueueUrl: url, ReceiptHandle: old, VisibilityTimeout: 0 })),
+                  `Value ${old} for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.`);
+    const batch = await sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: url, Entries: [
+      { Id: "old", ReceiptHandle: old, VisibilityTimeout: 0 }] }));
+    assert.deepEqual((batch.Failed ?? []).map((f) => [f.Id, f.Code]), [["old", "InvalidParameterValue"]]);
+    assert.deepEqual(await receive(url, { WaitTimeSeconds: 1 }), []);
+    await sqs.send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: old }));
+    assert.deepEqual(await counts(url), [0, 1, 0]);
+    await sqs.send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: again.ReceiptHandle }));
+    assert.deepEqual(await counts(url), [0, 0, 0]);
+  });
+
   it("1 MiB: a message of exactly 1,048,576 bytes, and no more", async () => {
     const url = await createQueue("mib");
     // Tabs and quotes, which JSON escapes to 2 bytes each, and 3-byte characters.

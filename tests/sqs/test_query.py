@@ -509,6 +509,32 @@ class MessagesTest(SqsTestCase):
         self.assert_error("ReceiptHandleIsInvalid", self.sqs.delete_message, QueueUrl=url,
                           ReceiptHandle="garbage")
 
+    def test_an_older_handle_of_a_message_received_again(self):
+        # docs/sqs.md, "What differs from SQS": the lease is fenced by its handle. A delete with
+        # the older handle succeeds and keeps the message (as AWS documents it may); a visibility
+        # change with it is refused, alone and in a batch, and moves nothing.
+        url = self.create("older")
+        self.sqs.send_message(QueueUrl=url, MessageBody="twice")
+        [first] = self.receive(url, VisibilityTimeout=1)
+        time.sleep(1.5)
+        [again] = self.receive(url, WaitTimeSeconds=3, VisibilityTimeout=60)
+        self.assertEqual(again["MessageId"], first["MessageId"])
+        old = first["ReceiptHandle"]
+        e = self.assert_error("InvalidParameterValue", self.sqs.change_message_visibility,
+                              QueueUrl=url, ReceiptHandle=old, VisibilityTimeout=0)
+        self.assertEqual(e.response["Error"]["Message"],
+                         f"Value {old} for parameter ReceiptHandle is invalid. Reason: Message "
+                         "does not exist or is not available for visibility timeout change.")
+        batch = self.sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+            {"Id": "old", "ReceiptHandle": old, "VisibilityTimeout": 0}])
+        self.assertEqual([f["Id"] for f in batch.get("Failed", [])], ["old"])
+        self.assertEqual(batch["Failed"][0]["Code"], "InvalidParameterValue")
+        self.assertEqual(self.receive(url, WaitTimeSeconds=1), [])  # still leased to `again`
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=old)
+        self.assertEqual(self.counts(url)[1], 1)  # in flight, not deleted
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+        self.assertEqual(self.counts(url), (0, 0, 0))
+
     def test_message_attributes_and_digests(self):
         url = self.create("mattr")
         attrs = {
