@@ -27,7 +27,7 @@ void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_vi
 }
 
 QueueRef partition_queue(std::string_view topic, unsigned group, unsigned partition) {
-  return QueueRef{std::string(topic), group, partition, topic_tables(topic, group, partition),
+  return QueueRef{group, partition, topic_tables(topic, group, partition),
                   wait_channel(topic, group)};
 }
 

@@ -59,7 +59,6 @@ struct TopicLayout {
 
 // One queue: a group's partition of a topic, with its own tables.
 struct QueueRef {
-  std::string topic;
   unsigned group = 0;
   unsigned partition = 0;
   TopicTables tables;

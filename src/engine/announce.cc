@@ -18,14 +18,6 @@ std::shared_ptr<Subscriber> subscribe(QueueContext& q, std::string_view topic,
   return q.waiters.subscribe(units.front()->channel, queue_tables_of(units), std::move(wake));
 }
 
-void announce(QueueContext& q, const TopicLayout& layout, std::size_t count) {
-  if (count == 0) return;
-  // Every group got the messages.
-  for (const GroupEntry& g : layout.groups) {
-    q.waiters.announce(wait_channel(layout.info.name, g.number), count);
-  }
-}
-
 void announce(QueueContext& q, const ResolvedTopic& topic, std::size_t count) {
   if (count == 0) return;
   // Every group got the messages; a group's partitions share its channel.

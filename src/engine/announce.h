@@ -17,8 +17,7 @@ namespace txmq::internal {
 // (waiters.cc), this client's at once and others' from a background thread. Never throws: the
 // commit succeeded, whatever happens here.
 void announce(QueueContext& q, std::string_view topic, std::size_t count);
-// The same, with the topic's layout already at hand (its groups are announced to).
-void announce(QueueContext& q, const TopicLayout& layout, std::size_t count);
+// The same, with the topic already resolved (its groups are announced to).
 void announce(QueueContext& q, const ResolvedTopic& topic, std::size_t count);
 // After a commit that moved keyed messages into the queue table (or made others claimable
 // below this client's scan hint): lowers the hint and announces them.

@@ -295,7 +295,6 @@ std::vector<Message> receive(QueueContext& q, std::string_view topic,
 
 std::vector<Message> receive(QueueContext& q, const ResolvedTopic& resolved,
                              const ReceiveOptions& options, RidingAcks* riding) {
-  check_claim_options(options.max_messages, options.wait);
   const std::string& topic = resolved.name();
   const TopicInfo& info = resolved.info();
   const GroupEntry& group = resolved.layout.group(options.group);

@@ -67,7 +67,8 @@ bool claim_within(QueueContext& q, std::string_view channel, const std::vector<s
 }
 
 // `riding`: acknowledgements to apply in the first claim's transaction (or on their own when
-// no claim is made).
+// no claim is made). REQUIRES: check_claim_options(options) passed (the callers check before
+// they resolve the topic, so that bad options are refused first).
 std::vector<Message> receive(QueueContext& q, const ResolvedTopic& topic,
                              const ReceiveOptions& options, RidingAcks* riding = nullptr);
 std::vector<Message> receive(QueueContext& q, std::string_view topic,

@@ -164,9 +164,9 @@ std::size_t process_units(QueueContext& q, std::string_view topic, const Process
   check_claim_options(options.max_messages, options.wait);
   const Topic resolved = q.catalog.resolve(topic);
   const TopicLayout& layout = resolved->layout;
-  const std::string& group = layout.group(options.group).name;
-  const std::vector<const QueueRef*> units =
-      resolved->claim_order(layout.group(options.group), options.partitions);
+  const GroupEntry& entry = layout.group(options.group);
+  const std::string& group = entry.name;
+  const std::vector<const QueueRef*> units = resolved->claim_order(entry, options.partitions);
   if (units.empty()) return 0;  // none of them on this server
   std::size_t processed = 0;
   claim_within(q, units.front()->channel, queue_tables_of(units), options.wait, [&] {
