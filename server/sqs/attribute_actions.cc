@@ -77,13 +77,9 @@ json SqsService::tag_queue(Call& c) {
 json SqsService::untag_queue(Call& c) {
   auto q = queue_of(c);
   auto keys = string_list(c.input, "TagKeys");
-  // SQS's answer to no keys at all, as to an empty or long one.
-  const bool keys_ok = !keys.empty() && std::all_of(keys.begin(), keys.end(), [](const auto& k) {
-    return !k.empty() && k.size() <= kMaxTagKey;
-  });
-  if (!keys_ok) {
-    fail("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.");
-  }
+  // SQS answers no keys at all as it answers an empty one.
+  if (keys.empty()) check_tag_key("");
+  for (const std::string& k : keys) check_tag_key(k);
   catalog_.set_tags(q->name, {}, keys);
   return json::object();
 }

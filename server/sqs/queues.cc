@@ -101,9 +101,7 @@ std::string to_json(const std::map<std::string, std::string>& m) { return json(m
 
 void check_tags(const std::map<std::string, std::string>& tags) {
   for (const auto& [k, v] : tags) {
-    if (k.empty() || k.size() > kMaxTagKey) {
-      fail("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.");
-    }
+    check_tag_key(k);
     if (v.size() > 256) {
       fail("InvalidParameterValue", "Tag values must be between 0 and 256 characters in length.");
     }
@@ -1027,6 +1025,12 @@ std::vector<std::string> QueueCatalog::dead_letter_sources(std::string_view targ
     }
   });
   return names;
+}
+
+void check_tag_key(std::string_view key) {
+  if (key.empty() || key.size() > 128) {
+    fail("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.");
+  }
 }
 
 }  // namespace txmq::server

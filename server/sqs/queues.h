@@ -37,8 +37,9 @@ inline constexpr std::string_view kGroupStartAttribute = "TxmqGroupStart";
 // Given at creation; they cannot change.
 inline constexpr std::string_view kServersAttribute = "TxmqServers";
 inline constexpr std::string_view kPartitionsAttribute = "TxmqPartitions";
-// SQS's limit on a tag key's length (TagQueue, UntagQueue, CreateQueue's tags).
-inline constexpr std::size_t kMaxTagKey = 128;
+// Refuses a tag key that is empty or over SQS's 128 characters (TagQueue, UntagQueue,
+// CreateQueue's tags): InvalidParameterValue with SQS's text.
+void check_tag_key(std::string_view key);
 
 struct QueueInfo {
   std::string name;   // the SQS name
