@@ -451,38 +451,50 @@ def credentials_file():
     return path
 
 
-def signed_call(port, action, body, key=KEY, secret=SECRET, content_length=None):
-    """The bytes of a JSON-protocol call signed by botocore (a wrong signature when `secret` is
-    not the key's), its Content-Length CONTENT_LENGTH when given (else the body's)."""
+def signed_request(port, body, headers, key=KEY, secret=SECRET, region="us-east-1",
+                   content_length=None):
+    """The header bytes and body of a POST signed by botocore for REGION (a wrong signature
+    when `secret` is not the key's), its Content-Length CONTENT_LENGTH when given (else the
+    body's)."""
     import botocore.auth
     import botocore.awsrequest
     import botocore.credentials
     if isinstance(body, str):
         body = body.encode()
     request = botocore.awsrequest.AWSRequest(
-        method="POST", url=f"http://127.0.0.1:{port}/", data=body,
-        headers={"X-Amz-Target": f"AmazonSQS.{action}",
-                 "Content-Type": "application/x-amz-json-1.0"})
+        method="POST", url=f"http://127.0.0.1:{port}/", data=body, headers=headers)
     botocore.auth.SigV4Auth(botocore.credentials.Credentials(key, secret), "sqs",
-                            "us-east-1").add_auth(request)
+                            region).add_auth(request)
     lines = ["POST / HTTP/1.1", f"Host: 127.0.0.1:{port}"]
     lines += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() != "host"]
     lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode(), body
 
 
+def signed_call(port, action, body, key=KEY, secret=SECRET, content_length=None):
+    """The bytes of a JSON-protocol call, as signed_request."""
+    return signed_request(port, body, {"X-Amz-Target": f"AmazonSQS.{action}",
+                                       "Content-Type": "application/x-amz-json-1.0"},
+                          key=key, secret=secret, content_length=content_length)
+
+
+def answer(port, data, timeout=30):
+    """(status, body bytes) of DATA sent on a new connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        c.sendall(data)
+        r = http.client.HTTPResponse(c)
+        r.begin()
+        return r.status, r.read()
+
+
 def call(port, action, payload, timeout=30):
     """(status, JSON answer) of a signed JSON-protocol call on a new connection."""
     head, body = signed_call(port, action, json.dumps(payload))
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
-        c.sendall(head + body)
-        r = http.client.HTTPResponse(c)
-        r.begin()
-        data = r.read()
-        try:
-            return r.status, json.loads(data or b"{}")
-        except ValueError:
-            return r.status, {"text": data.decode(errors="replace")}
+    status, data = answer(port, head + body, timeout)
+    try:
+        return status, json.loads(data or b"{}")
+    except ValueError:
+        return status, {"text": data.decode(errors="replace")}
 
 
 def push(c, data, timeout=5):
@@ -827,28 +839,11 @@ class RoundTwo(unittest.TestCase):
 
 
 def signed_query(port, body, region="us-east-1", key=KEY, secret=SECRET):
-    """The bytes of a Query-protocol POST signed by botocore for REGION."""
-    import botocore.auth
-    import botocore.awsrequest
-    import botocore.credentials
-    request = botocore.awsrequest.AWSRequest(
-        method="POST", url=f"http://127.0.0.1:{port}/", data=body.encode(),
-        headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"})
-    botocore.auth.SigV4Auth(botocore.credentials.Credentials(key, secret), "sqs",
-                            region).add_auth(request)
-    lines = ["POST / HTTP/1.1", f"Host: 127.0.0.1:{port}"]
-    lines += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() != "host"]
-    lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body.encode()
-
-
-def answer(port, data, timeout=30):
-    """(status, body text) of DATA sent on a new connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
-        c.sendall(data)
-        r = http.client.HTTPResponse(c)
-        r.begin()
-        return r.status, r.read().decode(errors="replace")
+    """The bytes of a Query-protocol POST, as signed_request."""
+    head, data = signed_request(
+        port, body, {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"},
+        key=key, secret=secret, region=region)
+    return head + data
 
 
 class RefusedSignatures(unittest.TestCase):
