@@ -76,20 +76,26 @@ bool parse_payload(const std::string& payload, std::string& tag, std::size_t& in
   return ec == std::errc() && end == payload.data() + payload.size();
 }
 
-// How long clients went without a success around a node fault: from the fault to the first
-// success after it, and the longest time between two successes from the last one before the
-// fault to the end of its window (the next node fault). Negative: no success in the window.
+// How long clients went without a success after a node fault: from the fault to the first
+// success after it, wherever that falls (an outage can outlast the fault's window: the next fault
+// starts 3 s after the nodes are Synced, not after the clients are served again), and the longest
+// time between two successes from the fault to the end of its window (the next node fault). An
+// outage that began before the fault belongs to the earlier fault, which is judged for it.
+// Negative: no success after the fault at all.
 struct Service {
   double first = -1, longest = -1;
+  bool past_window = false;  // the first success came after the window's end
 };
 
 Service service_after(const std::vector<std::int64_t>& times, std::int64_t at, std::int64_t end) {
   Service s;
   auto it = std::upper_bound(times.begin(), times.end(), at);
-  if (it == times.end() || *it > end) return s;
+  if (it == times.end()) return s;
   s.first = static_cast<double>(*it - at) / 1e6;
-  std::int64_t previous = it == times.begin() ? at : *std::prev(it);
-  for (; it != times.end() && *it <= end; ++it) {
+  s.longest = s.first;
+  s.past_window = *it > end;
+  std::int64_t previous = *it;
+  for (++it; it != times.end() && *it <= end; ++it) {
     s.longest = std::max(s.longest, static_cast<double>(*it - previous) / 1e6);
     previous = *it;
   }
@@ -452,6 +458,45 @@ class Checker {
     return not_ready == 0;
   }
 
+  // What the children reported (errors, outages, warnings) from `from` to `to`: for a node fault
+  // whose clients went without service too long, the run's output then says what they met.
+  void print_reports_between(std::int64_t from, std::int64_t to) const {
+    std::map<std::string, std::uint64_t> count;  // the report's first words -> how many
+    std::vector<std::pair<std::int64_t, std::string>> lines;  // in time order below
+    for (const std::string& path : run_.logs) {
+      for (const std::string& line : lines_of(path)) {
+        const std::size_t space = line.find(' ');
+        if (space == std::string::npos || space + 2 >= line.size() || line[space + 2] != ' ') {
+          continue;
+        }
+        const char kind = line[space + 1];
+        if (kind != 'E' && kind != 'W' && kind != 'V') continue;
+        std::int64_t t = 0;
+        auto [end, ec] = std::from_chars(line.data(), line.data() + space, t);
+        if (ec != std::errc() || t < from || t > to) continue;
+        const std::string text = line.substr(space + 3);
+        ++count[text.substr(0, 60)];
+        if (lines.size() < 10'000) {
+          const std::size_t slash = path.rfind('/');
+          lines.emplace_back(t, fmt::format("    +{:.2f} s {}: {}",
+                                            static_cast<double>(t - from) / 1e6,
+                                            slash == std::string::npos ? path : path.substr(slash + 1),
+                                            text.substr(0, 240)));
+        }
+      }
+    }
+    fmt::print("  what the clients reported in the {:.1f} s after it ({} kinds):\n",
+               static_cast<double>(to - from) / 1e6, count.size());
+    std::vector<std::pair<std::uint64_t, std::string>> by_count;
+    for (const auto& [text, n] : count) by_count.emplace_back(n, text);
+    std::sort(by_count.rbegin(), by_count.rend());
+    for (std::size_t i = 0; i < by_count.size() && i < 10; ++i) {
+      fmt::print("    {:>5} x {}\n", by_count[i].first, by_count[i].second);
+    }
+    std::sort(lines.begin(), lines.end());
+    for (std::size_t i = 0; i < lines.size() && i < 12; ++i) fmt::print("{}\n", lines[i].second);
+  }
+
   static bool near_writer_change(const ConflictSample& c, const std::vector<std::int64_t>& at) {
     for (std::int64_t t : at) {
       if (c.from_us <= t + kWriterChangeWindowUs && c.to_us >= t - kWriterChangeWindowUs) {
@@ -472,7 +517,7 @@ class Checker {
     fmt::print(
         "\nnode faults (s: at = since the faults began, at monotonic {} us; healed = a partition's "
         "links back; without service = to the first success after the fault / longest time "
-        "between two successes until the next node fault; bound {:.0f} s)\n",
+        "between two successes from the fault until the next node fault; bound {:.0f} s)\n",
         c.faults_started_us, kServiceBackSeconds);
     fmt::print("{:<8} {:>4} {:>6} {:>7} {:>7} {:>13} {:>22} {:>22}\n", "fault", "node", "writer",
                "at", "healed", "Synced after", "without a send", "without a delivery");
@@ -496,6 +541,14 @@ class Checker {
                  fmt::format("{} / {}", seconds(send.first), seconds(send.longest)),
                  fmt::format("{} / {}", seconds(delivery.first), seconds(delivery.longest)),
                  held ? "" : fmt::format("  <- over {:.0f} s", bound));
+      if (send.past_window || delivery.past_window) {
+        fmt::print("         (its clients were first served again after the next fault began)\n");
+      }
+      if (!held) {
+        const double longest = std::max({send.first, send.longest, delivery.first,
+                                         delivery.longest, bound});
+        print_reports_between(f.at_us, f.at_us + static_cast<std::int64_t>(longest * 1e6));
+      }
     }
     // Writes on one node at a time: conflicts between nodes' transactions show up as
     // certification failures and BF aborts; with one writer only a change of writer (old
