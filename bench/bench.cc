@@ -263,7 +263,8 @@ class Bench {
     if (wanted("queues")) {
       queues_section(report_, {.dsn = options_.dsn,
                                .queues = options_.quick ? 1000 : 10000,
-                               .calls = options_.quick ? 200 : 500});
+                               .calls = options_.quick ? 200 : 500,
+                               .used = options_.quick ? 200 : 1000});
     }
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;

@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "serve_load.h"
 #include "server/app/sqs_server.h"
+#include "server/web/metrics.h"
 
 namespace txmq::bench {
 namespace {
@@ -176,6 +177,55 @@ void queues_section(Report& report, const QueuesOptions& options) {
   view.seconds = view_seconds;
   view.note = "the overview polled once a second; SHOW GLOBAL STATUS Questions";
   report.add_row(std::move(view));
+
+  // Used queues: one SendMessage each (the first use makes a queue's tables), then scrapes at
+  // the defaults (series for the 100 busiest, the rest summed) and with a series for every queue.
+  const int used = std::min(options.used, options.queues);
+  Measured first_sends;
+  const auto use_start = SteadyClock::now();
+  for (int i = 0; i < used; ++i) {
+    const auto at = SteadyClock::now();
+    sqs.call("SendMessage", {{"QueueUrl", urls[static_cast<std::size_t>(i)]},
+                             {"MessageBody", "first"}});
+    first_sends.latencies.add_since(at);
+  }
+  first_sends.messages = static_cast<std::uint64_t>(used);
+  first_sends.seconds = seconds_between(use_start, SteadyClock::now());
+  report.add(row("queues.first_use", "SendMessage to a queue's first use (makes its tables)"),
+             std::move(first_sends));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the sends' totals flushed
+  Latencies used_scrapes;
+  std::size_t used_bytes = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto at = SteadyClock::now();
+    used_bytes = http_get(srv.port(), "/metrics").size();
+    used_scrapes.add_since(at);
+  }
+  Row used_scrape = row("queues.metrics.used",
+                        fmt::format("GET /metrics, {} used queues, defaults (p50 of 3)",
+                                    with_commas(used)));
+  used_scrape.p50_ms = used_scrapes.percentile(50);
+  used_scrape.p99_ms = used_scrapes.percentile(99);
+  used_scrape.note = fmt::format("{:.2f} MB a scrape: 100 queues' series, the rest summed",
+                                 static_cast<double>(used_bytes) / 1e6);
+  report.add_row(std::move(used_scrape));
+  {
+    ClientOptions co;
+    co.dsn = options.dsn;
+    co.record_metrics = false;
+    Client reader(co);
+    const auto at = SteadyClock::now();
+    const std::size_t bytes =
+        server::render_metrics(reader, server::kDefaultExactUpTo, nullptr,
+                               server::MetricsSelection{.busiest = SIZE_MAX})
+            .size();
+    Row every = row("queues.metrics.used.all",
+                    fmt::format("the same exposition with a series for every queue (1 scrape)"));
+    every.p50_ms = seconds_between(at, SteadyClock::now()) * 1000;
+    every.note = fmt::format("{:.2f} MB (what /metrics gave before --metrics-busiest)",
+                             static_cast<double>(bytes) / 1e6);
+    report.add_row(std::move(every));
+  }
 
   auto [sent_many, received_many] = one_queue_calls(sqs, one_url, options.calls);
   report.add(row("queues.send.one", "SendMessage, one queue alone"), std::move(sent_alone));

@@ -20,10 +20,11 @@ void add_metrics_command(CLI::App& app, Globals& g) {
     std::uint64_t exact_up_to = server::kDefaultExactUpTo;
     std::string output;
     std::string topics;
+    std::size_t busiest = server::kDefaultBusiest;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "metrics", "print every topic's and group's gauges and the totals all clients recorded, in "
+      "metrics", "print topics' and groups' gauges and the totals all clients recorded, in "
                  "Prometheus's text format (docs/metrics.md)");
   cmd->add_option("--exact-up-to", a->exact_up_to,
                   "rows counted exactly at each end of a table; beyond 2 x N rows, counts are estimated (1000)")
@@ -32,8 +33,12 @@ void add_metrics_command(CLI::App& app, Globals& g) {
                   "write to FILE instead, atomically (a temporary file renamed over it), as "
                   "node_exporter's textfile collector wants");
   cmd->add_option("--topics", a->topics,
-                  "regular expression of the topics whose series are printed, matched against "
-                  "whole names (default: all; topics never used have none either way)");
+                  "regular expression of the topics whose series are always printed, matched "
+                  "against whole names (topics never used have none either way)");
+  cmd->add_option("--busiest", a->busiest,
+                  "and series for this many of the other used topics, those whose counters "
+                  "added up most; the rest are summed under topic=\"_others\" (100)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1'000'000}));
   cmd->callback([&g, a] {
     std::optional<std::regex> topics;
     try {
@@ -43,8 +48,9 @@ void add_metrics_command(CLI::App& app, Globals& g) {
       g.exit_code = kExitUsage;
       return;
     }
-    const std::string text =
-        server::render_metrics(*connect(g), a->exact_up_to, nullptr, topics ? &*topics : nullptr);
+    const std::string text = server::render_metrics(
+        *connect(g), a->exact_up_to, nullptr,
+        server::MetricsSelection{.named = topics ? &*topics : nullptr, .busiest = a->busiest});
     if (a->output.empty()) {
       std::cout << text << std::flush;
       return;

@@ -85,12 +85,17 @@ void add_serve_command(CLI::App& app, Globals& g) {
                 "to it before its first SendMessage or ReceiveMessage");
   CLI::Option* metrics_topics =
       cmd->add_option("--metrics-topics", o.metrics_topics,
-                      "regular expression of the topics whose series /metrics exports, matched "
-                      "against whole names (SQS queues' topics are sqs_NAME_HASH; default: all; "
-                      "topics never used have none either way)");
+                      "regular expression of the topics whose series /metrics always exports, "
+                      "matched against whole names (SQS queues' topics are sqs_NAME_HASH; topics "
+                      "never used have none either way)");
+  CLI::Option* metrics_busiest =
+      cmd->add_option("--metrics-busiest", o.metrics_busiest,
+                      "and series for this many of the other used topics, the busiest since the "
+                      "previous scrape; the rest are summed under topic=\"_others\" (100)")
+          ->check(CLI::Range(std::size_t{0}, std::size_t{1'000'000}));
   cmd->callback([&g, a, config, listen, credentials, region, account, workers, max_connections,
                  max_body_memory, max_answer_memory, max_per_client, log_format, metrics_topics,
-                 tables_at_first_use] {
+                 metrics_busiest, tables_at_first_use] {
     server::ServeOptions options = a->options;
     try {
       options.log_format = *server::parse_log_format(a->log_format);
@@ -120,6 +125,9 @@ void add_serve_command(CLI::App& app, Globals& g) {
         }
         if (file->metrics_topics && metrics_topics->count() == 0) {
           options.metrics_topics = *file->metrics_topics;
+        }
+        if (file->metrics_busiest && metrics_busiest->count() == 0) {
+          options.metrics_busiest = *file->metrics_busiest;
         }
         if (file->tables_at_first_use && tables_at_first_use->count() == 0) {
           options.tables_at_first_use = *file->tables_at_first_use;

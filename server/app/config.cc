@@ -67,7 +67,7 @@ const std::vector<std::string_view>& serve_config_keys() {
   static const std::vector<std::string_view> keys{
       "listen",     "credentials",     "region",          "account-id", "workers",
       "log-format", "max-connections", "max-connections-per-client", "max-body-memory",
-      "max-answer-memory", "dsn", "metrics-topics", "tables-at-first-use"};
+      "max-answer-memory", "dsn", "metrics-topics", "metrics-busiest", "tables-at-first-use"};
   return keys;
 }
 
@@ -165,6 +165,8 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
       config.dsn = string_value();
     } else if (name == "metrics-topics") {
       config.metrics_topics = string_value();
+    } else if (name == "metrics-busiest") {
+      config.metrics_busiest = static_cast<std::size_t>(integer_value(0, 1'000'000, ""));
     } else if (name == "tables-at-first-use") {
       const std::optional<bool> v = node.value_exact<bool>();
       if (!v) {

@@ -13,7 +13,8 @@
 //   max-answer-memory = 256            # MiB, 4 to 1,048,576
 //   max-connections-per-client = 1024  # 0 (no bound) to 1,000,000
 //   dsn = "mysql://txmq@db/txmq"       # allowed; TXMQ_DSN keeps passwords out of the file
-//   metrics-topics = "sqs_orders_.*"   # topics /metrics exports (a regular expression)
+//   metrics-topics = "sqs_orders_.*"   # topics /metrics always exports (a regular expression)
+//   metrics-busiest = 100              # and this many others, the busiest; 0 to 1,000,000
 //   tables-at-first-use = true         # a queue's tables made at its first use
 // A key left out keeps the command line's value or default; options given on the command line
 // win over the file (cli/serve_command.cc).
@@ -41,6 +42,7 @@ struct ServeConfig {
   std::optional<std::size_t> max_connections_per_client;
   std::optional<std::string> dsn;
   std::optional<std::string> metrics_topics;
+  std::optional<std::size_t> metrics_busiest;
   std::optional<bool> tables_at_first_use;
 };
 

@@ -183,42 +183,111 @@ void RequestMetrics::render(std::string& out) const {
   }
 }
 
+namespace {
+
+// The series of the topics summed into topic="_others": counters and histograms added up.
+struct OthersTotals {
+  std::map<std::string, RecordedMetric, std::less<>> by_name;  // RecordedMetric::name ->
+
+  void add(const RecordedMetric& m) {
+    RecordedMetric& t = by_name[m.name];
+    t.value += m.value;
+    t.sum += m.sum;
+    if (t.buckets.size() < m.buckets.size()) t.buckets.resize(m.buckets.size());
+    for (std::size_t b = 0; b < m.buckets.size(); ++b) t.buckets[b] += m.buckets[b];
+  }
+  const RecordedMetric* find(std::string_view name) const {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : &it->second;
+  }
+};
+
+constexpr std::string_view kOthersTopic = "_others";  // topic names start with a letter
+constexpr std::string_view kOthersGroup = "_all";
+
+bool is_counter(std::string_view recorded) {
+  for (const Total& c : kCounters) {
+    if (c.recorded == recorded) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string render_metrics(Client& client, std::uint64_t exact_up_to, const ServerMetrics* server,
-                           const std::regex* exported) {
+                           const MetricsSelection& selection, MetricsActivity* activity) {
   const auto start = std::chrono::steady_clock::now();
+  // Topics never used (no tables yet: nothing sent, nothing recorded) cost no statement and no
+  // series. Of the used ones, those named and the busiest get series of their own, read from
+  // their tables (a few milliseconds each); the rest are summed from the totals alone, so that
+  // a scrape of 10,000 used queues stays short.
+  const std::vector<TopicInfo> listed = client.list_topics();
+  const std::vector<RecordedMetric> recorded = client.recorded_metrics();
+  std::map<std::string_view, double> totals;  // topic -> its counters added up
+  for (const RecordedMetric& m : recorded) {
+    if (is_counter(m.name)) totals[m.topic] += m.value;
+  }
+  std::uint64_t unused = 0;
+  std::set<std::string_view> exported;
+  struct Candidate {
+    double since_last = 0;  // its counters' growth since the previous scrape
+    double total = 0;
+    std::string_view topic;
+  };
+  std::vector<Candidate> candidates;
+  for (const TopicInfo& t : listed) {
+    if (!t.has_tables) {
+      ++unused;
+    } else if (selection.named != nullptr && std::regex_match(t.name, *selection.named)) {
+      exported.insert(t.name);
+    } else {
+      const auto it = totals.find(t.name);
+      Candidate c{.total = it == totals.end() ? 0 : it->second, .topic = t.name};
+      c.since_last = c.total;
+      if (activity != nullptr) {
+        const auto before = activity->totals.find(t.name);
+        if (before != activity->totals.end()) c.since_last -= std::min(c.total, before->second);
+      }
+      candidates.push_back(c);
+    }
+  }
+  const std::size_t busiest = std::min(selection.busiest, candidates.size());
+  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(busiest),
+                    candidates.end(), [](const Candidate& a, const Candidate& b) {
+                      if (a.since_last != b.since_last) return a.since_last > b.since_last;
+                      if (a.total != b.total) return a.total > b.total;
+                      return a.topic < b.topic;
+                    });
+  for (std::size_t i = 0; i < busiest; ++i) exported.insert(candidates[i].topic);
+  std::set<std::string_view> summed;
+  for (std::size_t i = busiest; i < candidates.size(); ++i) summed.insert(candidates[i].topic);
+  if (activity != nullptr) {
+    activity->totals.clear();  // rebuilt: dropped topics leave it
+    for (const auto& [topic, total] : totals) activity->totals.emplace(std::string(topic), total);
+  }
+
   struct GroupGauges {
-    std::string topic;
+    std::string_view topic;
     std::string group;
     TopicStats stats;
   };
   std::vector<GroupGauges> groups;
-  std::vector<std::string> topics;
-  // Topics never used (no tables yet: nothing sent, nothing recorded) and those the filter
-  // leaves out cost no statement and no series: thousands of idle queues stay cheap to scrape.
-  std::uint64_t unused = 0;
-  std::uint64_t filtered = 0;
-  for (const TopicInfo& t : client.list_topics()) {
-    if (exported != nullptr && !std::regex_match(t.name, *exported)) {
-      ++filtered;
-      continue;
-    }
-    if (!t.has_tables) {
-      ++unused;
-      continue;
-    }
-    std::vector<GroupInfo> listed;
+  std::vector<std::string_view> topics;
+  for (const std::string_view name : exported) {
     try {
-      listed = client.list_groups(t.name);
-      for (const GroupInfo& g : listed) {
-        groups.push_back({t.name, g.name, client.stats(t.name, g.name, exact_up_to)});
+      for (const GroupInfo& g : client.list_groups(name)) {
+        groups.push_back({name, g.name, client.stats(name, g.name, exact_up_to)});
       }
     } catch (const Error& e) {
       if (e.code() == Errc::kNotFound) continue;  // dropped meanwhile
       throw;
     }
-    topics.push_back(t.name);
+    topics.push_back(name);
   }
-  const std::vector<RecordedMetric> recorded = client.recorded_metrics();
+  OthersTotals others;
+  for (const RecordedMetric& m : recorded) {
+    if (summed.count(m.topic) > 0) others.add(m);
+  }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -239,7 +308,10 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     auto it = by_series.find({topic, group, name});
     return it == by_series.end() ? nullptr : it->second;
   };
-  // Every existing topic and group has every series, at 0 before anything happened.
+  const std::string others_topic = topic_labels(kOthersTopic, "");
+  const std::string others_group = topic_labels(kOthersTopic, kOthersGroup);
+  // Every exported topic and group has every series, at 0 before anything happened; so has
+  // "_others" when any topic is summed.
   for (const Total& c : kCounters) {
     family(out, c.name, "counter", c.help);
     if (c.per_group) {
@@ -248,35 +320,43 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
         sample(out, c.name, topic_labels(gg.topic, gg.group), m ? m->value : 0);
       }
     } else {
-      for (const std::string& topic : topics) {
+      for (const std::string_view topic : topics) {
         const RecordedMetric* m = find(topic, "", c.recorded);
         sample(out, c.name, topic_labels(topic, ""), m ? m->value : 0);
       }
+    }
+    if (!summed.empty()) {
+      const RecordedMetric* m = others.find(c.recorded);
+      sample(out, c.name, c.per_group ? others_group : others_topic, m ? m->value : 0);
     }
   }
   const std::vector<std::uint64_t> none;
   for (const Total& h : kHistograms) {
     family(out, h.name, "histogram", h.help);
-    auto one = [&](std::string_view topic, std::string_view group) {
-      const RecordedMetric* m = find(topic, group, h.recorded);
-      histogram(out, h.name, topic_labels(topic, group), m ? m->buckets : none, m ? m->sum : 0,
-                m ? m->value : 0);
+    auto one = [&](const RecordedMetric* m, const std::string& labels) {
+      histogram(out, h.name, labels, m ? m->buckets : none, m ? m->sum : 0, m ? m->value : 0);
     };
     if (h.per_group) {
-      for (const GroupGauges& gg : groups) one(gg.topic, gg.group);
+      for (const GroupGauges& gg : groups) {
+        one(find(gg.topic, gg.group, h.recorded), topic_labels(gg.topic, gg.group));
+      }
     } else {
-      for (const std::string& topic : topics) one(topic, "");
+      for (const std::string_view topic : topics) {
+        one(find(topic, "", h.recorded), topic_labels(topic, ""));
+      }
     }
+    if (!summed.empty()) one(others.find(h.recorded), h.per_group ? others_group : others_topic);
   }
   family(out, "txmq_metrics_topics", "gauge",
-         "Topics by whether this exposition has their series: exported; unused (never used, so "
-         "without tables: no series until their first use); filtered (left out by "
-         "--metrics-topics).");
+         "Topics by whether this exposition has their series: exported (named by "
+         "--metrics-topics, or among the --metrics-busiest); summed (their counters and "
+         "histograms added up under topic=\"_others\", without gauges); unused (never used, so "
+         "without tables and without series).");
   fmt::format_to(std::back_inserter(out),
                  "txmq_metrics_topics{{state=\"exported\"}} {}\n"
-                 "txmq_metrics_topics{{state=\"unused\"}} {}\n"
-                 "txmq_metrics_topics{{state=\"filtered\"}} {}\n",
-                 topics.size(), unused, filtered);
+                 "txmq_metrics_topics{{state=\"summed\"}} {}\n"
+                 "txmq_metrics_topics{{state=\"unused\"}} {}\n",
+                 topics.size(), summed.size(), unused);
   family(out, "txmq_metrics_read_seconds", "gauge",
          "Time this exposition took to read the gauges and totals from the database.");
   fmt::format_to(std::back_inserter(out), "txmq_metrics_read_seconds {}\n", number(took));
@@ -312,21 +392,24 @@ std::regex metrics_topics(const std::string& pattern) {
 // --- GET /metrics --------------------------------------------------------------------------------
 
 struct MetricsEndpoint::State {
-  State(Client& c, ServerMetrics s, std::uint64_t e, std::optional<std::regex> t)
-      : client(c), server(std::move(s)), exact_up_to(e), topics(std::move(t)) {}
+  State(Client& c, ServerMetrics s, std::uint64_t e, std::optional<std::regex> t, std::size_t b)
+      : client(c), server(std::move(s)), exact_up_to(e), topics(std::move(t)), busiest(b) {}
   Client& client;
   const ServerMetrics server;
   const std::uint64_t exact_up_to;
   const std::optional<std::regex> topics;
+  const std::size_t busiest;
+  MetricsActivity activity;  // only the pool's one thread touches it
   asio::thread_pool pool{1};  // one scrape at a time; they queue
   std::atomic<bool> stopping{false};
 };
 
 MetricsEndpoint::MetricsEndpoint(Client& client, ServerMetrics server, std::uint64_t exact_up_to,
-                                 const std::string& topics)
+                                 const std::string& topics, std::size_t busiest)
     : state_(std::make_shared<State>(client, std::move(server), exact_up_to,
                                      topics.empty() ? std::nullopt
-                                                    : std::optional(metrics_topics(topics)))) {}
+                                                    : std::optional(metrics_topics(topics)),
+                                     busiest)) {}
 
 MetricsEndpoint::~MetricsEndpoint() { stop(); }
 
@@ -358,8 +441,10 @@ bool MetricsEndpoint::handle(HttpRequest& request, Responder& respond,
   asio::post(state_->pool, [state = state_, respond, head] {
     HttpResponse r;
     try {
+      const MetricsSelection selection{.named = state->topics ? &*state->topics : nullptr,
+                                       .busiest = state->busiest};
       r = plain_text(200, render_metrics(state->client, state->exact_up_to, &state->server,
-                                         state->topics ? &*state->topics : nullptr));
+                                         selection, &state->activity));
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     } catch (const std::exception& e) {
       r = plain_text(503, fmt::format("metrics unavailable: {}\n", e.what()));

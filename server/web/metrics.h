@@ -45,13 +45,29 @@ struct ServerMetrics {
   std::function<std::uint64_t()> connections;  // HTTP connections open now
 };
 
+// Which topics have series of their own (docs/metrics.md, "Which topics"): every used topic
+// that `named` matches (whole names), and of the other used topics the `busiest`; the rest are
+// summed into series labelled topic="_others" (a name no topic can have), without gauges, which
+// would cost a read of each topic's tables.
+inline constexpr std::size_t kDefaultBusiest = 100;
+struct MetricsSelection {
+  const std::regex* named = nullptr;
+  std::size_t busiest = kDefaultBusiest;
+};
+
+// What each topic's counters added up to at the previous scrape, so that "busiest" means busiest
+// since then (without it: over all time). One per /metrics endpoint; scrapes are serialized.
+struct MetricsActivity {
+  std::map<std::string, double, std::less<>> totals;
+};
+
 // The whole exposition (text format 0.0.4). Gauges count exactly up to `exact_up_to` rows per
 // table, then estimate (Client::stats). Topics not used yet (TopicInfo::has_tables false) have
-// no series; `exported`, when given, leaves out the topics whose whole name it does not match.
-// Throws txmq::Error when the database cannot be read.
+// no series. Throws txmq::Error when the database cannot be read.
 std::string render_metrics(Client& client, std::uint64_t exact_up_to,
                            const ServerMetrics* server = nullptr,
-                           const std::regex* exported = nullptr);
+                           const MetricsSelection& selection = {},
+                           MetricsActivity* activity = nullptr);
 
 // The pattern of txmq serve --metrics-topics and txmq metrics --topics (ECMAScript, matched
 // against whole topic names). Throws std::invalid_argument for a bad or overlong one.
@@ -62,9 +78,9 @@ std::regex metrics_topics(const std::string& pattern);
 // scrape at a time.
 class MetricsEndpoint final : public WebEndpoint {
  public:
-  // `topics`: --metrics-topics (empty: every topic).
+  // `topics`: --metrics-topics (empty: none named); `busiest`: --metrics-busiest.
   MetricsEndpoint(Client& client, ServerMetrics server, std::uint64_t exact_up_to,
-                  const std::string& topics = {});
+                  const std::string& topics = {}, std::size_t busiest = kDefaultBusiest);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -135,7 +136,8 @@ TEST(Metrics, KnownSequenceGivesExactTotalsAndAPromtoolCleanExposition) {
   EXPECT_EQ(e2e->value, 11);
   EXPECT_EQ(find(all, name, "default", "claim_seconds")->value, 2);
 
-  test::ProcessResult r = test::run_txmq({"metrics"});
+  // Named, so that it has series however many busier topics other tests leave in the database.
+  test::ProcessResult r = test::run_txmq({"metrics", "--topics", name});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(promtool_check(r.out), "");
   const std::map<std::string, double> s = samples(r.out);
@@ -252,6 +254,78 @@ TEST(Metrics, SqlCallsCountAsTheLibrarysDo) {
   ASSERT_TRUE(lib->create_topic(name));
   EXPECT_EQ(total(lib->recorded_metrics(), name, "", "sent"), 0);
   lib->drop_topic(name);
+}
+
+// Topics named by --topics and the --busiest others have series of their own; the rest are
+// summed under topic="_others" (counters and histograms, no gauges); unused topics have none.
+// In a database of the test's own, so that no other test's topics rank among the busiest.
+TEST(Metrics, TheBusiestTopicsHaveSeriesAndTheRestAreSummed) {
+  const std::string db = "txmq_metrics_busiest_test";
+  auto a = test::admin();
+  a->query(fmt::format("DROP DATABASE IF EXISTS {}", db));
+  a->query(fmt::format("CREATE DATABASE {}", db));
+  const std::string dsn =
+      std::regex_replace(test::dsn(), std::regex("^(mysql://[^/]*/)[^?]*"), "$1" + db);
+  {
+    ClientOptions o;
+    o.dsn = dsn;
+    Client c(o);
+    c.create_topic("quiet");
+    c.create_topic("busy");
+    c.create_topic("middling");
+    c.create_topic("named");
+    c.create_topic("never_used", {}, TableCreation::kAtFirstUse);
+    c.send("quiet", "q");
+    for (int i = 0; i < 5; ++i) c.send("busy", "b");
+    for (int i = 0; i < 4; ++i) c.send("middling", "m");
+    std::vector<Message> got = c.receive("quiet", ReceiveOptions{.max_messages = 1});
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(c.ack("quiet", got[0].receipt), Settle::kOk);
+  }  // the client's last flush
+  const std::map<std::string, std::string> env = {{"TXMQ_DSN", dsn}};
+
+  // busy (5 sent) and middling (4) are the two busiest of the others; quiet (3 in all: a send,
+  // a delivery, an ack) is summed; named has series though nothing happened to it.
+  test::ProcessResult r = test::run_txmq({"metrics", "--topics", "named", "--busiest", "2"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(promtool_check(r.out), "");
+  std::map<std::string, double> s = samples(r.out);
+  for (const char* topic : {"busy", "middling", "named"}) {
+    EXPECT_EQ(s.count(fmt::format("txmq_messages_ready{{topic=\"{}\",group=\"default\"}}", topic)), 1u)
+        << topic << "\n" << r.out;
+  }
+  EXPECT_EQ(s.at("txmq_messages_ready{topic=\"busy\",group=\"default\"}"), 5);
+  EXPECT_EQ(r.out.find("topic=\"quiet\""), std::string::npos);
+  EXPECT_EQ(r.out.find("topic=\"never_used\""), std::string::npos);
+  EXPECT_EQ(r.out.find("txmq_messages_ready{topic=\"_others\""), std::string::npos);  // no gauges
+  EXPECT_EQ(s.at("txmq_messages_sent_total{topic=\"_others\"}"), 1);
+  EXPECT_EQ(s.at("txmq_messages_received_total{topic=\"_others\",group=\"_all\"}"), 1);
+  EXPECT_EQ(s.at("txmq_messages_acked_total{topic=\"_others\",group=\"_all\"}"), 1);
+  EXPECT_EQ(s.at("txmq_end_to_end_latency_seconds_count{topic=\"_others\",group=\"_all\"}"), 1);
+  EXPECT_EQ(s.at("txmq_send_duration_seconds_count{topic=\"_others\"}"), 1);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"exported\"}"), 3);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"summed\"}"), 1);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"unused\"}"), 1);
+
+  // --busiest 0 and nothing named: every used topic summed, totals that add up.
+  r = test::run_txmq({"metrics", "--busiest", "0"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(promtool_check(r.out), "");
+  s = samples(r.out);
+  EXPECT_EQ(s.at("txmq_messages_sent_total{topic=\"_others\"}"), 10);
+  EXPECT_EQ(s.at("txmq_send_duration_seconds_count{topic=\"_others\"}"), 10);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"exported\"}"), 0);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"summed\"}"), 4);
+  EXPECT_EQ(r.out.find("txmq_messages_ready{"), std::string::npos);
+
+  // The default (100 busiest): all four, and no "_others" series when nothing is summed.
+  r = test::run_txmq({"metrics"}, "", env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  s = samples(r.out);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"exported\"}"), 4);
+  EXPECT_EQ(r.out.find("{topic=\"_others\""), std::string::npos);
+  EXPECT_NE(test::run_txmq({"metrics", "--busiest", "-1"}, "", env).exit_code, 0);
+  a->query(fmt::format("DROP DATABASE IF EXISTS {}", db));
 }
 
 // Past exact_up_to, stats estimate from the id range and say so; below, they are exact.

@@ -321,12 +321,73 @@ def promtool(text):
 
 
 class Metrics(unittest.TestCase):
-    def test_metrics_pass_promtool_and_count_known_calls(self):
-        keys = write(os.path.join(SCRATCH, "metrics-keys"), f"{KEY} {SECRET}\n")
-        s = Serve("--listen", "127.0.0.1:0", "--credentials", keys)
+    def test_the_busiest_since_the_previous_scrape_have_series(self):
+        # A database of the test's own, so that no other test's topic is busier.
+        dsn = local_dsn()
+        socket_path = re.search(r"socket=([^&]+)", dsn).group(1)
+        database = f"txmq_ops_busiest_{os.getpid()}"
+        sql = f"DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database}"
+        out = subprocess.run(["mariadb", "-uroot", "-S", socket_path, "-e", sql],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        keys = write(os.path.join(SCRATCH, "busiest-keys"), f"{KEY} {SECRET}\n")
+        s = Serve("--listen", "127.0.0.1:0", "--credentials", keys, "--metrics-busiest", "1",
+                  TXMQ_DSN=re.sub(r"^(mysql://[^/]*/)[^?]*", r"\g<1>" + database, dsn))
+        auth = {"Authorization": "Basic " + base64.b64encode(f"{KEY}:{SECRET}".encode()).decode()}
+
+        def scrape_until(ready, what):
+            deadline = time.monotonic() + 15  # clients add their totals about once a second
+            while True:
+                status, text = get(s.url + "/metrics", headers=auth)
+                self.assertEqual(status, 200, text)
+                m = samples(text)
+                if ready(m):
+                    return m
+                self.assertLess(time.monotonic(), deadline, f"{what}:\n{text}")
+                time.sleep(0.2)
+
+        def exported(m, queue):
+            return any(k.startswith(f'txmq_messages_ready{{topic="sqs_{queue}_') for k in m)
+
         try:
             sqs = s.client("us-east-1")
-            name = f"metrics{os.getpid()}"
+            hot = sqs.create_queue(QueueName="hot")["QueueUrl"]
+            cold = sqs.create_queue(QueueName="cold")["QueueUrl"]
+            for i in range(6):
+                sqs.send_message(QueueUrl=hot, MessageBody=f"h{i}")
+            sqs.send_message(QueueUrl=cold, MessageBody="c0")
+            # Busiest over all time first: hot has series, cold is summed under "_others".
+            m = scrape_until(lambda m: m.get('txmq_messages_sent_total{topic="_others"}') == 1 and
+                             exported(m, "hot"), "hot exported, cold summed")
+            self.assertFalse(exported(m, "cold"))
+            self.assertEqual(m['txmq_metrics_topics{state="exported"}'], 1)
+            self.assertEqual(m['txmq_metrics_topics{state="summed"}'], 1)
+            self.assertEqual(promtool(get(s.url + "/metrics", headers=auth)[1]), "")
+            # Three sends to cold since that scrape, none to hot: cold is now the busiest, and
+            # hot's six sends are what "_others" sums.
+            for i in range(3):
+                sqs.send_message(QueueUrl=cold, MessageBody=f"c{i + 1}")
+            m = scrape_until(lambda m: exported(m, "cold"), "cold exported once busier")
+            self.assertFalse(exported(m, "hot"))
+            self.assertEqual(m['txmq_messages_sent_total{topic="_others"}'], 6)
+            self.assertEqual(m['txmq_messages_ready{topic="' + next(
+                k.split('"')[1] for k in m if k.startswith('txmq_messages_ready{topic="sqs_cold_'))
+                + '",group="default"}'], 4)
+        finally:
+            status, log = s.terminate()
+            s.kill()
+            subprocess.run(["mariadb", "-uroot", "-S", socket_path, "-e",
+                            f"DROP DATABASE IF EXISTS {database}"], capture_output=True, timeout=60)
+        self.assertEqual(status, 0, log)
+
+    def test_metrics_pass_promtool_and_count_known_calls(self):
+        keys = write(os.path.join(SCRATCH, "metrics-keys"), f"{KEY} {SECRET}\n")
+        name = f"metrics{os.getpid()}"
+        # Named, so that its queue has series however many busier topics other tests leave.
+        s = Serve("--listen", "127.0.0.1:0", "--credentials", keys,
+                  "--metrics-topics", f"sqs_{name}_.*")
+        try:
+            sqs = s.client("us-east-1")
             url = sqs.create_queue(QueueName=name)["QueueUrl"]
             for i in range(3):
                 sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
@@ -368,7 +429,7 @@ class Metrics(unittest.TestCase):
             self.assertEqual(m[f'txmq_stats_estimated{tg}'], 0)
 
             # txmq metrics prints the same gauges and totals, without the server's own figures.
-            out = txmq("metrics")
+            out = txmq("metrics", "--topics", f"sqs_{name}_.*")
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertEqual(promtool(out.stdout), "")
             c = samples(out.stdout)

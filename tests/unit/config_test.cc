@@ -36,6 +36,7 @@ max-answer-memory = 64
 max-connections-per-client = 0
 dsn = "mysql://txmq@db.example/txmq"
 metrics-topics = "sqs_orders.*"
+metrics-busiest = 20
 tables-at-first-use = true
 )",
                                            "/etc/txmq/serve.conf");
@@ -52,7 +53,10 @@ tables-at-first-use = true
   EXPECT_EQ(c.max_connections_per_client, 0u);
   EXPECT_EQ(c.dsn, "mysql://txmq@db.example/txmq");
   EXPECT_EQ(c.metrics_topics, "sqs_orders.*");
+  EXPECT_EQ(c.metrics_busiest, 20u);
   EXPECT_EQ(c.tables_at_first_use, true);
+  EXPECT_EQ(error_of("metrics-busiest = -1\n"),
+            "/etc/txmq/serve.conf:1: metrics-busiest must be an integer from 0 to 1000000, not -1");
   EXPECT_EQ(error_of("tables-at-first-use = \"yes\"\n"),
             "/etc/txmq/serve.conf:1: tables-at-first-use must be true or false, not a string");
 }
@@ -103,12 +107,13 @@ TEST(ServeConfig, UnknownKeysSuggestTheNearestKnownOne) {
             "/etc/txmq/serve.conf:1: unknown key 'port' (known keys: listen, credentials, "
             "region, account-id, workers, log-format, max-connections, "
             "max-connections-per-client, max-body-memory, max-answer-memory, dsn, "
-            "metrics-topics, tables-at-first-use)");
+            "metrics-topics, metrics-busiest, tables-at-first-use)");
   EXPECT_EQ(error_of("workers = 2\n[serve]\nlisten = \"127.0.0.1:1\"\n"),
             "/etc/txmq/serve.conf:2: unknown key 'serve' (known keys: listen, credentials, "
             "region, account-id, workers, log-format, max-connections, "
             "max-connections-per-client, max-body-memory, max-answer-memory, dsn, "
-            "metrics-topics, tables-at-first-use; the file has no [tables]: keys go at its top)");
+            "metrics-topics, metrics-busiest, tables-at-first-use; the file has no [tables]: keys go "
+            "at its top)");
 }
 
 TEST(ServeConfig, WrongTypesNameTheKeyAndWhatItGot) {
