@@ -13,7 +13,10 @@
     timer: null,
     busy: false,
     overview: null,
+    search: '', // a part of topics' names
+    offset: 0, // the page's first topic among those found
   };
+  const PAGE = 50;
 
   // --- Small helpers ---------------------------------------------------------------------------
 
@@ -156,7 +159,15 @@
       });
     }
     body.replaceChildren(...rows);
-    $('no-topics').hidden = data.topics.length > 0;
+    $('no-topics').hidden = data.all_topics > 0;
+    $('no-match').hidden = data.all_topics === 0 || data.total > 0;
+    const first = data.total === 0 ? 0 : data.offset + 1;
+    const last = Math.min(data.offset + data.limit, data.total);
+    $('page-info').textContent = data.search
+      ? `${count(first)}\u2013${count(last)} of ${count(data.total)} topics matching \u201c${data.search}\u201d (${count(data.all_topics)} in all)`
+      : `${count(first)}\u2013${count(last)} of ${count(data.total)} topics`;
+    $('prev-page').disabled = data.offset === 0;
+    $('next-page').disabled = data.offset + data.limit >= data.total;
   }
 
   // --- Charts: SVG drawn here, no library ---------------------------------------------------------
@@ -331,7 +342,7 @@
       section.hidden = true;
       return;
     }
-    const topic = overview.topics.find((t) => t.name === sel.topic);
+    const topic = overview.selected;
     section.hidden = false;
     $('detail-title').textContent = `${sel.topic} / ${sel.group}`;
     if (!topic) {
@@ -370,7 +381,9 @@
     state.again = false;
     clearTimeout(state.timer);
     try {
-      const overview = await api('/ui/api/overview');
+      const params = {search: state.search, offset: state.offset, limit: PAGE};
+      if (state.selected) params.selected = state.selected.topic;
+      const overview = await api(`/ui/api/overview?${query(params)}`);
       state.overview = overview;
       renderOverview(overview);
       await renderDetail(overview);
@@ -395,6 +408,23 @@
     readHash();
     $('refresh').addEventListener('click', refresh);
     $('auto').addEventListener('change', schedule);
+    let typing = null;
+    $('search').addEventListener('input', () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        state.search = $('search').value.trim().toLowerCase().slice(0, 64);
+        state.offset = 0;
+        refresh();
+      }, 250);
+    });
+    $('prev-page').addEventListener('click', () => {
+      state.offset = Math.max(0, state.offset - PAGE);
+      refresh();
+    });
+    $('next-page').addEventListener('click', () => {
+      state.offset += PAGE;
+      refresh();
+    });
     document.addEventListener('visibilitychange', () => (document.hidden ? clearTimeout(state.timer) : refresh()));
     window.addEventListener('hashchange', () => {
       readHash();

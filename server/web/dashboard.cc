@@ -4,9 +4,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -77,6 +79,8 @@ using dashboard_internal::Preview;
 
 // A dead letter's preview in the dashboard, in bytes.
 constexpr std::size_t kPreviewBytes = 300;
+// Topics on a page of the overview (the page may ask for up to 200).
+constexpr std::size_t kOverviewPage = 50;
 
 // One sample of a group.
 struct Point {
@@ -206,7 +210,9 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
   std::mutex sample_mutex;  // one sampling at a time; held while sampling
   std::mutex data_mutex;    // guards what follows
   std::map<std::pair<std::string, std::string>, Series> series;
-  std::vector<TopicView> topics;
+  std::vector<TopicInfo> listed;                 // every topic, by name, at the last sampling
+  std::map<std::string, TopicView, std::less<>> views;  // the topics sampled, with their groups
+  std::set<std::string, std::less<>> wanted;     // the topics the page shows: sampled in the background
   std::optional<SteadyClock::time_point> sampled_at;
   std::string sample_error;
 
@@ -229,21 +235,37 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     return SteadyClock::now() - last < options.idle_after;
   }
 
-  // Reads every topic, group and their counts, and records them (into the ring when the last
-  // point there is about sample_every old). Takes sample_mutex; a caller that waited for another
-  // sampling to finish uses its result when it is fresh enough.
-  void sample(std::chrono::milliseconds fresh_enough) {
+  // Lists the topics, and reads the groups and counts of those `choose` picks from the list
+  // (the page in view: reading every topic would cost a few statements per used queue, seconds
+  // for thousands); records them (into a group's ring when its last point is about
+  // sample_every old). The series of topics not read now are kept for as long as their ring
+  // spans, so that paging back finds their history. Takes sample_mutex; a caller that waited
+  // for another sampling uses its result when it is fresh enough and read what it wants.
+  using Chooser = std::function<std::set<std::string, std::less<>>(const std::vector<TopicInfo>&)>;
+  void sample(std::chrono::milliseconds fresh_enough, const Chooser& choose) {
     std::lock_guard sampling(sample_mutex);
     {
       std::lock_guard lock(data_mutex);
-      if (sampled_at && SteadyClock::now() - *sampled_at < fresh_enough) return;
+      if (sampled_at && SteadyClock::now() - *sampled_at < fresh_enough) {
+        bool covered = true;
+        for (const std::string& name : choose(listed)) {
+          if (views.find(name) == views.end()) covered = false;
+        }
+        if (covered) return;
+      }
     }
-    std::vector<TopicView> views;
+    std::vector<TopicInfo> all;
+    std::map<std::string, TopicView, std::less<>> read;
     std::vector<std::pair<std::pair<std::string, std::string>, Point>> points;
     try {
-      for (TopicInfo& info : client.list_topics()) {
+      all = client.list_topics();
+      std::sort(all.begin(), all.end(),
+                [](const TopicInfo& a, const TopicInfo& b) { return a.name < b.name; });
+      const std::set<std::string, std::less<>> chosen = choose(all);
+      for (const TopicInfo& info : all) {
         if (stopping) return;
-        TopicView view{std::move(info), {}};
+        if (chosen.count(info.name) == 0) continue;
+        TopicView view{info, {}};
         if (!view.info.has_tables) {
           // Never used: its one group is empty, and reading it would cost statements that
           // thousands of idle queues add up (docs/sqs.md, "Many queues").
@@ -251,7 +273,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
           Point p;
           p.at = epoch_seconds(Clock::now());
           points.push_back({{view.info.name, "default"}, p});
-          views.push_back(std::move(view));
+          read.emplace(view.info.name, std::move(view));
           continue;
         }
         try {
@@ -277,7 +299,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
           if (e.code() != Errc::kNotFound) throw;  // dropped meanwhile: left out
           continue;
         }
-        views.push_back(std::move(view));
+        read.emplace(view.info.name, std::move(view));
       }
     } catch (const std::exception& e) {
       std::lock_guard lock(data_mutex);
@@ -289,9 +311,12 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     std::lock_guard lock(data_mutex);
     sample_error.clear();
     sampled_at = SteadyClock::now();
-    topics = std::move(views);
-    std::map<std::pair<std::string, std::string>, Series> next;
     const double every = std::chrono::duration<double>(options.sample_every).count();
+    const double now = epoch_seconds(Clock::now());
+    const double kept_for = every * static_cast<double>(options.points);
+    std::set<std::string, std::less<>> existing;
+    for (const TopicInfo& t : all) existing.insert(t.name);
+    std::map<std::pair<std::string, std::string>, Series> next;
     for (auto& [key, p] : points) {
       Series& s = next[key];
       if (auto old = series.find(key); old != series.end()) s = std::move(old->second);
@@ -303,7 +328,15 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
         while (s.points.size() > options.points) s.points.pop_front();
       }
     }
+    for (auto& [key, s] : series) {
+      // Not read now: kept while its topic exists and its history is within the ring's span.
+      if (read.count(key.first) > 0 || next.count(key) > 0) continue;
+      if (existing.count(key.first) == 0 || now - s.latest.at > kept_for) continue;
+      next.emplace(key, std::move(s));
+    }
     series = std::move(next);  // dropped topics and groups go
+    listed = std::move(all);
+    views = std::move(read);
   }
 
   void run_sampler() {
@@ -313,45 +346,88 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
       if (stopping) break;
       if (!viewed_recently()) continue;
       lock.unlock();
-      sample(options.sample_every / 2);
+      std::set<std::string, std::less<>> names;
+      {
+        std::lock_guard data(data_mutex);
+        names = wanted;
+      }
+      sample(options.sample_every / 2, [&names](const std::vector<TopicInfo>&) { return names; });
       lock.lock();
     }
   }
 
   // --- API ------------------------------------------------------------------------------------
 
-  json overview() {
-    sample(std::chrono::milliseconds(2000));
+  json topic_json(const TopicView& t) const {
+    json topic = {{"name", t.info.name}, {"settings", settings_json(t.info)},
+                  {"groups", json::array()}};
+    for (const GroupInfo& g : t.groups) {
+      auto it = series.find({t.info.name, g.name});
+      if (it == series.end()) continue;
+      const Series& s = it->second;
+      json group = point_json(s.latest);
+      group["name"] = g.name;
+      group["created_at"] = epoch_ms(g.created_at);
+      // Rates over the last minute of samples (or what there is of it).
+      const Point* from = nullptr;
+      for (const Point& p : s.points) {
+        if (s.latest.at - p.at <= 65 && s.latest.at - p.at > 0.5) {
+          from = &p;
+          break;
+        }
+      }
+      group["rates"] = from ? rates_between(*from, s.latest)
+                            : json{{"sent", nullptr}, {"finished", nullptr}};
+      topic["groups"].push_back(std::move(group));
+    }
+    return topic;
+  }
+
+  // One page of the topics whose names contain `search`, by name, and the `selected` topic
+  // (shown in detail, wherever it is in the list).
+  json overview(const std::string& search, std::size_t offset, std::size_t limit,
+                const std::string& selected) {
+    const auto matches = [&search](const TopicInfo& t) {
+      return search.empty() || t.name.find(search) != std::string::npos;
+    };
+    const auto page_of = [&](const std::vector<TopicInfo>& all) {
+      std::set<std::string, std::less<>> names;
+      std::size_t index = 0;
+      for (const TopicInfo& t : all) {
+        if (!matches(t)) continue;
+        if (index >= offset && index < offset + limit) names.insert(t.name);
+        ++index;
+      }
+      if (!selected.empty()) names.insert(selected);
+      return names;
+    };
+    sample(std::chrono::milliseconds(2000), page_of);
     std::lock_guard lock(data_mutex);
+    wanted = page_of(listed);
     json out = {{"now", epoch_seconds(Clock::now())},
                 {"sample_every_seconds",
                  std::chrono::duration<double>(options.sample_every).count()},
                 {"points", options.points},
                 {"error", sample_error.empty() ? json(nullptr) : json(sample_error)},
-                {"topics", json::array()}};
-    for (const TopicView& t : topics) {
-      json topic = {{"name", t.info.name}, {"settings", settings_json(t.info)},
-                    {"groups", json::array()}};
-      for (const GroupInfo& g : t.groups) {
-        auto it = series.find({t.info.name, g.name});
-        if (it == series.end()) continue;
-        const Series& s = it->second;
-        json group = point_json(s.latest);
-        group["name"] = g.name;
-        group["created_at"] = epoch_ms(g.created_at);
-        // Rates over the last minute of samples (or what there is of it).
-        const Point* from = nullptr;
-        for (const Point& p : s.points) {
-          if (s.latest.at - p.at <= 65 && s.latest.at - p.at > 0.5) {
-            from = &p;
-            break;
-          }
-        }
-        group["rates"] = from ? rates_between(*from, s.latest)
-                              : json{{"sent", nullptr}, {"finished", nullptr}};
-        topic["groups"].push_back(std::move(group));
+                {"search", search},
+                {"offset", offset},
+                {"limit", limit},
+                {"topics", json::array()},
+                {"selected", nullptr}};
+    std::size_t total = 0;
+    std::size_t all_topics = 0;
+    for (const TopicInfo& t : listed) {
+      ++all_topics;
+      if (!matches(t)) continue;
+      if (total >= offset && total < offset + limit) {
+        if (auto v = views.find(t.name); v != views.end()) out["topics"].push_back(topic_json(v->second));
       }
-      out["topics"].push_back(std::move(topic));
+      ++total;
+    }
+    out["total"] = total;
+    out["all_topics"] = all_topics;
+    if (!selected.empty()) {
+      if (auto v = views.find(selected); v != views.end()) out["selected"] = topic_json(v->second);
     }
     return out;
   }
@@ -579,7 +655,23 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
         throw Refused{400, "topic: the topic's name"};
       }
       json out;
-      if (name == "overview") out = state->overview();
+      if (name == "overview") {
+        // The page's search (a part of a topic's name) and its window of the list.
+        const std::string search = param(params, "search");
+        if (search.size() > 64) throw Refused{400, "search: at most 64 characters"};
+        std::size_t offset = 0;
+        if (const std::string o = param(params, "offset"); !o.empty()) {
+          if (o.size() > 9 || o.find_first_not_of("0123456789") != std::string::npos) {
+            throw Refused{400, "offset: a number of topics to skip"};
+          }
+          offset = std::stoul(o);
+        }
+        const std::size_t page = param(params, "limit").empty() ? kOverviewPage
+                                                                : std::min<std::size_t>(limit, 200);
+        const std::string selected = param(params, "selected");
+        if (selected.size() > 64) throw Refused{400, "selected: a topic's name"};
+        out = state->overview(search, offset, page, selected);
+      }
       else if (name == "history") out = state->history(topic, group);
       else if (name == "inflight") out = state->in_flight(topic, group, limit);
       else if (name == "dead") out = state->dead(topic, group, limit);

@@ -58,6 +58,35 @@ step('protection');
   assert.match(await r.text(), /<ErrorResponse|MissingAuthenticationToken|IncompleteSignature/);
 }
 
+// --- The overview's search and pages, from outside a browser --------------------------------------
+step('search and pages');
+{
+  const auth = {Authorization: basic(USER, SECRET)};
+  const overview = async (q) => {
+    const r = await fetch(`${URL_BASE}/ui/api/overview?${new URLSearchParams(q)}`, {headers: auth});
+    return {status: r.status, body: await r.json()};
+  };
+  // TOPIC, TOPIC_p1 and TOPIC_p2 (run.sh), by name; two to a page here.
+  let r = await overview({search: TOPIC, limit: 2});
+  assert.equal(r.status, 200);
+  assert.equal(r.body.total, 3);
+  assert.ok(r.body.all_topics >= 3);
+  assert.deepEqual(r.body.topics.map((t) => t.name), [TOPIC, `${TOPIC}_p1`]);
+  assert.equal(r.body.topics[0].groups[0].ready, 4);
+  r = await overview({search: TOPIC, limit: 2, offset: 2});
+  assert.deepEqual(r.body.topics.map((t) => t.name), [`${TOPIC}_p2`]);
+  // The selected topic comes back wherever it is in the list.
+  r = await overview({search: `${TOPIC}_p`, selected: TOPIC});
+  assert.equal(r.body.total, 2);
+  assert.equal(r.body.selected.name, TOPIC);
+  assert.equal(r.body.selected.groups[0].dead, 2);
+  r = await overview({search: 'no_topic_has_this_in_its_name'});
+  assert.equal(r.body.total, 0);
+  assert.deepEqual(r.body.topics, []);
+  assert.equal((await overview({offset: '-1'})).status, 400);
+  assert.equal((await overview({search: 'x'.repeat(65)})).status, 400);
+}
+
 const before = stats();
 assert.equal(before.ready, 4);
 assert.equal(before.in_flight, 1);
@@ -86,6 +115,9 @@ try {
   step('the page loads');
   await page.goto(`${URL_BASE}/`);
   await page.waitForSelector('body[data-loaded="1"]', {timeout: 20000});
+  // Other tests' topics may fill the first page: the search finds this run's.
+  await page.locator('#search').fill(TOPIC);
+  await page.waitForFunction((t) => (document.getElementById('page-info').textContent || '').includes(`of 3 topics matching \u201c${t}\u201d`), TOPIC, {timeout: 10000});
   const row = page.locator(`#topics tr[data-topic="${TOPIC}"][data-group="default"]`);
   await row.waitFor({timeout: 10000});
   assert.equal(await row.locator('td.ready').textContent(), '4', 'depth shown after the sends');

@@ -79,6 +79,9 @@ TOPIC="dash_$(date +%s | tail -c 6)$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 while read -r receipt; do "$TXMQ" nack "$TOPIC" "$receipt" --delay 0 >/dev/null; done <"$SCRATCH/receipts"
 for i in 1 2 3 4 5; do "$TXMQ" send "$TOPIC" "message $i" >/dev/null; done
 "$TXMQ" receive "$TOPIC" --lease 600 >/dev/null
+# Two more whose names contain the first's, for the overview's search and pages.
+"$TXMQ" topic create "${TOPIC}_p1" >/dev/null
+"$TXMQ" topic create "${TOPIC}_p2" >/dev/null
 
 mkdir -p "$OUT"
 status=0
@@ -86,7 +89,7 @@ TXMQ_DASHBOARD_URL="$ENDPOINT" TXMQ_DASHBOARD_USER="$ACCESS_KEY" TXMQ_DASHBOARD_
   TXMQ_DASHBOARD_TOPIC="$TOPIC" TXMQ_DASHBOARD_NODE_DIR="$NODE_DIR" TXMQ_DASHBOARD_OUT="$OUT" \
   TXMQ_BINARY="$TXMQ" node "$HERE/dashboard.mjs" || status=$?
 
-"$TXMQ" topic drop "$TOPIC" >/dev/null 2>&1 || true
+for t in "$TOPIC" "${TOPIC}_p1" "${TOPIC}_p2"; do "$TXMQ" topic drop "$t" >/dev/null 2>&1 || true; done
 stop_serve || status=1
 if grep -q "$SECRET_KEY" "$SCRATCH/serve.out" "$SCRATCH/serve.err"; then
   echo "run.sh: the secret appears in the server's output" >&2
