@@ -602,8 +602,11 @@ void HttpServer::start() {
 }
 
 void HttpServer::accept() {
+  // Closed by shutdown(): a connection accepted just before the close must not re-arm it (the
+  // accept would fail with "Bad file descriptor" and be logged as a failure).
+  if (!acceptor_.is_open()) return;
   acceptor_.async_accept(asio::make_strand(next_context()), [this](beast::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) return on_accept_error(ec);
     accept_backoff_ = std::chrono::milliseconds(0);
     // Without its reserve the table is full: the connection taken closes an idle one, so that
