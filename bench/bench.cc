@@ -262,9 +262,10 @@ class Bench {
     if (wanted("fair")) fair(client);
     if (wanted("queues")) {
       queues_section(report_, {.dsn = options_.dsn,
-                               .queues = options_.quick ? 1000 : 10000,
+                               .queues = options_.quick ? 1000 : 100000,
                                .calls = options_.quick ? 200 : 500,
-                               .used = options_.quick ? 200 : 1000});
+                               .used = options_.quick ? 200 : 10000,
+                               .deletes_timed = options_.quick ? 1000 : 2000});
     }
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;
@@ -1316,6 +1317,12 @@ class Bench {
         {"sql.take_wait.lib", "", K::kP99AtMostMs, 50},
         {"queues.create", "", K::kP50AtMostMs, 20},
         {"queues.metrics", "", K::kP50AtMostMs, 1000},
+        // Issue 52's: 100,000 queues, 10,000 used.
+        {"queues.create", "", K::kP50AtMostMs, 5},
+        {"queues.create", "", K::kP99AtMostMs, 25},
+        {"queues.delete", "", K::kP50AtMostMs, 10},
+        {"queues.delete.used", "", K::kP50AtMostMs, 10},
+        {"queues.metrics.used", "", K::kP50AtMostMs, 1000},
         {"queues.send.many", "queues.send.one", K::kP50RatioAtMost, 1.2},
         {"queues.receive.many", "queues.receive.one", K::kP50RatioAtMost, 1.2},
     };

@@ -1,6 +1,7 @@
 #include "queues.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -178,16 +179,22 @@ void queues_section(Report& report, const QueuesOptions& options) {
   view.note = "the overview polled once a second; SHOW GLOBAL STATUS Questions";
   report.add_row(std::move(view));
 
-  // Used queues: one SendMessage each (the first use makes a queue's tables), then scrapes at
-  // the defaults (series for the 100 busiest, the rest summed) and with a series for every queue.
+  // Used queues: a SendMessage each (the first use makes a queue's tables), then a
+  // ReceiveMessage and DeleteMessage; then scrapes at the defaults (series for the 100 busiest,
+  // the rest summed) and with a series for every queue.
   const int used = std::min(options.used, options.queues);
   Measured first_sends;
   const auto use_start = SteadyClock::now();
   for (int i = 0; i < used; ++i) {
+    const std::string& url = urls[static_cast<std::size_t>(i)];
     const auto at = SteadyClock::now();
-    sqs.call("SendMessage", {{"QueueUrl", urls[static_cast<std::size_t>(i)]},
-                             {"MessageBody", "first"}});
+    sqs.call("SendMessage", {{"QueueUrl", url}, {"MessageBody", "first"}});
     first_sends.latencies.add_since(at);
+    const json got = sqs.call("ReceiveMessage", {{"QueueUrl", url}, {"MaxNumberOfMessages", 1}});
+    if (got.contains("Messages") && !got["Messages"].empty()) {
+      sqs.call("DeleteMessage",
+               {{"QueueUrl", url}, {"ReceiptHandle", got["Messages"][0]["ReceiptHandle"]}});
+    }
   }
   first_sends.messages = static_cast<std::uint64_t>(used);
   first_sends.seconds = seconds_between(use_start, SteadyClock::now());
@@ -243,17 +250,46 @@ void queues_section(Report& report, const QueuesOptions& options) {
   receive_many.latency_ratio = true;
   report.add(std::move(receive_many), std::move(received_many));
 
+  // DeleteQueue timed one at a time on unused queues (the last made) and on used ones (the
+  // first), then the rest deleted from 4 clients, untimed.
   Measured deleted;
-  const auto delete_start = SteadyClock::now();
-  for (const std::string& url : urls) {
-    const auto at = SteadyClock::now();
-    sqs.call("DeleteQueue", {{"QueueUrl", url}});
-    deleted.latencies.add_since(at);
-  }
+  Measured deleted_used;
+  const std::size_t timed = std::min<std::size_t>(static_cast<std::size_t>(options.deletes_timed),
+                                                  urls.size() - static_cast<std::size_t>(used));
+  const std::size_t timed_used =
+      std::min<std::size_t>(static_cast<std::size_t>(options.deletes_timed / 4),
+                            static_cast<std::size_t>(used));
+  auto time_deletes = [&](Measured& m, std::size_t from, std::size_t count) {
+    const auto begin = SteadyClock::now();
+    for (std::size_t i = from; i < from + count; ++i) {
+      const auto at = SteadyClock::now();
+      sqs.call("DeleteQueue", {{"QueueUrl", urls[i]}});
+      m.latencies.add_since(at);
+      urls[i].clear();
+    }
+    m.messages = count;
+    m.seconds = seconds_between(begin, SteadyClock::now());
+  };
+  time_deletes(deleted, urls.size() - timed, timed);
+  time_deletes(deleted_used, 0, timed_used);
   sqs.call("DeleteQueue", {{"QueueUrl", one_url}});
-  deleted.messages = urls.size();
-  deleted.seconds = seconds_between(delete_start, SteadyClock::now());
-  report.add(row("queues.delete", "DeleteQueue, one client (queues/s)"), std::move(deleted));
+  report.add(row("queues.delete", "DeleteQueue of an unused queue, one client (queues/s)"),
+             std::move(deleted));
+  report.add(row("queues.delete.used", "DeleteQueue of a used queue, one client (queues/s)"),
+             std::move(deleted_used));
+  {
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> deleters;
+    for (int t = 0; t < 4; ++t) {
+      deleters.emplace_back([&] {
+        SqsHttpClient mine(srv.port());
+        for (std::size_t i = next++; i < urls.size(); i = next++) {
+          if (!urls[i].empty()) mine.call("DeleteQueue", {{"QueueUrl", urls[i]}});
+        }
+      });
+    }
+    for (std::thread& t : deleters) t.join();
+  }
   srv.stop();
 }
 

@@ -12,9 +12,10 @@ namespace txmq::bench {
 
 struct QueuesOptions {
   std::string dsn;
-  int queues = 10000;  // created for the measurement, deleted at the end
-  int calls = 500;     // SendMessage and ReceiveMessage + DeleteMessage on one queue, each
-  int used = 1000;     // of the queues, sent a message each (their tables made), then scraped
+  int queues = 100000;  // created for the measurement, deleted at the end
+  int calls = 500;      // SendMessage and ReceiveMessage + DeleteMessage on one queue, each
+  int used = 10000;     // of the queues, a message sent and received each (tables made), scraped
+  int deletes_timed = 2000;  // DeleteQueue timed one at a time; the rest deleted from 4 clients
 };
 
 void queues_section(Report& report, const QueuesOptions& options);
