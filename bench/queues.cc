@@ -213,7 +213,7 @@ void queues_section(Report& report, const QueuesOptions& options) {
                                     with_commas(used)));
   used_scrape.p50_ms = used_scrapes.percentile(50);
   used_scrape.p99_ms = used_scrapes.percentile(99);
-  used_scrape.note = fmt::format("{:.2f} MB a scrape: 100 queues' series, the rest summed",
+  used_scrape.note = fmt::format("{:.2f} MB a scrape: 100 queues' series, all in topic=\"_all\"",
                                  static_cast<double>(used_bytes) / 1e6);
   report.add_row(std::move(used_scrape));
   {

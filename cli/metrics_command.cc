@@ -37,7 +37,7 @@ void add_metrics_command(CLI::App& app, Globals& g) {
                   "against whole names (topics never used have none either way)");
   cmd->add_option("--busiest", a->busiest,
                   "and series for this many of the other used topics, those whose counters "
-                  "added up most; the rest are summed under topic=\"_others\" (100)")
+                  "added up most; the rest count only in topic=\"_all\" (100)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{1'000'000}));
   cmd->callback([&g, a] {
     std::optional<std::regex> topics;

@@ -91,7 +91,7 @@ void add_serve_command(CLI::App& app, Globals& g) {
   CLI::Option* metrics_busiest =
       cmd->add_option("--metrics-busiest", o.metrics_busiest,
                       "and series for this many of the other used topics, the busiest since the "
-                      "previous scrape; the rest are summed under topic=\"_others\" (100)")
+                      "previous scrape; the rest count only in topic=\"_all\" (100)")
           ->check(CLI::Range(std::size_t{0}, std::size_t{1'000'000}));
   cmd->callback([&g, a, config, listen, credentials, region, account, workers, max_connections,
                  max_body_memory, max_answer_memory, max_per_client, log_format, metrics_topics,

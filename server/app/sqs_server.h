@@ -42,7 +42,7 @@ struct ServeOptions {
   // Topics never used have no series either way.
   std::string metrics_topics;
   // And series for this many of the other used topics, the busiest since the previous scrape
-  // (--metrics-busiest); the rest are summed under topic="_others" (docs/metrics.md).
+  // (--metrics-busiest); the rest count only in topic="_all" (docs/metrics.md).
   std::size_t metrics_busiest = 100;
   // Where the DSN came from ("--dsn", "TXMQ_DSN", "the config file", "the local server"), for
   // the "listening on" line; empty: not said.

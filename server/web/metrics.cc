@@ -185,8 +185,8 @@ void RequestMetrics::render(std::string& out) const {
 
 namespace {
 
-// The series of the topics summed into topic="_others": counters and histograms added up.
-struct OthersTotals {
+// The series of topic="_all": every used topic's counters and histograms added up.
+struct AllTotals {
   std::map<std::string, RecordedMetric, std::less<>> by_name;  // RecordedMetric::name ->
 
   void add(const RecordedMetric& m) {
@@ -202,8 +202,8 @@ struct OthersTotals {
   }
 };
 
-constexpr std::string_view kOthersTopic = "_others";  // topic names start with a letter
-constexpr std::string_view kOthersGroup = "_all";
+constexpr std::string_view kAllTopics = "_all";  // topic names start with a letter
+constexpr std::string_view kAllGroups = "_all";
 
 bool is_counter(std::string_view recorded) {
   for (const Total& c : kCounters) {
@@ -219,8 +219,10 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   const auto start = std::chrono::steady_clock::now();
   // Topics never used (no tables yet: nothing sent, nothing recorded) cost no statement and no
   // series. Of the used ones, those named and the busiest get series of their own, read from
-  // their tables (a few milliseconds each); the rest are summed from the totals alone, so that
-  // a scrape of 10,000 used queues stays short.
+  // their tables (a few milliseconds each); the others only count in topic="_all", the totals
+  // of every used topic, read from txmq_metrics alone, so that a scrape of 10,000 used queues
+  // stays short. "_all" holds every topic, not only the others, so that its counters never go
+  // down when a topic joins or leaves the busiest (rate() would see a reset).
   const std::vector<TopicInfo> listed = client.list_topics();
   const std::vector<RecordedMetric> recorded = client.recorded_metrics();
   std::map<std::string_view, double> totals;  // topic -> its counters added up
@@ -284,9 +286,13 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     }
     topics.push_back(name);
   }
-  OthersTotals others;
+  AllTotals all;
+  std::set<std::string_view> used;
+  for (const TopicInfo& t : listed) {
+    if (t.has_tables) used.insert(t.name);
+  }
   for (const RecordedMetric& m : recorded) {
-    if (summed.count(m.topic) > 0) others.add(m);
+    if (used.count(m.topic) > 0) all.add(m);
   }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -308,10 +314,10 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     auto it = by_series.find({topic, group, name});
     return it == by_series.end() ? nullptr : it->second;
   };
-  const std::string others_topic = topic_labels(kOthersTopic, "");
-  const std::string others_group = topic_labels(kOthersTopic, kOthersGroup);
+  const std::string all_topic = topic_labels(kAllTopics, "");
+  const std::string all_group = topic_labels(kAllTopics, kAllGroups);
   // Every exported topic and group has every series, at 0 before anything happened; so has
-  // "_others" when any topic is summed.
+  // "_all" when any topic is used.
   for (const Total& c : kCounters) {
     family(out, c.name, "counter", c.help);
     if (c.per_group) {
@@ -325,9 +331,9 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
         sample(out, c.name, topic_labels(topic, ""), m ? m->value : 0);
       }
     }
-    if (!summed.empty()) {
-      const RecordedMetric* m = others.find(c.recorded);
-      sample(out, c.name, c.per_group ? others_group : others_topic, m ? m->value : 0);
+    if (!used.empty()) {
+      const RecordedMetric* m = all.find(c.recorded);
+      sample(out, c.name, c.per_group ? all_group : all_topic, m ? m->value : 0);
     }
   }
   const std::vector<std::uint64_t> none;
@@ -345,13 +351,13 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
         one(find(topic, "", h.recorded), topic_labels(topic, ""));
       }
     }
-    if (!summed.empty()) one(others.find(h.recorded), h.per_group ? others_group : others_topic);
+    if (!used.empty()) one(all.find(h.recorded), h.per_group ? all_group : all_topic);
   }
   family(out, "txmq_metrics_topics", "gauge",
          "Topics by whether this exposition has their series: exported (named by "
-         "--metrics-topics, or among the --metrics-busiest); summed (their counters and "
-         "histograms added up under topic=\"_others\", without gauges); unused (never used, so "
-         "without tables and without series).");
+         "--metrics-topics, or among the --metrics-busiest); summed (counted only in "
+         "topic=\"_all\", the totals of every used topic, without gauges); unused (never used, "
+         "so without tables and without series).");
   fmt::format_to(std::back_inserter(out),
                  "txmq_metrics_topics{{state=\"exported\"}} {}\n"
                  "txmq_metrics_topics{{state=\"summed\"}} {}\n"

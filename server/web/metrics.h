@@ -46,9 +46,9 @@ struct ServerMetrics {
 };
 
 // Which topics have series of their own (docs/metrics.md, "Which topics"): every used topic
-// that `named` matches (whole names), and of the other used topics the `busiest`; the rest are
-// summed into series labelled topic="_others" (a name no topic can have), without gauges, which
-// would cost a read of each topic's tables.
+// that `named` matches (whole names), and of the other used topics the `busiest`. Every used
+// topic also counts in the counters and histograms labelled topic="_all" (a name no topic can
+// have); the rest have no gauges, which would cost a read of each topic's tables.
 inline constexpr std::size_t kDefaultBusiest = 100;
 struct MetricsSelection {
   const std::regex* named = nullptr;

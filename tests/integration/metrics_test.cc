@@ -256,10 +256,10 @@ TEST(Metrics, SqlCallsCountAsTheLibrarysDo) {
   lib->drop_topic(name);
 }
 
-// Topics named by --topics and the --busiest others have series of their own; the rest are
-// summed under topic="_others" (counters and histograms, no gauges); unused topics have none.
+// Topics named by --topics and the --busiest others have series of their own; every used topic
+// counts in topic="_all" (counters and histograms, no gauges); unused topics have none.
 // In a database of the test's own, so that no other test's topics rank among the busiest.
-TEST(Metrics, TheBusiestTopicsHaveSeriesAndTheRestAreSummed) {
+TEST(Metrics, TheBusiestTopicsHaveSeriesAndAllCountInTheTotals) {
   const std::string db = "txmq_metrics_busiest_test";
   auto a = test::admin();
   a->query(fmt::format("DROP DATABASE IF EXISTS {}", db));
@@ -283,9 +283,16 @@ TEST(Metrics, TheBusiestTopicsHaveSeriesAndTheRestAreSummed) {
     ASSERT_EQ(c.ack("quiet", got[0].receipt), Settle::kOk);
   }  // the client's last flush
   const std::map<std::string, std::string> env = {{"TXMQ_DSN", dsn}};
+  const auto totals_hold = [](const std::map<std::string, double>& s) {
+    EXPECT_EQ(s.at("txmq_messages_sent_total{topic=\"_all\"}"), 10);
+    EXPECT_EQ(s.at("txmq_send_duration_seconds_count{topic=\"_all\"}"), 10);
+    EXPECT_EQ(s.at("txmq_messages_received_total{topic=\"_all\",group=\"_all\"}"), 1);
+    EXPECT_EQ(s.at("txmq_messages_acked_total{topic=\"_all\",group=\"_all\"}"), 1);
+    EXPECT_EQ(s.at("txmq_end_to_end_latency_seconds_count{topic=\"_all\",group=\"_all\"}"), 1);
+  };
 
   // busy (5 sent) and middling (4) are the two busiest of the others; quiet (3 in all: a send,
-  // a delivery, an ack) is summed; named has series though nothing happened to it.
+  // a delivery, an ack) has no series of its own; named has them though nothing happened to it.
   test::ProcessResult r = test::run_txmq({"metrics", "--topics", "named", "--busiest", "2"}, "", env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(promtool_check(r.out), "");
@@ -297,33 +304,29 @@ TEST(Metrics, TheBusiestTopicsHaveSeriesAndTheRestAreSummed) {
   EXPECT_EQ(s.at("txmq_messages_ready{topic=\"busy\",group=\"default\"}"), 5);
   EXPECT_EQ(r.out.find("topic=\"quiet\""), std::string::npos);
   EXPECT_EQ(r.out.find("topic=\"never_used\""), std::string::npos);
-  EXPECT_EQ(r.out.find("txmq_messages_ready{topic=\"_others\""), std::string::npos);  // no gauges
-  EXPECT_EQ(s.at("txmq_messages_sent_total{topic=\"_others\"}"), 1);
-  EXPECT_EQ(s.at("txmq_messages_received_total{topic=\"_others\",group=\"_all\"}"), 1);
-  EXPECT_EQ(s.at("txmq_messages_acked_total{topic=\"_others\",group=\"_all\"}"), 1);
-  EXPECT_EQ(s.at("txmq_end_to_end_latency_seconds_count{topic=\"_others\",group=\"_all\"}"), 1);
-  EXPECT_EQ(s.at("txmq_send_duration_seconds_count{topic=\"_others\"}"), 1);
+  EXPECT_EQ(r.out.find("txmq_messages_ready{topic=\"_all\""), std::string::npos);  // no gauges
+  totals_hold(s);
   EXPECT_EQ(s.at("txmq_metrics_topics{state=\"exported\"}"), 3);
   EXPECT_EQ(s.at("txmq_metrics_topics{state=\"summed\"}"), 1);
   EXPECT_EQ(s.at("txmq_metrics_topics{state=\"unused\"}"), 1);
 
-  // --busiest 0 and nothing named: every used topic summed, totals that add up.
+  // --busiest 0 and nothing named: no topic's own series, the same totals.
   r = test::run_txmq({"metrics", "--busiest", "0"}, "", env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(promtool_check(r.out), "");
   s = samples(r.out);
-  EXPECT_EQ(s.at("txmq_messages_sent_total{topic=\"_others\"}"), 10);
-  EXPECT_EQ(s.at("txmq_send_duration_seconds_count{topic=\"_others\"}"), 10);
+  totals_hold(s);
   EXPECT_EQ(s.at("txmq_metrics_topics{state=\"exported\"}"), 0);
   EXPECT_EQ(s.at("txmq_metrics_topics{state=\"summed\"}"), 4);
   EXPECT_EQ(r.out.find("txmq_messages_ready{"), std::string::npos);
 
-  // The default (100 busiest): all four, and no "_others" series when nothing is summed.
+  // The default (100 busiest): all four, and the same totals.
   r = test::run_txmq({"metrics"}, "", env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   s = samples(r.out);
   EXPECT_EQ(s.at("txmq_metrics_topics{state=\"exported\"}"), 4);
-  EXPECT_EQ(r.out.find("{topic=\"_others\""), std::string::npos);
+  EXPECT_EQ(s.at("txmq_metrics_topics{state=\"summed\"}"), 0);
+  totals_hold(s);
   EXPECT_NE(test::run_txmq({"metrics", "--busiest", "-1"}, "", env).exit_code, 0);
   a->query(fmt::format("DROP DATABASE IF EXISTS {}", db));
 }
