@@ -42,6 +42,10 @@ class Client {
   // New values apply to later claims, nacks and sends; other clients see them within 5 seconds.
   void update_topic(std::string_view name, const TopicOptions& options);
   std::vector<TopicInfo> list_topics();
+  // Every topic's name, by name, and whether it has its tables (TopicInfo::has_tables): what
+  // list_topics() says of them without reading their settings, for listings of many topics
+  // (about a third of its time with 100,000).
+  std::vector<TopicName> list_topic_names();
   TopicInfo topic(std::string_view name);
 
   // --- Shards: a topic's partitions on several servers (docs/shards.md) -------------------------

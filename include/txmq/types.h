@@ -121,6 +121,12 @@ struct TopicInfo {
   bool has_tables = true;
 };
 
+// A topic as Client::list_topic_names lists it.
+struct TopicName {
+  std::string name;
+  bool has_tables = true;  // as TopicInfo::has_tables
+};
+
 // A server that topics may be sharded over (Client::add_server).
 struct ServerInfo {
   std::string name;

@@ -210,7 +210,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
   std::mutex sample_mutex;  // one sampling at a time; held while sampling
   std::mutex data_mutex;    // guards what follows
   std::map<std::pair<std::string, std::string>, Series> series;
-  std::vector<TopicInfo> listed;                 // every topic, by name, at the last sampling
+  std::vector<TopicName> listed;                 // every topic, by name, at the last sampling
   std::map<std::string, TopicView, std::less<>> views;  // the topics sampled, with their groups
   std::set<std::string, std::less<>> wanted;     // the topics the page shows: sampled in the background
   std::optional<SteadyClock::time_point> sampled_at;
@@ -241,7 +241,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
   // sample_every old). The series of topics not read now are kept for as long as their ring
   // spans, so that paging back finds their history. Takes sample_mutex; a caller that waited
   // for another sampling uses its result when it is fresh enough and read what it wants.
-  using Chooser = std::function<std::set<std::string, std::less<>>(const std::vector<TopicInfo>&)>;
+  using Chooser = std::function<std::set<std::string, std::less<>>(const std::vector<TopicName>&)>;
   void sample(std::chrono::milliseconds fresh_enough, const Chooser& choose) {
     std::lock_guard sampling(sample_mutex);
     {
@@ -254,18 +254,25 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
         if (covered) return;
       }
     }
-    std::vector<TopicInfo> all;
+    std::vector<TopicName> all;
     std::map<std::string, TopicView, std::less<>> read;
     std::vector<std::pair<std::pair<std::string, std::string>, Point>> points;
     try {
-      all = client.list_topics();
-      std::sort(all.begin(), all.end(),
-                [](const TopicInfo& a, const TopicInfo& b) { return a.name < b.name; });
+      // Names only (reading every topic's settings took 0.5 s with 100,000 topics), then the
+      // settings of the topics chosen.
+      all = client.list_topic_names();
       const std::set<std::string, std::less<>> chosen = choose(all);
-      for (const TopicInfo& info : all) {
+      for (const TopicName& listed_topic : all) {
         if (stopping) return;
-        if (chosen.count(info.name) == 0) continue;
-        TopicView view{info, {}};
+        if (chosen.count(listed_topic.name) == 0) continue;
+        TopicView view;
+        try {
+          view.info = client.topic(listed_topic.name);
+        } catch (const Error& e) {
+          if (e.code() != Errc::kNotFound) throw;  // dropped meanwhile: left out
+          continue;
+        }
+        view.info.has_tables = listed_topic.has_tables;
         if (!view.info.has_tables) {
           // Never used: its one group is empty, and reading it would cost statements that
           // thousands of idle queues add up (docs/sqs.md, "Many queues").
@@ -315,7 +322,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     const double now = epoch_seconds(Clock::now());
     const double kept_for = every * static_cast<double>(options.points);
     std::set<std::string, std::less<>> existing;
-    for (const TopicInfo& t : all) existing.insert(t.name);
+    for (const TopicName& t : all) existing.insert(t.name);
     std::map<std::pair<std::string, std::string>, Series> next;
     for (auto& [key, p] : points) {
       Series& s = next[key];
@@ -351,7 +358,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
         std::lock_guard data(data_mutex);
         names = wanted;
       }
-      sample(options.sample_every / 2, [&names](const std::vector<TopicInfo>&) { return names; });
+      sample(options.sample_every / 2, [&names](const std::vector<TopicName>&) { return names; });
       lock.lock();
     }
   }
@@ -387,13 +394,13 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
   // (shown in detail, wherever it is in the list).
   json overview(const std::string& search, std::size_t offset, std::size_t limit,
                 const std::string& selected) {
-    const auto matches = [&search](const TopicInfo& t) {
+    const auto matches = [&search](const TopicName& t) {
       return search.empty() || t.name.find(search) != std::string::npos;
     };
-    const auto page_of = [&](const std::vector<TopicInfo>& all) {
+    const auto page_of = [&](const std::vector<TopicName>& all) {
       std::set<std::string, std::less<>> names;
       std::size_t index = 0;
-      for (const TopicInfo& t : all) {
+      for (const TopicName& t : all) {
         if (!matches(t)) continue;
         if (index >= offset && index < offset + limit) names.insert(t.name);
         ++index;
@@ -416,7 +423,7 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
                 {"selected", nullptr}};
     std::size_t total = 0;
     std::size_t all_topics = 0;
-    for (const TopicInfo& t : listed) {
+    for (const TopicName& t : listed) {
       ++all_topics;
       if (!matches(t)) continue;
       if (total >= offset && total < offset + limit) {

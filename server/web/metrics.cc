@@ -223,7 +223,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   // of every used topic, read from txmq_metrics alone, so that a scrape of 10,000 used queues
   // stays short. "_all" holds every topic, not only the others, so that its counters never go
   // down when a topic joins or leaves the busiest (rate() would see a reset).
-  const std::vector<TopicInfo> listed = client.list_topics();
+  const std::vector<TopicName> listed = client.list_topic_names();
   const std::vector<RecordedMetric> recorded = client.recorded_metrics();
   std::map<std::string_view, double> totals;  // topic -> its counters added up
   for (const RecordedMetric& m : recorded) {
@@ -237,7 +237,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     std::string_view topic;
   };
   std::vector<Candidate> candidates;
-  for (const TopicInfo& t : listed) {
+  for (const TopicName& t : listed) {
     if (!t.has_tables) {
       ++unused;
     } else if (selection.named != nullptr && std::regex_match(t.name, *selection.named)) {
@@ -288,7 +288,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   }
   AllTotals all;
   std::set<std::string_view> used;
-  for (const TopicInfo& t : listed) {
+  for (const TopicName& t : listed) {
     if (t.has_tables) used.insert(t.name);
   }
   for (const RecordedMetric& m : recorded) {

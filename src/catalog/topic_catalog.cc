@@ -583,20 +583,45 @@ void TopicCatalog::refresh_send_procedures() {
   }
 }
 
+namespace {
+
+// The topics that have a queue table. Names only: information_schema reads no table's
+// statistics for them, so this stays one cheap statement beside thousands of tables.
+std::unordered_set<std::string> topics_with_tables(Connection& c) {
+  Result names = c.execute(
+      "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME LIKE 'txmq\\_q\\_%'",
+      {});
+  std::unordered_set<std::string> with_tables;
+  for (const Row& row : names.rows) {  // txmq_q_NAME or txmq_q_NAME$GROUP_PARTITION
+    const std::string name = row.bytes(0).substr(std::string_view("txmq_q_").size());
+    with_tables.insert(name.substr(0, name.find('$')));
+  }
+  return with_tables;
+}
+
+}  // namespace
+
+std::vector<TopicName> TopicCatalog::list_names() {
+  std::unordered_set<std::string> with_tables;
+  Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    with_tables = topics_with_tables(c);
+    return c.execute("SELECT name FROM txmq_topics ORDER BY name", {});
+  });
+  std::vector<TopicName> names;
+  names.reserve(r.rows.size());
+  for (const Row& row : r.rows) {
+    TopicName n{row.bytes(0)};
+    n.has_tables = with_tables.contains(n.name);
+    names.push_back(std::move(n));
+  }
+  return names;
+}
+
 std::vector<TopicInfo> TopicCatalog::list() {
   std::unordered_set<std::string> with_tables;  // topics that have a queue table
   Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-    // Names only: information_schema reads no table's statistics for them, so this stays one
-    // cheap statement beside thousands of tables.
-    Result names = c.execute(
-        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
-        "TABLE_NAME LIKE 'txmq\\_q\\_%'",
-        {});
-    with_tables.clear();
-    for (const Row& row : names.rows) {  // txmq_q_NAME or txmq_q_NAME$GROUP_PARTITION
-      const std::string name = row.bytes(0).substr(std::string_view("txmq_q_").size());
-      with_tables.insert(name.substr(0, name.find('$')));
-    }
+    with_tables = topics_with_tables(c);
     return c.execute(fmt::format("{} ORDER BY name", kSelectTopic), {});
   });
   std::vector<TopicInfo> topics;

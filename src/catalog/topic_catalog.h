@@ -133,6 +133,8 @@ class TopicCatalog {
   void set_placed(std::string_view name, std::uint64_t placed);
   void drop(std::string_view name);
   std::vector<TopicInfo> list();
+  // Names and has_tables only, by name: two statements that read no topic's settings.
+  std::vector<TopicName> list_names();
   void forget(std::string_view name);
   // A send found the topic's send fences missing: the cached layout says so (send_fences false)
   // until it is read again, so that the next sends go straight to the checked statement.

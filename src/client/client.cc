@@ -314,6 +314,21 @@ std::vector<TopicInfo> Client::list_topics() {
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;
 }
+std::vector<TopicName> Client::list_topic_names() {
+  Impl& i = *impl_;
+  std::vector<internal::ShardMap> sharded = i.registry.all();
+  std::vector<TopicName> out;
+  for (TopicName& t : i.queue.catalog.list_names()) {
+    // The catalog's database may hold partitions of a sharded topic: listed once, below.
+    const bool is_sharded = std::any_of(sharded.begin(), sharded.end(), [&](const auto& p) {
+      return p.topic == t.name;
+    });
+    if (!is_sharded) out.push_back(std::move(t));
+  }
+  for (const internal::ShardMap& p : sharded) out.push_back(TopicName{p.topic, true});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
 TopicInfo Client::topic(std::string_view name) {
   Impl& i = *impl_;
   return i.route(name, [&] { return i.queue.catalog.get(name); },

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -195,6 +196,38 @@ TEST(FirstUse, AnUnusedDeadLetterTopicTakesItsFirstDeadLetter) {
   EXPECT_EQ(moved[0].payload, "dies");
   c->drop_topic(work);
   c->drop_topic(dead);
+}
+
+// list_topic_names says what list_topics says of names and tables, without the settings.
+TEST(FirstUse, TopicNamesSayWhichTopicsHaveTables) {
+  auto c = client("first-use-names");
+  const std::string unused = topic_for_test("unused");
+  const std::string used = topic_for_test("used");
+  c->create_topic(unused, {}, TableCreation::kAtFirstUse);
+  c->create_topic(used, {}, TableCreation::kAtFirstUse);
+  c->send(used, "makes its tables");
+  const std::vector<TopicInfo> topics = c->list_topics();
+  const std::vector<TopicName> names = c->list_topic_names();
+  ASSERT_TRUE(std::is_sorted(names.begin(), names.end(),
+                             [](const auto& a, const auto& b) { return a.name < b.name; }));
+  std::map<std::string, bool> by_name;
+  for (const TopicName& n : names) by_name[n.name] = n.has_tables;
+  EXPECT_EQ(by_name.at(unused), false);
+  EXPECT_EQ(by_name.at(used), true);
+  // Other tests make, use and drop topics meanwhile: a topic of both lists that had tables at
+  // the first still has them at the second (tables go only with their topic), and ours are in
+  // both.
+  std::size_t both = 0;
+  for (const TopicInfo& t : topics) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) continue;
+    ++both;
+    if (t.has_tables) EXPECT_TRUE(it->second) << t.name;
+    if (t.name == unused || t.name == used) EXPECT_EQ(it->second, t.has_tables) << t.name;
+  }
+  EXPECT_GE(both, 2u);
+  c->drop_topic(unused);
+  c->drop_topic(used);
 }
 
 // `txmq metrics`: unused topics have no series and are counted, even when named; --topics names
