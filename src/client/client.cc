@@ -286,17 +286,27 @@ void Client::update_topic(std::string_view name, const TopicOptions& options) {
     i.queue.catalog.update(name, options);
   }, [&](const internal::ShardMap& p) { i.router.update_topic(p, options); });
 }
+namespace {
+
+// The catalog's topics (TopicInfo or TopicName) but those sharded: the catalog's database may
+// hold partitions of a sharded topic, which its callers list once from its shard map.
+template <typename Listed>
+std::vector<Listed> unsharded(std::vector<Listed> listed,
+                              const std::vector<internal::ShardMap>& sharded) {
+  if (sharded.empty()) return listed;
+  std::erase_if(listed, [&](const Listed& t) {
+    return std::any_of(sharded.begin(), sharded.end(),
+                       [&](const internal::ShardMap& p) { return p.topic == t.name; });
+  });
+  return listed;
+}
+
+}  // namespace
+
 std::vector<TopicInfo> Client::list_topics() {
   Impl& i = *impl_;
   std::vector<internal::ShardMap> sharded = i.registry.all();
-  std::vector<TopicInfo> out;
-  for (TopicInfo& t : i.queue.catalog.list()) {
-    // The catalog's database may hold partitions of a sharded topic: listed once, below.
-    const bool is_sharded = std::any_of(sharded.begin(), sharded.end(), [&](const auto& p) {
-      return p.topic == t.name;
-    });
-    if (!is_sharded) out.push_back(std::move(t));
-  }
+  std::vector<TopicInfo> out = unsharded(i.queue.catalog.list(), sharded);
   for (const internal::ShardMap& p : sharded) {
     try {
       out.push_back(i.router.topic(p));
@@ -317,14 +327,7 @@ std::vector<TopicInfo> Client::list_topics() {
 std::vector<TopicName> Client::list_topic_names() {
   Impl& i = *impl_;
   std::vector<internal::ShardMap> sharded = i.registry.all();
-  std::vector<TopicName> out;
-  for (TopicName& t : i.queue.catalog.list_names()) {
-    // The catalog's database may hold partitions of a sharded topic: listed once, below.
-    const bool is_sharded = std::any_of(sharded.begin(), sharded.end(), [&](const auto& p) {
-      return p.topic == t.name;
-    });
-    if (!is_sharded) out.push_back(std::move(t));
-  }
+  std::vector<TopicName> out = unsharded(i.queue.catalog.list_names(), sharded);
   for (const internal::ShardMap& p : sharded) out.push_back(TopicName{p.topic, true});
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;
