@@ -99,6 +99,23 @@ std::pair<Measured, Measured> one_queue_calls(SqsHttpClient& sqs, const std::str
   return {std::move(sent), std::move(received)};
 }
 
+// Three GETs of /metrics: a row with their p50 and p99 and the size of the last.
+Row scrape_row(std::uint16_t port, const std::string& id, const std::string& name,
+               const std::string& note) {
+  Latencies scrapes;
+  std::size_t bytes = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto at = SteadyClock::now();
+    bytes = http_get(port, "/metrics").size();
+    scrapes.add_since(at);
+  }
+  Row r = row(id, name);
+  r.p50_ms = scrapes.percentile(50);
+  r.p99_ms = scrapes.percentile(99);
+  r.note = fmt::format("{:.2f} MB a scrape{}", static_cast<double>(bytes) / 1e6, note);
+  return r;
+}
+
 }  // namespace
 
 void queues_section(Report& report, const QueuesOptions& options) {
@@ -149,18 +166,7 @@ void queues_section(Report& report, const QueuesOptions& options) {
   report.add_row(std::move(disk));
 
   // Three scrapes: the first after the queues were made, the median reported.
-  Latencies scrapes;
-  std::size_t scrape_bytes = 0;
-  for (int i = 0; i < 3; ++i) {
-    const auto at = SteadyClock::now();
-    scrape_bytes = http_get(srv.port(), "/metrics").size();
-    scrapes.add_since(at);
-  }
-  Row scrape = row("queues.metrics", "GET /metrics (p50 of 3 scrapes)");
-  scrape.p50_ms = scrapes.percentile(50);
-  scrape.p99_ms = scrapes.percentile(99);
-  scrape.note = fmt::format("{:.2f} MB a scrape", static_cast<double>(scrape_bytes) / 1e6);
-  report.add_row(std::move(scrape));
+  report.add_row(scrape_row(srv.port(), "queues.metrics", "GET /metrics (p50 of 3 scrapes)", ""));
 
   // The dashboard samples every topic while it is viewed: statements/s on the database while a
   // browser polls its overview once a second.
@@ -201,21 +207,10 @@ void queues_section(Report& report, const QueuesOptions& options) {
   report.add(row("queues.first_use", "SendMessage to a queue's first use (makes its tables)"),
              std::move(first_sends));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the sends' totals flushed
-  Latencies used_scrapes;
-  std::size_t used_bytes = 0;
-  for (int i = 0; i < 3; ++i) {
-    const auto at = SteadyClock::now();
-    used_bytes = http_get(srv.port(), "/metrics").size();
-    used_scrapes.add_since(at);
-  }
-  Row used_scrape = row("queues.metrics.used",
-                        fmt::format("GET /metrics, {} used queues, defaults (p50 of 3)",
-                                    with_commas(used)));
-  used_scrape.p50_ms = used_scrapes.percentile(50);
-  used_scrape.p99_ms = used_scrapes.percentile(99);
-  used_scrape.note = fmt::format("{:.2f} MB a scrape: 100 queues' series, all in topic=\"_all\"",
-                                 static_cast<double>(used_bytes) / 1e6);
-  report.add_row(std::move(used_scrape));
+  report.add_row(scrape_row(srv.port(), "queues.metrics.used",
+                            fmt::format("GET /metrics, {} used queues, defaults (p50 of 3)",
+                                        with_commas(used)),
+                            ": 100 queues' series, all in topic=\"_all\""));
   {
     ClientOptions co;
     co.dsn = options.dsn;
