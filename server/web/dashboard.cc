@@ -390,27 +390,38 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
     return topic;
   }
 
+  // The topics whose names contain `search`, by name: how many, and those of the window
+  // [offset, offset + limit).
+  struct Page {
+    std::vector<std::string> names;
+    std::size_t total = 0;
+  };
+  static Page page_of(const std::vector<TopicName>& all, const std::string& search,
+                      std::size_t offset, std::size_t limit) {
+    Page page;
+    for (const TopicName& t : all) {
+      if (!search.empty() && t.name.find(search) == std::string::npos) continue;
+      if (page.total >= offset && page.total - offset < limit) page.names.push_back(t.name);
+      ++page.total;
+    }
+    return page;
+  }
+
   // One page of the topics whose names contain `search`, by name, and the `selected` topic
   // (shown in detail, wherever it is in the list).
   json overview(const std::string& search, std::size_t offset, std::size_t limit,
                 const std::string& selected) {
-    const auto matches = [&search](const TopicName& t) {
-      return search.empty() || t.name.find(search) != std::string::npos;
-    };
-    const auto page_of = [&](const std::vector<TopicName>& all) {
-      std::set<std::string, std::less<>> names;
-      std::size_t index = 0;
-      for (const TopicName& t : all) {
-        if (!matches(t)) continue;
-        if (index >= offset && index < offset + limit) names.insert(t.name);
-        ++index;
-      }
+    const auto to_read = [&](const std::vector<TopicName>& all) {
+      const Page page = page_of(all, search, offset, limit);
+      std::set<std::string, std::less<>> names(page.names.begin(), page.names.end());
       if (!selected.empty()) names.insert(selected);
       return names;
     };
-    sample(std::chrono::milliseconds(2000), page_of);
+    sample(std::chrono::milliseconds(2000), to_read);
     std::lock_guard lock(data_mutex);
-    wanted = page_of(listed);
+    const Page page = page_of(listed, search, offset, limit);
+    wanted = std::set<std::string, std::less<>>(page.names.begin(), page.names.end());
+    if (!selected.empty()) wanted.insert(selected);
     json out = {{"now", epoch_seconds(Clock::now())},
                 {"sample_every_seconds",
                  std::chrono::duration<double>(options.sample_every).count()},
@@ -420,19 +431,12 @@ struct Dashboard::State : std::enable_shared_from_this<Dashboard::State> {
                 {"offset", offset},
                 {"limit", limit},
                 {"topics", json::array()},
+                {"total", page.total},
+                {"all_topics", listed.size()},
                 {"selected", nullptr}};
-    std::size_t total = 0;
-    std::size_t all_topics = 0;
-    for (const TopicName& t : listed) {
-      ++all_topics;
-      if (!matches(t)) continue;
-      if (total >= offset && total < offset + limit) {
-        if (auto v = views.find(t.name); v != views.end()) out["topics"].push_back(topic_json(v->second));
-      }
-      ++total;
+    for (const std::string& name : page.names) {
+      if (auto v = views.find(name); v != views.end()) out["topics"].push_back(topic_json(v->second));
     }
-    out["total"] = total;
-    out["all_topics"] = all_topics;
     if (!selected.empty()) {
       if (auto v = views.find(selected); v != views.end()) out["selected"] = topic_json(v->second);
     }
@@ -627,7 +631,8 @@ bool Dashboard::handle(HttpRequest& request, Responder& respond,
 
   util::FormPairs params;
   if (q != std::string_view::npos) {
-    // The page sends topic, group and limit: a query of more is not the page's.
+    // The page sends at most topic, group, limit, search, offset and selected: a query of
+    // more is not the page's.
     constexpr std::size_t kMaxQueryPairs = 64;
     util::FormFault fault = util::FormFault::kNone;
     std::optional<util::FormPairs> decoded =

@@ -230,6 +230,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     if (is_counter(m.name)) totals[m.topic] += m.value;
   }
   std::uint64_t unused = 0;
+  std::set<std::string_view> used;  // every topic with tables: those counted in "_all"
   std::set<std::string_view> exported;
   struct Candidate {
     double since_last = 0;  // its counters' growth since the previous scrape
@@ -240,7 +241,10 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   for (const TopicName& t : listed) {
     if (!t.has_tables) {
       ++unused;
-    } else if (selection.named != nullptr && std::regex_match(t.name, *selection.named)) {
+      continue;
+    }
+    used.insert(t.name);
+    if (selection.named != nullptr && std::regex_match(t.name, *selection.named)) {
       exported.insert(t.name);
     } else {
       const auto it = totals.find(t.name);
@@ -261,8 +265,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
                       return a.topic < b.topic;
                     });
   for (std::size_t i = 0; i < busiest; ++i) exported.insert(candidates[i].topic);
-  std::set<std::string_view> summed;
-  for (std::size_t i = busiest; i < candidates.size(); ++i) summed.insert(candidates[i].topic);
+  const std::size_t summed = candidates.size() - busiest;
   if (activity != nullptr) {
     activity->totals.clear();  // rebuilt: dropped topics leave it
     for (const auto& [topic, total] : totals) activity->totals.emplace(std::string(topic), total);
@@ -287,10 +290,6 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     topics.push_back(name);
   }
   AllTotals all;
-  std::set<std::string_view> used;
-  for (const TopicName& t : listed) {
-    if (t.has_tables) used.insert(t.name);
-  }
   for (const RecordedMetric& m : recorded) {
     if (used.count(m.topic) > 0) all.add(m);
   }
@@ -362,7 +361,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
                  "txmq_metrics_topics{{state=\"exported\"}} {}\n"
                  "txmq_metrics_topics{{state=\"summed\"}} {}\n"
                  "txmq_metrics_topics{{state=\"unused\"}} {}\n",
-                 topics.size(), summed.size(), unused);
+                 topics.size(), summed, unused);
   family(out, "txmq_metrics_read_seconds", "gauge",
          "Time this exposition took to read the gauges and totals from the database.");
   fmt::format_to(std::back_inserter(out), "txmq_metrics_read_seconds {}\n", number(took));

@@ -85,6 +85,8 @@ step('search and pages');
   assert.deepEqual(r.body.topics, []);
   assert.equal((await overview({offset: '-1'})).status, 400);
   assert.equal((await overview({search: 'x'.repeat(65)})).status, 400);
+  assert.equal((await overview({selected: 'x'.repeat(65)})).status, 400);
+  assert.equal((await overview({offset: '1'.repeat(10)})).status, 400);
 }
 
 const before = stats();
