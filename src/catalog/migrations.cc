@@ -234,4 +234,23 @@ void migrate_from_13(Connection& c) {
   c.execute("UPDATE txmq_schema SET version = 14, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
+// Version 14 -> 15: an index on txmq_topics.dead_letter_topic, so that deleting a topic (or an
+// SQS queue) finds the topics that name it as their dead-letter topic without reading every
+// topic: with 100,000 topics that read was most of a DeleteQueue.
+void migrate_from_14(Connection& c) {
+  constexpr unsigned kDuplicateKeyName = 1061;
+  Result have = c.execute(
+      "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = 'txmq_topics' AND INDEX_NAME = 'dead_letter_topic'",
+      {});
+  if (have.rows.empty()) {
+    try {
+      c.query("ALTER TABLE txmq_topics ADD KEY dead_letter_topic (dead_letter_topic)");
+    } catch (const Error& e) {
+      if (e.server_errno() != kDuplicateKeyName) throw;  // another client added it meanwhile
+    }
+  }
+  c.execute("UPDATE txmq_schema SET version = 15, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
 }  // namespace txmq::internal

@@ -50,5 +50,6 @@ void migrate_from_10(Connection& c);
 void migrate_from_11(Connection& c);
 void migrate_from_12(Connection& c);
 void migrate_from_13(Connection& c);
+void migrate_from_14(Connection& c);
 
 }  // namespace txmq::internal

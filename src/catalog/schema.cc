@@ -113,7 +113,8 @@ void TopicCatalog::bootstrap() {
         " layout_claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,"
         " layout_claimed_until DATETIME(6) NULL,"
         " placed BIGINT UNSIGNED NULL,"
-        " fair TINYINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB");
+        " fair TINYINT UNSIGNED NOT NULL DEFAULT 0,"
+        " KEY dead_letter_topic (dead_letter_topic)) ENGINE=InnoDB");
     // Servers that topics may be sharded over, and where each sharded topic's partitions live
     // (shard_map.cc). Passwords are never stored: a DSN names a password file or variable.
     c.query(
@@ -205,6 +206,7 @@ void TopicCatalog::bootstrap() {
       step(11, migrate_from_11);
       step(12, migrate_from_12);
       step(13, migrate_from_13);
+      step(14, migrate_from_14);
     } catch (...) {
       release_row_lock(c, kSchemaLock, key, token);
       throw;

@@ -427,16 +427,21 @@ void TopicCatalog::drop(std::string_view name) {
     Result r = c.execute("DELETE FROM txmq_topics WHERE name = ?", {name});
     c.execute("DELETE FROM txmq_groups WHERE topic = ?", {name});
     c.commit();
-    drop_send_procedure(c, name);
-    if (!layout) return r.affected_rows == 1;
+    if (!layout) {
+      drop_send_procedure(c, name);  // an earlier drop may have been cut short after its DELETE
+      return r.affected_rows == 1;
+    }
     // A topic never used has no tables to drop (make_tables waits for this layout lock, then
-    // finds no topic).
+    // finds no topic), and seldom a send procedure: looked for first, since two DROP PROCEDUREs
+    // are DDL in every DeleteQueue of an unused queue.
     if (!has_some_tables(c, *layout)) {
+      if (has_send_procedure(c, name)) drop_send_procedure(c, name);
       c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, 0)});
       c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
       forget_sql_counts(c, name);
       return r.affected_rows == 1;
     }
+    drop_send_procedure(c, name);
     for (const GroupEntry& g : layout->groups) {
       c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, g.number)});
       for (unsigned p = 0; p < layout->partitions(); ++p) {

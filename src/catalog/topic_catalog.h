@@ -20,7 +20,7 @@
 
 namespace txmq::internal {
 
-constexpr int kSchemaVersion = 14;
+constexpr int kSchemaVersion = 15;
 constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 
 // A topic's group, by the number its tables carry.

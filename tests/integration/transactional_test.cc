@@ -584,9 +584,16 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 14);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
   // Version 14: topics are not fair until made so.
   EXPECT_FALSE(c.topic("old").options.fair);
+  // Version 15: the topics that name a dead-letter topic are found through an index.
+  EXPECT_EQ(a->execute("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? "
+                       "AND TABLE_NAME = 'txmq_topics' AND INDEX_NAME = 'dead_letter_topic'",
+                       {db})
+                .rows.at(0)
+                .i64(0),
+            1);
   // Version 11: the topic's send fence (it has one group).
   // COUNT(*) of an information_schema query about the migrated database.
   const auto count = [&](const char* sql) { return a->execute(sql, {db}).rows.at(0).i64(0); };
@@ -607,7 +614,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 10");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 14);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
     EXPECT_EQ(views(), 0);
     EXPECT_EQ(fences(), 1);
     upgraded.send("old", "after 11");
@@ -624,7 +631,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 11");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 14);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
     EXPECT_EQ(key_columns(), 2);
     EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_waiters WHERE connection_id = 4242", {})
                   .rows.at(0)
@@ -646,7 +653,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 12");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 14);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
     EXPECT_EQ(routines(), 1);
     internal::Result sent = a->query_rows("CALL txmq_send('old', 'through SQL', NULL)");
     ASSERT_EQ(sent.rows.size(), 1u);
@@ -720,7 +727,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 14);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.
