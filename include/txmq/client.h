@@ -220,6 +220,11 @@ class Client {
   // The totals every client of the database recorded (ClientOptions::record_metrics), for topics
   // and groups that exist. This client's last second may not be in them yet.
   std::vector<RecordedMetric> recorded_metrics();
+  // The same for these topics only.
+  std::vector<RecordedMetric> recorded_metrics(const std::vector<std::string>& topics);
+  // Every topic's counters added up, and every metric summed over all topics, grouped by the
+  // database: for a view of thousands of topics (txmq serve's /metrics ranks and sums with it).
+  MetricSummary metric_summary();
   std::vector<InFlightMessage> in_flight(std::string_view topic, std::size_t limit = 1000,
                                          std::string_view group = {});
   // The group's dead letters, lowest ids first. `payload_bytes`: read at most this much of each

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace txmq {
@@ -283,6 +284,14 @@ struct RecordedMetric {
   double sum = 0;    // a histogram's sum of observations
   // A histogram's cumulative counts: observations up to each bound (kMetricBuckets), then all.
   std::vector<std::uint64_t> buckets;
+};
+
+// Client::metric_summary: the recorded totals of many topics at once, grouped by the database.
+struct MetricSummary {
+  // Every topic with totals, by name: its counters (sent, received, ...) added up over its groups.
+  std::vector<std::pair<std::string, double>> counters_by_topic;
+  // One per metric name, added up over every topic and group (topic and group empty).
+  std::vector<RecordedMetric> sums;
 };
 
 // The upper bounds, in seconds, of RecordedMetric's histogram buckets.

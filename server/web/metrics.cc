@@ -7,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -205,13 +206,6 @@ struct AllTotals {
 constexpr std::string_view kAllTopics = "_all";  // topic names start with a letter
 constexpr std::string_view kAllGroups = "_all";
 
-bool is_counter(std::string_view recorded) {
-  for (const Total& c : kCounters) {
-    if (c.recorded == recorded) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string render_metrics(Client& client, std::uint64_t exact_up_to, const ServerMetrics* server,
@@ -224,13 +218,14 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   // stays short. "_all" holds every topic, not only the others, so that its counters never go
   // down when a topic joins or leaves the busiest (rate() would see a reset).
   const std::vector<TopicName> listed = client.list_topic_names();
-  const std::vector<RecordedMetric> recorded = client.recorded_metrics();
-  std::map<std::string_view, double> totals;  // topic -> its counters added up
-  for (const RecordedMetric& m : recorded) {
-    if (is_counter(m.name)) totals[m.topic] += m.value;
-  }
+  // Grouped by the database: each topic's counters added up (to rank), and the sums of every
+  // topic for "_all". Full series are read below for the exported topics only.
+  const MetricSummary summary = client.metric_summary();
+  std::unordered_map<std::string_view, double> totals;  // topic -> its counters added up
+  totals.reserve(summary.counters_by_topic.size());
+  for (const auto& [topic, total] : summary.counters_by_topic) totals.emplace(topic, total);
   std::uint64_t unused = 0;
-  std::set<std::string_view> used;  // every topic with tables: those counted in "_all"
+  std::uint64_t used = 0;  // topics with tables: those counted in "_all"
   std::set<std::string_view> exported;
   struct Candidate {
     double since_last = 0;  // its counters' growth since the previous scrape
@@ -243,7 +238,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
       ++unused;
       continue;
     }
-    used.insert(t.name);
+    ++used;
     if (selection.named != nullptr && std::regex_match(t.name, *selection.named)) {
       exported.insert(t.name);
     } else {
@@ -268,7 +263,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   const std::size_t summed = candidates.size() - busiest;
   if (activity != nullptr) {
     activity->totals.clear();  // rebuilt: dropped topics leave it
-    for (const auto& [topic, total] : totals) activity->totals.emplace(std::string(topic), total);
+    for (const auto& [topic, total] : summary.counters_by_topic) activity->totals.emplace(topic, total);
   }
 
   struct GroupGauges {
@@ -289,10 +284,10 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
     }
     topics.push_back(name);
   }
+  const std::vector<RecordedMetric> recorded =
+      client.recorded_metrics(std::vector<std::string>(topics.begin(), topics.end()));
   AllTotals all;
-  for (const RecordedMetric& m : recorded) {
-    if (used.count(m.topic) > 0) all.add(m);
-  }
+  for (const RecordedMetric& m : summary.sums) all.add(m);
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -330,7 +325,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
         sample(out, c.name, topic_labels(topic, ""), m ? m->value : 0);
       }
     }
-    if (!used.empty()) {
+    if (used > 0) {
       const RecordedMetric* m = all.find(c.recorded);
       sample(out, c.name, c.per_group ? all_group : all_topic, m ? m->value : 0);
     }
@@ -350,7 +345,7 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
         one(find(topic, "", h.recorded), topic_labels(topic, ""));
       }
     }
-    if (!used.empty()) one(all.find(h.recorded), h.per_group ? all_group : all_topic);
+    if (used > 0) one(all.find(h.recorded), h.per_group ? all_group : all_topic);
   }
   family(out, "txmq_metrics_topics", "gauge",
          "Topics by whether this exposition has their series: exported (named by "

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <algorithm>
 #include <set>
@@ -524,30 +525,71 @@ TopicStats Client::stats(std::string_view topic, std::string_view group,
                  });
 }
 
+namespace {
+
+// Adds b's totals into a (the same topic, group and name).
+void add_metric(RecordedMetric& a, const RecordedMetric& b) {
+  a.value += b.value;
+  a.sum += b.sum;
+  if (a.buckets.size() < b.buckets.size()) a.buckets.resize(b.buckets.size());
+  for (std::size_t k = 0; k < b.buckets.size(); ++k) a.buckets[k] += b.buckets[k];
+}
+
+// Totals of one name added together, ordered by topic, group and name.
+std::vector<RecordedMetric> merged_metrics(std::vector<std::vector<RecordedMetric>> parts) {
+  std::map<std::tuple<std::string, std::string, std::string>, RecordedMetric> all;
+  for (std::vector<RecordedMetric>& part : parts) {
+    for (RecordedMetric& m : part) {
+      auto [it, added] = all.try_emplace({m.topic, m.group, m.name}, m);
+      if (!added) add_metric(it->second, m);
+    }
+  }
+  std::vector<RecordedMetric> out;
+  out.reserve(all.size());
+  for (auto& [key, m] : all) out.push_back(std::move(m));
+  return out;
+}
+
+}  // namespace
+
 std::vector<RecordedMetric> Client::recorded_metrics() {
   // The client's database, and every server of a sharded topic that this client reached:
   // totals of one name added together.
   std::vector<RecordedMetric> all = internal::read_metrics(impl_->queue.pool);
-  for (internal::QueueContext* q : impl_->registry.connected()) {
-    for (RecordedMetric& m : internal::read_metrics(q->pool)) {
-      auto same = std::find_if(all.begin(), all.end(), [&](const RecordedMetric& a) {
-        return a.topic == m.topic && a.group == m.group && a.name == m.name;
-      });
-      if (same == all.end()) {
-        all.push_back(std::move(m));
-        continue;
-      }
-      same->value += m.value;
-      same->sum += m.sum;
-      if (same->buckets.size() == m.buckets.size()) {
-        for (std::size_t b = 0; b < m.buckets.size(); ++b) same->buckets[b] += m.buckets[b];
-      }
-    }
+  const std::vector<internal::QueueContext*> shards = impl_->registry.connected();
+  if (shards.empty()) return all;
+  std::vector<std::vector<RecordedMetric>> parts;
+  parts.push_back(std::move(all));
+  for (internal::QueueContext* q : shards) parts.push_back(internal::read_metrics(q->pool));
+  return merged_metrics(std::move(parts));
+}
+
+std::vector<RecordedMetric> Client::recorded_metrics(const std::vector<std::string>& topics) {
+  std::vector<RecordedMetric> all = internal::read_metrics(impl_->queue.pool, topics);
+  const std::vector<internal::QueueContext*> shards = impl_->registry.connected();
+  if (shards.empty()) return all;
+  std::vector<std::vector<RecordedMetric>> parts;
+  parts.push_back(std::move(all));
+  for (internal::QueueContext* q : shards) parts.push_back(internal::read_metrics(q->pool, topics));
+  return merged_metrics(std::move(parts));
+}
+
+MetricSummary Client::metric_summary() {
+  MetricSummary summary = internal::read_metric_summary(impl_->queue.pool);
+  const std::vector<internal::QueueContext*> shards = impl_->registry.connected();
+  if (shards.empty()) return summary;
+  std::map<std::string, double> by_topic(summary.counters_by_topic.begin(),
+                                         summary.counters_by_topic.end());
+  std::vector<std::vector<RecordedMetric>> sums;
+  sums.push_back(std::move(summary.sums));
+  for (internal::QueueContext* q : shards) {
+    MetricSummary more = internal::read_metric_summary(q->pool);
+    for (const auto& [topic, total] : more.counters_by_topic) by_topic[topic] += total;
+    sums.push_back(std::move(more.sums));
   }
-  std::sort(all.begin(), all.end(), [](const RecordedMetric& a, const RecordedMetric& b) {
-    return std::tie(a.topic, a.group, a.name) < std::tie(b.topic, b.group, b.name);
-  });
-  return all;
+  summary.counters_by_topic.assign(by_topic.begin(), by_topic.end());
+  summary.sums = merged_metrics(std::move(sums));
+  return summary;
 }
 
 std::vector<InFlightMessage> Client::in_flight(std::string_view topic, std::size_t limit,

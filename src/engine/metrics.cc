@@ -1,6 +1,7 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -223,18 +224,17 @@ void fold_sql_counts(Pool& pool) {
   }
 }
 
-std::vector<RecordedMetric> read_metrics(Pool& pool) {
-  fold_sql_counts(pool);
-  Result r = pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
-    return c.execute(
-        "SELECT m.topic, m.grp, m.metric, m.bucket, m.value FROM txmq_metrics AS m JOIN "
-        "txmq_topics AS t ON t.name = m.topic LEFT JOIN txmq_groups AS g ON g.topic = m.topic "
-        "AND g.name = m.grp WHERE m.grp = '' OR g.name IS NOT NULL "
-        "ORDER BY m.topic, m.grp, m.metric, m.bucket",
-        {});
-  });
-  // The SQL interface's counts the fold left (rows of connections in a transaction): few.
-  Result left = pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
+namespace {
+
+// The joins that keep totals of topics and groups that exist (a dropped group's rows stay).
+constexpr std::string_view kExisting =
+    "JOIN txmq_topics AS t ON t.name = m.topic LEFT JOIN txmq_groups AS g ON g.topic = m.topic "
+    "AND g.name = m.grp WHERE (m.grp = '' OR g.name IS NOT NULL)";
+
+// The SQL interface's counts the fold left (rows of connections in a transaction): few. Each
+// row: topic, group, metric, value.
+Result left_sql_counts(Pool& pool) {
+  return pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
     try {
       return c.execute(
           "SELECT s.topic, s.grp, s.metric, SUM(s.value) FROM txmq_sql_counts AS s JOIN "
@@ -247,18 +247,24 @@ std::vector<RecordedMetric> read_metrics(Pool& pool) {
       return Result();  // no SQL interface
     }
   });
-  std::vector<RecordedMetric> out;
+}
+
+bool is_histogram(std::string_view metric) { return metric.ends_with("_seconds"); }
+
+// Rows of (topic, group, metric, bucket, value), ordered by the first three, as metrics.
+void add_rows(const Result& r, std::vector<RecordedMetric>& out) {
+  const std::size_t first = out.size();
   for (const Row& row : r.rows) {
     const std::string topic = row.bytes(0);
     const std::string group = row.bytes(1);
     const std::string name = row.bytes(2);
-    if (out.empty() || out.back().topic != topic || out.back().group != group ||
+    if (out.size() == first || out.back().topic != topic || out.back().group != group ||
         out.back().name != name) {
       RecordedMetric m;
       m.topic = topic;
       m.group = group;
       m.name = name;
-      if (name.ends_with("_seconds")) m.buckets.assign(kBucketCount + 1, 0);
+      if (is_histogram(name)) m.buckets.assign(kBucketCount + 1, 0);
       out.push_back(std::move(m));
     }
     RecordedMetric& m = out.back();
@@ -272,28 +278,132 @@ std::vector<RecordedMetric> read_metrics(Pool& pool) {
       m.buckets[static_cast<std::size_t>(bucket)] = static_cast<std::uint64_t>(value);
     }
   }
-  for (RecordedMetric& m : out) {  // cumulative, as Prometheus's buckets
-    for (std::size_t b = 1; b < m.buckets.size(); ++b) m.buckets[b] += m.buckets[b - 1];
+  for (std::size_t i = first; i < out.size(); ++i) {  // cumulative, as Prometheus's buckets
+    std::vector<std::uint64_t>& b = out[i].buckets;
+    for (std::size_t k = 1; k < b.size(); ++k) b[k] += b[k - 1];
   }
-  if (!left.rows.empty()) {
-    for (const Row& row : left.rows) {
-      const auto same = [&](const RecordedMetric& m) {
-        return m.topic == row.bytes(0) && m.group == row.bytes(1) && m.name == row.bytes(2);
-      };
-      auto it = std::find_if(out.begin(), out.end(), same);
-      if (it == out.end()) {
-        RecordedMetric m;
-        m.topic = row.bytes(0);
-        m.group = row.bytes(1);
-        m.name = row.bytes(2);
-        it = out.insert(out.end(), std::move(m));
-      }
-      it->value += row.f64(3);
+}
+
+// Adds the SQL interface's left counts to `out` (of those topics only, unless null), and sorts.
+void add_left(const Result& left, const std::set<std::string, std::less<>>* topics,
+              std::vector<RecordedMetric>& out) {
+  if (left.rows.empty()) return;
+  for (const Row& row : left.rows) {
+    if (topics != nullptr && !topics->contains(row.bytes(0))) continue;
+    const auto same = [&](const RecordedMetric& m) {
+      return m.topic == row.bytes(0) && m.group == row.bytes(1) && m.name == row.bytes(2);
+    };
+    auto it = std::find_if(out.begin(), out.end(), same);
+    if (it == out.end()) {
+      RecordedMetric m;
+      m.topic = row.bytes(0);
+      m.group = row.bytes(1);
+      m.name = row.bytes(2);
+      it = out.insert(out.end(), std::move(m));
     }
-    std::sort(out.begin(), out.end(), [](const RecordedMetric& a, const RecordedMetric& b) {
-      return std::tie(a.topic, a.group, a.name) < std::tie(b.topic, b.group, b.name);
-    });
+    it->value += row.f64(3);
   }
+  std::sort(out.begin(), out.end(), [](const RecordedMetric& a, const RecordedMetric& b) {
+    return std::tie(a.topic, a.group, a.name) < std::tie(b.topic, b.group, b.name);
+  });
+}
+
+}  // namespace
+
+std::vector<RecordedMetric> read_metrics(Pool& pool) {
+  fold_sql_counts(pool);
+  Result r = pool.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
+    return c.execute(fmt::format("SELECT m.topic, m.grp, m.metric, m.bucket, m.value FROM "
+                                 "txmq_metrics AS m {} ORDER BY m.topic, m.grp, m.metric, m.bucket",
+                                 kExisting),
+                     {});
+  });
+  const Result left = left_sql_counts(pool);
+  std::vector<RecordedMetric> out;
+  add_rows(r, out);
+  add_left(left, nullptr, out);
+  return out;
+}
+
+std::vector<RecordedMetric> read_metrics(Pool& pool, const std::vector<std::string>& topics) {
+  std::vector<RecordedMetric> out;
+  if (topics.empty()) return out;
+  fold_sql_counts(pool);
+  // Sorted and unique, so that chunks come back in order and the rows of one topic stay whole.
+  const std::set<std::string, std::less<>> wanted(topics.begin(), topics.end());
+  constexpr std::size_t kChunk = 200;
+  std::vector<std::string_view> chunk;
+  auto read_chunk = [&] {
+    std::string marks;
+    std::vector<Param> params;
+    for (const std::string_view topic : chunk) {
+      marks += marks.empty() ? "?" : ", ?";
+      params.emplace_back(topic);
+    }
+    Result r = pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      return c.execute(fmt::format("SELECT m.topic, m.grp, m.metric, m.bucket, m.value FROM "
+                                   "txmq_metrics AS m {} AND m.topic IN ({}) ORDER BY m.topic, "
+                                   "m.grp, m.metric, m.bucket",
+                                   kExisting, marks),
+                       params);
+    });
+    add_rows(r, out);
+    chunk.clear();
+  };
+  for (const std::string& topic : wanted) {
+    chunk.push_back(topic);
+    if (chunk.size() == kChunk) read_chunk();
+  }
+  if (!chunk.empty()) read_chunk();
+  add_left(left_sql_counts(pool), &wanted, out);
+  return out;
+}
+
+MetricSummary read_metric_summary(Pool& pool) {
+  fold_sql_counts(pool);
+  // Counters are the value rows of metrics that are not histograms.
+  const Param value_row(static_cast<std::int64_t>(kValueRow));
+  Result by_topic = pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute(fmt::format("SELECT m.topic, SUM(m.value) FROM txmq_metrics AS m {} AND "
+                                 "m.bucket = ? AND RIGHT(m.metric, 8) <> '_seconds' GROUP BY "
+                                 "m.topic ORDER BY m.topic",
+                                 kExisting),
+                     {value_row});
+  });
+  Result sums = pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute(fmt::format("SELECT '', '', m.metric, m.bucket, SUM(m.value) FROM "
+                                 "txmq_metrics AS m {} GROUP BY m.metric, m.bucket ORDER BY "
+                                 "m.metric, m.bucket",
+                                 kExisting),
+                     {});
+  });
+  const Result left = left_sql_counts(pool);
+  MetricSummary out;
+  out.counters_by_topic.reserve(by_topic.rows.size());
+  for (const Row& row : by_topic.rows) out.counters_by_topic.emplace_back(row.bytes(0), row.f64(1));
+  add_rows(sums, out.sums);
+  for (const Row& row : left.rows) {  // counters only: the SQL interface records no histogram
+    const std::string topic = row.bytes(0);
+    const std::string metric = row.bytes(2);
+    const double value = row.f64(3);
+    auto t = std::lower_bound(
+        out.counters_by_topic.begin(), out.counters_by_topic.end(), topic,
+        [](const std::pair<std::string, double>& a, const std::string& b) { return a.first < b; });
+    if (t == out.counters_by_topic.end() || t->first != topic) {
+      t = out.counters_by_topic.insert(t, {topic, 0});
+    }
+    if (!is_histogram(metric)) t->second += value;
+    auto m = std::find_if(out.sums.begin(), out.sums.end(),
+                          [&](const RecordedMetric& s) { return s.name == metric; });
+    if (m == out.sums.end()) {
+      RecordedMetric s;
+      s.name = metric;
+      m = out.sums.insert(out.sums.end(), std::move(s));
+    }
+    m->value += value;
+  }
+  std::sort(out.sums.begin(), out.sums.end(),
+            [](const RecordedMetric& a, const RecordedMetric& b) { return a.name < b.name; });
   return out;
 }
 

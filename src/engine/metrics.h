@@ -99,5 +99,11 @@ void fold_sql_counts(Pool& pool);
 // The totals in txmq_metrics (with the SQL interface's counts, folded first) for topics and
 // groups that exist, ordered by topic, group, name.
 std::vector<RecordedMetric> read_metrics(Pool& pool);
+// The same for these topics only (read in chunks of topics, each by its key range).
+std::vector<RecordedMetric> read_metrics(Pool& pool, const std::vector<std::string>& topics);
+// Every topic's counters added up and every metric summed over all topics and groups, grouped
+// by the server (Client::metric_summary): what a scrape of thousands of topics needs, without
+// reading each topic's rows.
+MetricSummary read_metric_summary(Pool& pool);
 
 }  // namespace txmq::internal

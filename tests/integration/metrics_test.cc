@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "support.h"
@@ -282,6 +284,48 @@ TEST(Metrics, TheBusiestTopicsHaveSeriesAndAllCountInTheTotals) {
     ASSERT_EQ(got.size(), 1u);
     ASSERT_EQ(c.ack("quiet", got[0].receipt), Settle::kOk);
   }  // the client's last flush
+  {
+    // What /metrics reads through the library: the summary's grouped totals agree with every
+    // series read one by one, and a read of some topics gives exactly their series.
+    ClientOptions o;
+    o.dsn = dsn;
+    o.record_metrics = false;
+    Client c(o);
+    const std::vector<RecordedMetric> every = c.recorded_metrics();
+    const MetricSummary summary = c.metric_summary();
+    std::map<std::string, double> counters;
+    std::map<std::string, RecordedMetric> sums;
+    for (const RecordedMetric& m : every) {
+      if (!m.name.ends_with("_seconds")) counters[m.topic] += m.value;
+      RecordedMetric& sum = sums[m.name];
+      sum.value += m.value;
+      sum.sum += m.sum;
+      sum.buckets.resize(m.buckets.size());
+      for (std::size_t b = 0; b < m.buckets.size(); ++b) sum.buckets[b] += m.buckets[b];
+    }
+    EXPECT_EQ(summary.counters_by_topic,
+              (std::vector<std::pair<std::string, double>>{
+                  {"busy", 5}, {"middling", 4}, {"quiet", 3}}));
+    ASSERT_EQ(summary.sums.size(), sums.size());
+    for (const RecordedMetric& m : summary.sums) {
+      EXPECT_TRUE(m.topic.empty() && m.group.empty()) << m.name;
+      EXPECT_EQ(m.value, sums[m.name].value) << m.name;
+      EXPECT_DOUBLE_EQ(m.sum, sums[m.name].sum) << m.name;
+      EXPECT_EQ(m.buckets, sums[m.name].buckets) << m.name;
+    }
+    const std::vector<RecordedMetric> some = c.recorded_metrics({"quiet", "busy", "nosuch"});
+    std::vector<RecordedMetric> expected;
+    for (const RecordedMetric& m : every) {
+      if (m.topic == "busy" || m.topic == "quiet") expected.push_back(m);
+    }
+    ASSERT_EQ(some.size(), expected.size());
+    for (std::size_t i = 0; i < some.size(); ++i) {
+      EXPECT_EQ(std::tie(some[i].topic, some[i].group, some[i].name, some[i].value, some[i].buckets),
+                std::tie(expected[i].topic, expected[i].group, expected[i].name,
+                         expected[i].value, expected[i].buckets));
+    }
+    EXPECT_TRUE(c.recorded_metrics(std::vector<std::string>{}).empty());
+  }
   const std::map<std::string, std::string> env = {{"TXMQ_DSN", dsn}};
   const auto totals_hold = [](const std::map<std::string, double>& s) {
     EXPECT_EQ(s.at("txmq_messages_sent_total{topic=\"_all\"}"), 10);
