@@ -6,7 +6,7 @@
 //   txmq_shared_layout DSN [--seconds=3] [--rounds=3] [--backlog=20000] [--inflight=10000]
 //                          [--behind=2000] [--others=10000] [--populated=1000]
 //                          [--rows-per-queue=20] [--trickle-us=1000] [--batch-total=100000]
-//                          [--layouts=d,a,c,u,s,k]
+//                          [--layouts=d,a,c,u,s,k] [--stripes=8]
 //                          [--only=send,batch,drain,inflight] [--max-load=0]
 //
 // Layouts (d is the baseline, the others share one table among 1 + OTHERS queues):
@@ -29,6 +29,9 @@
 //   v  txmq_e1_u_alone, w txmq_e1_ded_u: diagnostics for u: u's table holding the measured
 //                    queue only (the trickle goes to txmq_e1_other), and the dedicated table
 //                    with ids from UUID_SHORT()
+//   t  txmq_e1_sh_t: E1c, u in one of STRIPES tables (design section 3): the same table as u,
+//                    but only one in STRIPES of the trickle's rows go into it (the others into
+//                    txmq_e1_other, as if to the other stripes), so the server's load is the same
 //   x  txmq_e1_ded_x: a diagnostic, not a candidate: the dedicated table plus a secondary
 //                    KEY ids (id), to tell what the second index of a and b costs by itself
 // Workloads, run in rounds that alternate the layouts (the order rotates each round):
@@ -83,6 +86,7 @@ struct Options {
   int rows_per_queue = 20;
   int trickle_us = 1000;
   int batch_total = 100000;  // rows each batch.N run sends (a fixed amount of work)
+  int stripes = 8;           // layout t: one in this many trickle rows go into its table
   double max_load = 0;  // > 0: wait (up to 15 min) before each round while loadavg is above it
   std::string layouts;  // default: d,a,u,k, and c and s on MariaDB (E1b)
   std::string only = "send,batch,drain,inflight";
@@ -122,6 +126,7 @@ struct Layout {
   bool shared = false;
   Ids ids = Ids::kAuto;
   bool alone = false;  // a shared table holding no other queue (diagnostic): trickle elsewhere
+  bool striped = false;  // (t) only one in STRIPES of the trickle's rows go into its table
   std::string claim_index = "PRIMARY";
 
   bool sequence() const { return ids == Ids::kSeqRow || ids == Ids::kSeqBlock; }
@@ -237,6 +242,10 @@ Layout make_layout(char code) {
       l.name = "u-alone"; l.table = "txmq_e1_u_alone"; l.shared = true; l.ids = Ids::kUuid;
       l.alone = true;
       break;
+    case 't':
+      l.name = "striped(u)"; l.table = "txmq_e1_sh_t"; l.shared = true; l.ids = Ids::kUuid;
+      l.striped = true;
+      break;
     case 'w': l.name = "ded-uuid"; l.table = "txmq_e1_ded_u"; l.ids = Ids::kUuid; break;
     case 'x': l.name = "ded+ids"; l.table = "txmq_e1_ded_x"; break;
     case 'o': l.name = "other"; l.table = "txmq_e1_other"; l.shared = true; break;
@@ -305,6 +314,7 @@ void create_table(Connection& c, const Layout& l) {
                           l.table, l.code == 's' ? kSeqBlockSize : 1));
       [[fallthrough]];
     case 'u':
+    case 't':
     case 'v':
     case 'k':
       // PRIMARY KEY (qid, id) and no other index; ids given by the INSERT.
@@ -394,6 +404,8 @@ class Trickle {
     if (thread_.joinable()) thread_.join();
   }
   void aim(std::size_t table) { target_ = table; }
+  // Where a striped table's trickle rows go when they are not its own (txmq_e1_other).
+  void set_other(std::size_t table) { other_ = table; }
   // Sends since the last call, and the seconds they took.
   std::pair<long, double> take_rate() {
     const auto now = SteadyClock::now();
@@ -412,7 +424,10 @@ class Trickle {
     const std::string payload(kPayloadBytes, 't');
     auto next = SteadyClock::now();
     while (!stop_) {
-      const std::size_t t = target_.load();
+      std::size_t t = target_.load();
+      if (tables_[t].striped && other_ != SIZE_MAX && (++striped_sends_ % o_.stripes) != 0) {
+        t = other_;
+      }
       const Layout& l = tables_[t];
       const std::size_t i = pick(rng);
       const std::uint64_t qid = qid_of(populated_[i]);
@@ -460,6 +475,8 @@ class Trickle {
   std::vector<int> populated_;
   std::vector<std::vector<std::deque<std::uint64_t>>> queues_;
   std::atomic<std::size_t> target_{0};
+  std::size_t other_ = SIZE_MAX;
+  long striped_sends_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<long> sent_{0};
   SteadyClock::time_point since_ = SteadyClock::now();
@@ -518,6 +535,7 @@ class Bench {
                populated_.front(), populated_.back(),
                populated_.size() > 1 ? populated_[1] - populated_[0] : 0);
     trickle_ = std::make_unique<Trickle>(dsn_, o_, trickle_tables, populated_);
+    trickle_->set_other(other);
     trickle_->start();
   }
 
@@ -975,6 +993,7 @@ int main(int argc, char** argv) {
     else if (k == "trickle-us") o.trickle_us = std::atoi(v.c_str());
     else if (k == "batch-total") o.batch_total = std::atoi(v.c_str());
     else if (k == "layouts") o.layouts = v;
+    else if (k == "stripes") o.stripes = std::max(1, std::atoi(v.c_str()));
     else if (k == "only") o.only = v;
     else if (k == "max-load") o.max_load = std::atof(v.c_str());
     else {
