@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -217,10 +218,14 @@ std::string render_metrics(Client& client, std::uint64_t exact_up_to, const Serv
   // of every used topic, read from txmq_metrics alone, so that a scrape of 10,000 used queues
   // stays short. "_all" holds every topic, not only the others, so that its counters never go
   // down when a topic joins or leaves the busiest (rate() would see a reset).
-  const std::vector<TopicName> listed = client.list_topic_names();
   // Grouped by the database: each topic's counters added up (to rank), and the sums of every
-  // topic for "_all". Full series are read below for the exported topics only.
-  const MetricSummary summary = client.metric_summary();
+  // topic for "_all". Full series are read below for the exported topics only. Read beside the
+  // list of names, on another of the pool's connections: each takes about a third of a second
+  // with 10,000 used topics of 100,000.
+  std::future<MetricSummary> summing =
+      std::async(std::launch::async, [&client] { return client.metric_summary(); });
+  const std::vector<TopicName> listed = client.list_topic_names();
+  const MetricSummary summary = summing.get();
   std::unordered_map<std::string_view, double> totals;  // topic -> its counters added up
   totals.reserve(summary.counters_by_topic.size());
   for (const auto& [topic, total] : summary.counters_by_topic) totals.emplace(topic, total);

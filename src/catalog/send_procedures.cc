@@ -329,13 +329,6 @@ bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& lay
   }
 }
 
-bool has_send_procedure(Connection& c, std::string_view topic) {
-  return !c.execute("SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() "
-                    "AND ROUTINE_NAME IN (?, ?) LIMIT 1",
-                    {send_procedure_name(topic), batch_procedure_name(topic)})
-              .rows.empty();
-}
-
 void drop_send_procedure(Connection& c, std::string_view topic) {
   for (const std::string& name : {send_procedure_name(topic), batch_procedure_name(topic)}) {
     try {

@@ -33,7 +33,5 @@ bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& lay
 
 // Drops the topic's procedures (a dropped topic). Best effort.
 void drop_send_procedure(Connection& c, std::string_view topic);
-// Whether the topic has either of its procedures (a read of information_schema.ROUTINES).
-bool has_send_procedure(Connection& c, std::string_view topic);
 
 }  // namespace txmq::internal
