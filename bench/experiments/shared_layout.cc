@@ -6,7 +6,7 @@
 //   txmq_shared_layout DSN [--seconds=3] [--rounds=3] [--backlog=20000] [--inflight=10000]
 //                          [--behind=2000] [--others=10000] [--populated=1000]
 //                          [--rows-per-queue=20] [--trickle-us=1000] [--batch-total=100000]
-//                          [--layouts=d,a,c,u,s,k] [--stripes=8] [--measured-last=1]
+//                          [--layouts=d,a,c,u,s,k] [--stripes=8] [--measured-at=0.5]
 //                          [--only=send,batch,drain,inflight] [--max-load=0]
 //
 // Layouts (d is the baseline, the others share one table among 1 + OTHERS queues):
@@ -41,10 +41,10 @@
 //                 UPDATE; COMMIT) and an autocommit fenced ack, draining BACKLOG -> msgs/s
 //   inflight      a claim of 10 (no hint, id >= 0) behind INFLIGHT leased rows -> ms per claim
 // The shared tables hold OTHERS other queues, POPULATED of which hold ROWS-PER-QUEUE rows; the
-// measured queue's qid is in the middle of their range. All the time, a background thread sends
-// one row every TRICKLE-US to a random populated queue of the table being measured (for d, of
-// txmq_e1_other, laid out as a) and deletes that queue's oldest row, so the server's load is the
-// same for every layout.
+// measured queue's qid is at MEASURED-AT of their range (the middle by default). All the time,
+// a background thread sends one row every TRICKLE-US to a random populated queue of the table
+// being measured (for d, of txmq_e1_other, laid out as a) and deletes that queue's oldest row, so
+// the server's load is the same for every layout.
 #include <mysql.h>
 
 #include <algorithm>
@@ -87,7 +87,9 @@ struct Options {
   int trickle_us = 1000;
   int batch_total = 100000;  // rows each batch.N run sends (a fixed amount of work)
   int stripes = 8;           // layout t: one in this many trickle rows go into its table
-  bool measured_last = false;  // the measured queue after all others (the index's right edge)
+  // Where the measured queue's sid sits among the others': 0 before all of them, 0.5 in the
+  // middle, 1 after all of them (the index's right edge).
+  double measured_at = 0.5;
   double max_load = 0;  // > 0: wait (up to 15 min) before each round while loadavg is above it
   std::string layouts;  // default: d,a,u,k, and c and s on MariaDB (E1b)
   std::string only = "send,batch,drain,inflight";
@@ -491,8 +493,8 @@ class Bench {
     // Counts purged delete-marked rows (off by default; this server is the experiment's own).
     admin_.query("SET GLOBAL innodb_monitor_enable = 'purge_del_mark_records'");
     purged_base_ = purged();
-    // The measured queue sits in the middle of the other queues' sids.
-    measured_sid_ = o_.measured_last ? o_.others + 1 : o_.others / 2 + 1;
+    // The measured queue sits at MEASURED-AT of the other queues' sids (1 .. OTHERS + 1).
+    measured_sid_ = 1 + static_cast<int>(o_.measured_at * o_.others + 0.5);
     qid_ = qid_of(measured_sid_);
     const int step = std::max(1, o_.others / std::max(1, o_.populated));
     for (int sid = 1; sid <= o_.others + 1 && static_cast<int>(populated_.size()) < o_.populated;
@@ -994,7 +996,8 @@ int main(int argc, char** argv) {
     else if (k == "trickle-us") o.trickle_us = std::atoi(v.c_str());
     else if (k == "batch-total") o.batch_total = std::atoi(v.c_str());
     else if (k == "layouts") o.layouts = v;
-    else if (k == "measured-last") o.measured_last = v != "0";
+    else if (k == "measured-last") o.measured_at = v != "0" ? 1.0 : 0.5;
+    else if (k == "measured-at") o.measured_at = std::clamp(std::stod(v), 0.0, 1.0);
     else if (k == "stripes") o.stripes = std::max(1, std::atoi(v.c_str()));
     else if (k == "only") o.only = v;
     else if (k == "max-load") o.max_load = std::atof(v.c_str());
