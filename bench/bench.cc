@@ -860,8 +860,8 @@ class Bench {
     report_.section(fmt::format("Drain of a {}k backlog: leased receive + ack, and exactly-once",
                                 sizes_.drain_backlog / 1000));
     const std::string topic = "txmq_bench_drain";
-    enum class Mode { kLeased, kRiding, kWorker, kWorkerGrouped, kExactlyOnce,
-                      kExactlyOnceWithWork, kExactlyOnceXa };
+    enum class Mode { kLeased, kRiding, kWorker, kWorkerGrouped, kWorkerLeased, kWorkerSlow,
+                      kWorkerSlowLeased, kExactlyOnce, kExactlyOnceWithWork, kExactlyOnceXa };
     struct Case {
       int consumers;
       int batch;
@@ -882,6 +882,11 @@ class Bench {
     cases.push_back({1, 1, kSmall, Mode::kWorker});
     cases.push_back({1, 100, kSmall, Mode::kWorkerGrouped});
     cases.push_back({4, 100, kSmall, Mode::kWorkerGrouped});
+    // The same Worker with every claim leased (hold_up_to 0, as before held batches), and both
+    // forms with handlers of 20 ms (4 threads, batch 10: each batch held 200 ms).
+    cases.push_back({4, 100, kSmall, Mode::kWorkerLeased});
+    cases.push_back({4, 10, kSmall, Mode::kWorkerSlow});
+    cases.push_back({4, 10, kSmall, Mode::kWorkerSlowLeased});
     // Exactly-once: one transaction (one commit) per batch instead of a claim and an ack.
     for (int batch : {10, 100}) cases.push_back({4, batch, kSmall, Mode::kExactlyOnce});
     cases.push_back({1, 100, kSmall, Mode::kExactlyOnce});
@@ -957,6 +962,32 @@ class Bench {
               fmt::format("drain.leased.{}x{}", k.consumers, k.batch)));
           round_measured.push_back(drain_worker(client, topic, k.consumers, k.batch, ack_every,
                                                 limit, sizes_.drain_cap_seconds));
+          continue;
+        }
+        if (k.mode == Mode::kWorkerLeased) {
+          round_rows.push_back(
+              row(fmt::format("drain.worker.{}x{}.leased", k.consumers, k.batch),
+                  fmt::format("Worker, {} threads, batch {}, ack every {}, hold_up_to 0",
+                              k.consumers, k.batch, k.batch),
+                  fmt::format("drain.worker.{}x{}.grouped", k.consumers, k.batch)));
+          round_measured.push_back(drain_worker(client, topic, k.consumers, k.batch, k.batch,
+                                                limit, sizes_.drain_cap_seconds, Micros{0}));
+          continue;
+        }
+        if (k.mode == Mode::kWorkerSlow || k.mode == Mode::kWorkerSlowLeased) {
+          // 20 ms a message: 4 threads take 200 a second, so a few seconds' worth, not the
+          // whole backlog.
+          const bool held = k.mode == Mode::kWorkerSlow;
+          const auto slow_limit = static_cast<std::uint64_t>(std::min(800, sizes_.drain_backlog));
+          round_rows.push_back(row(
+              fmt::format("drain.worker.{}x{}.20ms{}", k.consumers, k.batch, held ? "" : ".leased"),
+              fmt::format("Worker, {} threads, batch {}, 20 ms handlers{}", k.consumers, k.batch,
+                          held ? "" : ", hold_up_to 0"),
+              held ? fmt::format("drain.worker.{}x{}.20ms.leased", k.consumers, k.batch)
+                   : std::string()));
+          round_measured.push_back(drain_worker(
+              client, topic, k.consumers, k.batch, 1, slow_limit, sizes_.drain_cap_seconds,
+              held ? Micros(std::chrono::seconds(1)) : Micros{0}, std::chrono::milliseconds(20)));
           continue;
         }
         const bool work = k.mode == Mode::kExactlyOnceWithWork;
@@ -1292,6 +1323,10 @@ class Bench {
         {"drain.riding.4x10", "raw.insert.4.drains", K::kRateAtLeast, 3.1},
         {"drain.riding.4x100", "raw.insert.4.drains", K::kRateAtLeast, 11.9},
         {"drain.worker.4x100.grouped", "drain.leased.4x100", K::kRateAtLeast, 1.5},
+        // Held batches (issue 53): the Worker at the one-transaction drain's speed, and no slower
+        // than leased batches with handlers of 20 ms.
+        {"drain.worker.4x100.grouped", "drain.exactly_once.4x100", K::kRateAtLeast, 0.9},
+        {"drain.worker.4x10.20ms", "drain.worker.4x10.20ms.leased", K::kRateAtLeast, 0.95},
         {"drain.leased.4x100", "seed.drain.4", K::kRateAtLeast, 10},
         {"drain.exactly_once.4x100", "raw.insert.4.drains", K::kRateAtLeast, 7.5},
         // One commit per batch instead of two: exactly-once should not cost throughput.

@@ -106,8 +106,10 @@ Measured drain(Client& client, const std::string& topic, int consumers, int batc
 }
 
 Measured drain_worker(Client& client, const std::string& topic, int threads, int batch,
-                      int ack_every, std::uint64_t limit, double cap_seconds) {
+                      int ack_every, std::uint64_t limit, double cap_seconds, Micros hold_up_to,
+                      Micros work) {
   WorkerOptions options;
+  options.hold_up_to = hold_up_to;
   options.threads = threads;
   options.batch = batch;
   options.ack_every = ack_every;
@@ -120,6 +122,7 @@ Measured drain_worker(Client& client, const std::string& topic, int threads, int
   Worker worker(
       client, topic,
       [&](const Message&) {
+        if (work > Micros{0}) std::this_thread::sleep_for(work);
         thread_local SteadyClock::time_point last{};
         const auto now = SteadyClock::now();
         if (last != SteadyClock::time_point{} && now - last < std::chrono::seconds(1)) {

@@ -39,7 +39,9 @@ Measured drain(Client& client, const std::string& topic, int consumers, int batc
 // each thread leases `batch` messages per claim and acknowledges `ack_every` at a time
 // (WorkerOptions). Latency is the time from one handler call to the next on a thread.
 Measured drain_worker(Client& client, const std::string& topic, int threads, int batch,
-                      int ack_every, std::uint64_t limit, double cap_seconds);
+                      int ack_every, std::uint64_t limit, double cap_seconds,
+                      Micros hold_up_to = std::chrono::seconds(1),
+                      Micros work = Micros{0});
 
 // The same drain with Client::process (exactly-once): claim, handler and delete in one
 // transaction. With `work_table` set, the handler inserts one row per message into it (one

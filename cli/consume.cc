@@ -31,6 +31,8 @@ struct ConsumeArgs {
   std::string topic, group;
   std::string exec;
   int concurrency = 1;
+  int batch = 1;
+  double hold_up_to = 1;
   double lease = 0;
   std::int64_t max_messages = 0;
   bool exit_when_empty = false;
@@ -156,6 +158,12 @@ void add_consume_command(CLI::App& app, Globals& g) {
   consume->add_option("topic", args->topic)->required();
   consume->add_option("--exec", args->exec, "command, run with /bin/sh -c")->required();
   consume->add_option("--concurrency", args->concurrency, "handlers at once (1)");
+  consume->add_option("--batch", args->batch,
+                      "messages each handler thread claims at once and runs in turn (1, at most "
+                      "100)");
+  consume->add_option("--hold-up-to", args->hold_up_to,
+                      "seconds a claimed batch is held by a transaction before its leases are "
+                      "written (1, at most a third of the lease; 0: lease at once)");
   CLI::Option* lease_opt =
       consume->add_option("--lease", args->lease, "lease seconds (topic's), extended while "
                                                   "a handler runs");
@@ -167,10 +175,15 @@ void add_consume_command(CLI::App& app, Globals& g) {
     if (args->concurrency < 1 || args->concurrency > 256) {
       throw Error(Errc::kInvalidArgument, "--concurrency must be from 1 to 256");
     }
+    if (args->batch < 1 || args->batch > 100) {
+      throw Error(Errc::kInvalidArgument, "--batch must be from 1 to 100");
+    }
     if (args->max_messages < 0) throw Error(Errc::kInvalidArgument, "--max-messages must be >= 0");
     auto client = connect_when_free(g);
     WorkerOptions options;
     options.threads = args->concurrency;
+    options.batch = args->batch;
+    options.hold_up_to = seconds_to_micros(args->hold_up_to, "--hold-up-to");
     if (lease_opt->count() > 0) options.lease = seconds_to_micros(args->lease, "--lease");
     options.limit = static_cast<std::uint64_t>(args->max_messages);
     options.stop_when_empty = args->exit_when_empty;

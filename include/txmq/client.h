@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "txmq/error.h"
+#include "txmq/held_batch.h"
 #include "txmq/transaction.h"
 #include "txmq/types.h"
 
@@ -146,6 +147,13 @@ class Client {
   // once when nothing else is claimable; docs/schema.md). Empty when none arrived
   // within options.wait. Messages past the topic's max_attempts go to the dead-letter table.
   std::vector<Message> receive(std::string_view topic, const ReceiveOptions& options = {});
+
+  // Claims up to max_messages claimable messages as receive does, but holds them with an open
+  // transaction on one of the pool's connections instead of writing leases (HeldBatch: settle
+  // them there and commit once, or lease what is left). Empty when none arrived within
+  // options.wait. options.lease is lease_rest's default. Throws as receive, and
+  // kInvalidArgument for a topic sharded over several servers (receive those).
+  HeldBatch hold(std::string_view topic, const ReceiveOptions& options = {});
 
   // Deletes the message. kLeaseLost when another consumer holds it now.
   // The receipt names the group that received the message, so acknowledging needs no group.

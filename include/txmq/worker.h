@@ -25,7 +25,8 @@ struct WorkerOptions {
   // constructor, where it is the batch of one process_xa); they are handled one after another.
   // Their leases run from the claim, and the worker extends them while they wait their turn.
   int batch = 1;
-  // Acknowledgements held and sent together (1..1000). With 1 (the default) each message is
+  // Acknowledgements held and sent together (1..1000), for leased batches (see hold_up_to:
+  // a held batch settles all of its messages with one commit). With 1 (the default) each message is
   // acknowledged when its handler returns: one statement (and commit) per message, except the
   // last of a batch, whose acknowledgement rides in the transaction of the next claim
   // (Client::ack_and_receive), committed before that claim returns or waits. With N > 1 a
@@ -48,6 +49,18 @@ struct WorkerOptions {
   // Lease length; default: the topic's. Leases are extended while handlers run, so this is how
   // long a crashed worker's messages wait before peers take them.
   std::optional<Micros> lease;
+  // How long a thread may hold a claimed batch with an open transaction instead of leases
+  // (Client::hold; docs/library.md, "Held batches"), at most a third of the lease. A batch of
+  // short handlers is then claimed, handled and settled with one commit, and no lease is
+  // written. A batch still running after this long (checked every 50 ms, also while a handler
+  // runs) has its unsettled messages leased in one transaction, and goes on as a leased batch
+  // (extended, fenced). While held, a thread keeps one of the client's connections (keep
+  // threads below ClientOptions::pool_size), the server's purge waits for the transaction, and
+  // DDL on the topic waits up to this long. If the process dies or its connection drops while a
+  // batch is held, its messages are claimable again at once, and the delivery is not counted
+  // as an attempt. 0: every claim writes its leases (ack_every and ack_max_delay then apply).
+  // Not used for topics sharded over several servers.
+  Micros hold_up_to = std::chrono::seconds(1);
   // Stop after this many messages were handled (acknowledged or given back); 0: no limit.
   std::uint64_t limit = 0;
   // Stop once a claim finds nothing claimable (for draining a topic), instead of waiting. With

@@ -22,6 +22,7 @@
 #include "engine/archive.h"
 #include "engine/claim.h"
 #include "engine/exactly_once.h"
+#include "engine/held.h"
 #include "engine/inspect.h"
 #include "engine/purge.h"
 #include "engine/queue_context.h"
@@ -425,6 +426,24 @@ std::vector<Message> Client::receive(std::string_view topic, const ReceiveOption
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::receive(i.queue, topic, options); },
                  [&](const internal::ShardMap&) { return i.router.receive(topic, options); });
+}
+
+HeldBatch Client::hold(std::string_view topic, const ReceiveOptions& options) {
+  Impl& i = *impl_;
+  return i.route(
+      topic,
+      [&] {
+        std::unique_ptr<internal::HeldClaim> claim = internal::hold(i.queue, topic, options);
+        Micros lease{0};
+        if (claim) lease = options.lease.value_or(claim->topic_options().lease);
+        return HeldBatch(std::move(claim), lease);
+      },
+      [&](const internal::ShardMap&) -> HeldBatch {
+        throw Error(Errc::kInvalidArgument,
+                    fmt::format("topic {} is sharded over several servers: hold is not "
+                                "available for it (use receive)",
+                                topic));
+      });
 }
 
 Settle Client::ack(std::string_view topic, std::string_view receipt) {

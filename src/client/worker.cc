@@ -59,6 +59,16 @@ struct Worker::Impl {
     bool lost = false;
   };
 
+  // A batch a thread holds (Client::hold), which the extender leases once it has been held for
+  // hold_limit, perhaps while a handler runs: the two take turns under `lock` (never taken
+  // while holding `mutex`).
+  struct HeldTurn {
+    std::mutex lock;
+    HeldBatch* batch = nullptr;
+    bool leased = false;  // lease_rest ran (receipts empty if it failed: the batch rolled back)
+    std::map<std::uint64_t, std::string> receipts;  // by message id, once leased
+  };
+
   void event(const std::string& text) {
     if (options.on_event) {
       options.on_event(text);
@@ -238,18 +248,29 @@ struct Worker::Impl {
 
   // Runs the handler and settles: at once, or by adding the message to `held` (ack_every > 1,
   // or `ride`: the acknowledgement goes with the next receive).
-  void handle(const Message& m, std::size_t slot, HeldAcks& held, bool ride) {
+  // Runs the handler; false (and says why) when it threw.
+  bool run_handler(const Message& m) {
     std::string failure_text;
-    bool ok = true;
     try {
       handler(m);
+      return true;
     } catch (const std::exception& e) {
-      ok = false;
       failure_text = e.what();
     } catch (...) {
-      ok = false;
       failure_text = "unknown exception";
     }
+    event(fmt::format("message {} (attempt {}) failed: {}; retried after the topic's retry delay",
+                      m.id, m.attempt, failure_text));
+    return false;
+  }
+
+  void handle(const Message& m, std::size_t slot, HeldAcks& held, bool ride) {
+    handle_outcome(m, slot, held, run_handler(m), ride);
+  }
+
+  // Settles a leased message whose handler ran: acknowledges it (at once, or held), or gives it
+  // back.
+  void handle_outcome(const Message& m, std::size_t slot, HeldAcks& held, bool ok, bool ride) {
     if (ok && (options.ack_every > 1 || ride)) {
       if (held.receipts.empty()) held.oldest = SteadyClock::now();
       held.receipts.push_back(m.receipt);
@@ -261,9 +282,6 @@ struct Worker::Impl {
       s = settle_with_retries(m, "acknowledge", [&] { return client.ack(topic, m.receipt); });
       if (s == Settle::kOk) ++acked;
     } else {
-      event(fmt::format("message {} (attempt {}) failed: {}; retried after the topic's retry "
-                        "delay",
-                        m.id, m.attempt, failure_text));
       s = settle_with_retries(m, "give back", [&] { return client.nack(topic, m.receipt); });
       if (s == Settle::kOk) ++retried;
     }
@@ -285,7 +303,11 @@ struct Worker::Impl {
   void run_thread(std::size_t slot) {
     HeldAcks held;
     try {
-      consume(slot, held);
+      if (hold_limit > Micros{0}) {
+        consume_held(slot, held);
+      } else {
+        consume(slot, held);
+      }
     } catch (...) {
       flush_acks(slot, held);
       throw;
@@ -374,6 +396,164 @@ struct Worker::Impl {
     }
   }
 
+  // Runs the handler on a held batch's message i and records the outcome: as a mark on the batch
+  // while it is held, or, once the extender leased the batch, by the message's receipt.
+  void handle_held(std::size_t slot, HeldTurn& turn, HeldBatch& batch, std::size_t i,
+                   HeldAcks& held) {
+    const Message& m = batch.messages()[i];
+    const bool ok = run_handler(m);
+    std::unique_lock lock(turn.lock);
+    if (!turn.leased) {
+      if (ok) {
+        batch.ack(i);
+      } else {
+        batch.nack(i);
+      }
+      return;
+    }
+    const auto receipt = turn.receipts.find(m.id);
+    if (receipt == turn.receipts.end()) {
+      // The lease could not be written: the batch rolled back and the message is claimable.
+      ++leases_lost;
+      event(fmt::format("message {}: its held batch was lost before the handler finished; the "
+                        "outcome was not applied (it will be delivered again)",
+                        m.id));
+      return;
+    }
+    Message as_leased = m;
+    as_leased.receipt = receipt->second;
+    lock.unlock();
+    // On as a leased message (ack_every and riding acknowledgements as for those).
+    handle_outcome(as_leased, slot, held, ok, false);
+  }
+
+  // The extender's part in held batches: leases each batch held for hold_limit.
+  void lease_long_held_batches() {
+    const auto now = SteadyClock::now();
+    for (std::size_t slot = 0; slot < turns.size(); ++slot) {
+      HeldTurn& turn = *turns[slot];
+      std::lock_guard lock(turn.lock);
+      if (turn.batch == nullptr || turn.leased || now - turn.batch->claimed_at() < hold_limit) {
+        continue;
+      }
+      turn.leased = true;
+      HeldResult result;
+      std::vector<Message> leased_messages;
+      try {
+        leased_messages = turn.batch->lease_rest(lease, &result);
+      } catch (const Error& e) {
+        event(fmt::format("topic {}: a held batch of {} messages could not be leased ({}); they "
+                          "are claimable again, and those handled are delivered again",
+                          topic, turn.batch->size(), e.what()));
+        continue;
+      }
+      acked += result.acked;
+      retried += result.nacked;
+      for (const Message& m : leased_messages) turn.receipts.emplace(m.id, m.receipt);
+      hold_leases(slot, leased_messages, now);
+    }
+  }
+
+  // The consume loop with held batches (hold_limit > 0): claims with Client::hold, handles, and
+  // settles the batch with one commit; the extender leases a batch that runs long.
+  void consume_held(std::size_t slot, HeldAcks& held) {
+    const internal::Backoff backoff{std::chrono::milliseconds(100), std::chrono::seconds(5)};
+    HeldTurn& turn = *turns[slot];
+    int outages = 0;
+    while (!stopping()) {
+      const int want = reserve(options.batch);
+      if (want == 0) {
+        reached_limit();
+        break;
+      }
+      // Acknowledgements of an earlier batch that was leased go first, on their own.
+      flush_acks(slot, held);
+      HeldBatch batch;
+      std::optional<InFlight> busy(std::in_place, *this);
+      try {
+        ReceiveOptions r;
+        r.max_messages = want;
+        r.lease = lease;
+        r.wait = options.stop_when_empty ? Micros{0} : Micros(kWaitSlice);
+        r.group = options.group;
+        r.partitions = options.partitions;
+        batch = client.hold(topic, r);
+        if (outages > 0) event(fmt::format("topic {}: receiving again", topic));
+        outages = 0;
+      } catch (const Error& e) {
+        busy.reset();
+        unreserve(want);
+        if (e.code() == Errc::kInvalidArgument) {
+          // A sharded topic (or options receive refuses: it says so).
+          consume(slot, held);
+          return;
+        }
+        if (!e.retryable()) {
+          fail(std::current_exception());
+          break;
+        }
+        ride_out(outages, backoff, "receive", e);
+        continue;
+      }
+      unreserve(want - static_cast<int>(batch.size()));
+      if (batch.empty()) {
+        busy.reset();
+        if (options.stop_when_empty) {
+          // Rows other threads hold may come back if their batch rolls back.
+          if (!nothing_in_flight()) continue;
+          request_stop();
+          break;
+        }
+        continue;
+      }
+      {
+        std::lock_guard lock(turn.lock);
+        turn.batch = &batch;
+        turn.leased = false;
+        turn.receipts.clear();
+      }
+      std::size_t next = 0;
+      for (; next < batch.size(); ++next) {
+        if (next > 0 && stopping()) break;
+        handle_held(slot, turn, batch, next, held);
+      }
+      bool was_leased = false;
+      {
+        std::lock_guard lock(turn.lock);
+        turn.batch = nullptr;
+        was_leased = turn.leased;
+      }
+      if (!was_leased) {
+        // One commit settles the batch; what a stop left unstarted is released at once.
+        try {
+          const HeldResult result = batch.commit();
+          acked += result.acked;
+          retried += result.nacked;
+        } catch (const Error& e) {
+          event(fmt::format("topic {}: a held batch of {} messages could not be committed ({}); "
+                            "{}",
+                            topic, batch.size(), e.what(),
+                            e.code() == Errc::kCommitUnknown
+                                ? "its handled messages may be delivered again"
+                                : "they are claimable again and will be delivered again"));
+          // Not settled: toward a limit they count again when they come back.
+          if (e.code() != Errc::kCommitUnknown) unreserve(static_cast<int>(batch.size()));
+          if (e.retryable()) ride_out(outages, backoff, "commit", e);
+        }
+        continue;
+      }
+      // Leased but not started when a stop came: give them back at once.
+      for (; next < batch.size(); ++next) {
+        const auto receipt = turn.receipts.find(batch.messages()[next].id);
+        if (receipt == turn.receipts.end()) continue;
+        const Message& m = batch.messages()[next];
+        settle_with_retries(m, "give back",
+                            [&] { return client.nack(topic, receipt->second, Micros{0}); });
+        release_leases(slot, std::span<const std::string>(&receipt->second, 1));
+      }
+    }
+  }
+
   // An XA batch whose handler threw: process_xa counted the attempt; the messages come back.
   void batch_failed(std::size_t handed, const std::exception& e) {
     retried += handed;
@@ -444,6 +624,11 @@ struct Worker::Impl {
     std::unique_lock lock(mutex);
     while (!threads_done) {
       wake.wait_for(lock, kExtenderTick);
+      if (hold_limit > Micros{0}) {
+        lock.unlock();
+        lease_long_held_batches();
+        lock.lock();
+      }
       const auto now = SteadyClock::now();
       std::vector<std::pair<std::size_t, Leased>> due;
       for (auto& [slot, held] : leased) {
@@ -495,12 +680,14 @@ struct Worker::Impl {
   mutable std::mutex mutex;
   std::condition_variable wake;
   bool stop_requested = false;
-  int in_flight = 0;  // XA threads in the middle of a batch (InFlight)
+  int in_flight = 0;  // XA threads, and held-batch threads, in the middle of a batch (InFlight)
   int ended_at_limit = 0;  // leased-message threads that found the limit reached
   bool threads_done = false;
   std::exception_ptr failure;
   std::uint64_t reserved = 0;
   std::map<std::size_t, std::vector<Leased>> leased;  // by thread slot
+  std::vector<std::unique_ptr<HeldTurn>> turns;  // by thread slot
+  Micros hold_limit{0};  // 0: no held batches
   std::atomic<std::uint64_t> acked{0}, retried{0}, leases_lost{0};
   std::vector<std::thread> threads;
   std::thread extender;
@@ -514,6 +701,13 @@ Worker::Worker(Client& client, std::string topic, MessageHandler handler, Worker
   if (!impl_->handler) throw Error(Errc::kInvalidArgument, "a worker needs a handler");
   check_worker_options(o, 100, "worker batch");
   impl_->lease = o.lease.value_or(client.topic(impl_->topic).options.lease);
+  if (o.hold_up_to < Micros{0} || o.hold_up_to > std::chrono::hours(1)) {
+    throw Error(Errc::kInvalidArgument, "worker hold_up_to must be from 0 to 1 hour");
+  }
+  impl_->hold_limit = std::min(o.hold_up_to, impl_->lease / 3);
+  for (int i = 0; i < o.threads; ++i) {
+    impl_->turns.push_back(std::make_unique<Impl::HeldTurn>());
+  }
   for (int i = 0; i < o.threads; ++i) {
     impl_->threads.emplace_back([this, i] {
       try {

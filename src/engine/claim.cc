@@ -51,6 +51,31 @@ Message message_from_row(Row& row) {
   return m;
 }
 
+std::uint64_t write_leases(QueueContext& q, Connection& c, const TopicInfo& topic,
+                           const TopicTables& t, const std::vector<std::uint64_t>& ids,
+                           Micros lease, std::int64_t now_us) {
+  const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
+  const std::uint64_t token = new_lease_token();
+  const std::uint64_t keyed_token = token | kKeyedTokenBit;
+  std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+  bind_retry_delay(params, topic.options.retry);
+  // A first delivery's time is the claim's NOW(6), the one its receiver is told.
+  params.insert(params.end(), {now_us, token, keyed_token, owner_id});
+  const std::size_t first_id = params.size();
+  for (std::uint64_t id : ids) params.push_back(id);
+  const std::size_t n = in_list_size(ids.size());
+  pad_ids(params, first_id, n);
+  // visible_at first: it reads attempts before the increment (assignments run in order).
+  c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
+                        "first_claimed_at = IF(attempts = 0, TIMESTAMP'1970-01-01 00:00:00' + "
+                        "INTERVAL ? MICROSECOND, first_claimed_at), "
+                        "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
+                        "owner_id = ? WHERE id IN {}",
+                        t.queue, retry_delay_sql("attempts"), placeholders(n)),
+            params);
+  return token;
+}
+
 namespace {
 
 // One claim: a short READ COMMITTED transaction that locks the lowest claimable ids from the
@@ -70,7 +95,7 @@ struct ClaimResult {
 ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const QueueRef& unit,
                        int max_messages, Micros lease, RidingAcks* riding) {
   const TopicTables& t = unit.tables;
-  const std::uint64_t owner_id = q.registration.id(q.pool, q.owner);
+  q.registration.id(q.pool, q.owner);  // registered outside the claim's transaction
   try {
     return q.pool.run(
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
@@ -114,25 +139,11 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const QueueRef& 
             commit();
             return result;
           }
-          const std::uint64_t token = new_lease_token();
+          std::vector<std::uint64_t> ids;
+          ids.reserve(live.size());
+          for (const Row* row : live) ids.push_back(row->u64(0));
+          const std::uint64_t token = write_leases(q, c, topic, t, ids, lease, now_us);
           const std::uint64_t keyed_token = token | kKeyedTokenBit;
-          std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
-          bind_retry_delay(params, topic.options.retry);
-          // A first delivery's time is the claim's NOW(6), the one its receiver is told.
-          params.insert(params.end(), {now_us, token, keyed_token, owner_id});
-          const std::size_t first_id = params.size();
-          for (const Row* row : live) params.push_back(row->u64(0));
-          std::size_t n = in_list_size(live.size());
-          pad_ids(params, first_id, n);
-          // visible_at first: it reads attempts before the increment (assignments run in order).
-          c.execute(
-              fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND, "
-                          "first_claimed_at = IF(attempts = 0, TIMESTAMP'1970-01-01 00:00:00' + "
-                          "INTERVAL ? MICROSECOND, first_claimed_at), "
-                          "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
-                          "owner_id = ? WHERE id IN {}",
-                          t.queue, retry_delay_sql("attempts"), placeholders(n)),
-              params);
           commit();
           result.messages.reserve(live.size());
           for (Row* row : live) {
@@ -279,13 +290,13 @@ std::vector<std::string> queue_tables_of(const std::vector<const QueueRef*>& uni
 
 namespace {
 
+}  // namespace
+
 void check_lease(Micros lease) {
   if (lease < std::chrono::milliseconds(1) || lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 1 ms to 12 hours");
   }
 }
-
-}  // namespace
 
 std::vector<Message> receive(QueueContext& q, std::string_view topic,
                              const ReceiveOptions& options) {

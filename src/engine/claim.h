@@ -21,11 +21,19 @@ class RidingAcks;  // settle.h
 // whether it was leased before, tenant, whether the scan hint covers the row.
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages,
                         bool fair);
+// Leases the rows `ids` (which c's transaction holds locked) to this client: a fresh token
+// (with kKeyedTokenBit for keyed messages), attempts + 1, visible again after `lease` plus the
+// retry delay for the attempt, first_claimed_at `now_us` for a first delivery. Returns the token.
+std::uint64_t write_leases(QueueContext& q, Connection& c, const TopicInfo& topic,
+                           const TopicTables& t, const std::vector<std::uint64_t>& ids,
+                           Micros lease, std::int64_t now_us);
 // The queue tables of the queues a claim walks (ResolvedTopic::claim_order), for its waiter.
 std::vector<std::string> queue_tables_of(const std::vector<const QueueRef*>& units);
 // The fields of a message from a select_claimable row (not the receipt or lease expiry).
 Message message_from_row(Row& row);
 
+// Refuses a lease shorter than 1 ms or longer than 12 hours.
+void check_lease(Micros lease);
 // Refuses a max_messages or wait that receive and process do not take.
 void check_claim_options(int max_messages, Micros wait);
 

@@ -37,6 +37,7 @@ struct ClaimedBatch {
   std::vector<Message> messages;   // receipt empty, lease_expires_at the end of time
   std::vector<double> end_to_end;  // seconds from each message's send to the claim
   std::chrono::steady_clock::time_point claimed_at;
+  std::int64_t now_us = 0;  // the server's NOW(6) at the claim, in microseconds
   // The outcome once the batch committed: end_to_end runs to now.
   ProcessOutcome processed(std::vector<std::uint64_t> promoted) &&;
 };

@@ -258,8 +258,9 @@ int run_worker(const RoleArgs& args) {
   Worker worker(
       *client, std::string(kTopic),
       [&](const Message& m) {
-        history.line("D {} {} {} {} {}", m.id, m.attempt, m.receipt, m.key.value_or("-"),
-                     m.payload);
+        // A message of a held batch has no receipt (no lease was written): "held".
+        history.line("D {} {} {} {} {}", m.id, m.attempt, m.receipt.empty() ? "held" : m.receipt,
+                     m.key.value_or("-"), m.payload);
         unsigned work_ms = 0;
         {
           std::lock_guard lock(rng_mutex);

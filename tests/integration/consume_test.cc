@@ -114,5 +114,87 @@ TEST(Consume, SigtermLetsRunningHandlersFinish) {
   EXPECT_EQ(s.ready, 2u);      // nothing more was claimed after the signal
 }
 
+// Waits up to 10 s for the file at `path` to hold `needle`.
+bool wait_for_text(const std::string& path, const std::string& needle) {
+  for (int i = 0; i < 200; ++i) {
+    if (read_file(path).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// A handler that records each payload, and on "m3" writes its pid and sleeps (until killed).
+std::string recording_handler(const std::string& dir) {
+  return fmt::format(
+      "p=$(cat); echo $p >> {0}/seen; if [ \"$p\" = m3 ]; then echo $$ > {0}/sleeper; exec sleep "
+      "30; fi",
+      dir);
+}
+
+void kill_sleeper(const std::string& dir) {
+  const std::string pid = read_file(dir + "/sleeper");
+  if (!pid.empty()) kill(std::stoi(pid), SIGKILL);
+}
+
+// kill -9 while a batch is held by its transaction (the short mode): nothing of the batch was
+// committed, so all of it is claimable again at once (not after the 60 s lease), as first
+// deliveries; nothing is lost.
+TEST(Consume, KilledWhileHoldingABatchGivesItAllBackAtOnce) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.lease = 60s});
+  for (int i = 0; i < 6; ++i) c->send(name, fmt::format("m{}", i));
+  std::string dir = test::scratch_dir();
+  auto consumer = test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch",
+                                    "6", "--hold-up-to", "20"});
+  ASSERT_TRUE(wait_for_text(dir + "/seen", "m3")) << consumer.err();
+  ASSERT_TRUE(wait_for_text(dir + "/sleeper", "\n"));
+  EXPECT_EQ(c->stats(name).in_flight, 0u);  // held, not leased
+  kill(consumer.pid, SIGKILL);
+  consumer.wait();
+  kill_sleeper(dir);
+  const auto killed = std::chrono::steady_clock::now();
+  auto again = c->receive(name, ReceiveOptions{.max_messages = 10, .wait = 10s});
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s);
+  ASSERT_EQ(again.size(), 6u);
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].payload, fmt::format("m{}", i));
+    EXPECT_EQ(again[i].attempt, 1);
+  }
+  EXPECT_EQ(read_file(dir + "/seen"), "m0\nm1\nm2\nm3\n");
+}
+
+// kill -9 after the batch ran past --hold-up-to and was leased (the long mode): the leases keep
+// the messages from peers until they end, then they come back as second attempts; the ones
+// handled before the switch were acknowledged by it.
+TEST(Consume, KilledAfterItsBatchWasLeasedKeepsTheLeases) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.lease = 3s, .retry = {.initial = 0ms}});
+  for (int i = 0; i < 6; ++i) c->send(name, fmt::format("m{}", i));
+  std::string dir = test::scratch_dir();
+  auto consumer = test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch",
+                                    "6", "--hold-up-to", "0.3"});
+  ASSERT_TRUE(wait_for_text(dir + "/seen", "m3")) << consumer.err();
+  for (int i = 0; i < 100 && c->stats(name).in_flight < 3; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(c->stats(name).in_flight, 3u);  // m3, m4, m5 leased; m0..m2 acknowledged
+  kill(consumer.pid, SIGKILL);
+  consumer.wait();
+  kill_sleeper(dir);
+  EXPECT_TRUE(c->receive(name, ReceiveOptions{.max_messages = 10}).empty());
+  auto again = c->receive(name, ReceiveOptions{.max_messages = 10, .wait = 15s});
+  if (again.size() < 3) {
+    auto more = c->receive(name, ReceiveOptions{.max_messages = 10, .wait = 5s});
+    again.insert(again.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(again.size(), 3u);
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].payload, fmt::format("m{}", i + 3));
+    EXPECT_EQ(again[i].attempt, 2);
+  }
+  TopicStats s = c->stats(name);
+  EXPECT_EQ(s.ready + s.delayed, 0u);
+}
+
 }  // namespace
 }  // namespace txmq

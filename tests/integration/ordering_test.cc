@@ -484,6 +484,7 @@ TEST(Worker, AcknowledgesInGroupsAndHandlesEachMessageOnce) {
   std::map<int, int> seen;
   WorkerOptions options;  // one thread: with more, the first to find nothing stops them all
   options.batch = 100;
+  options.hold_up_to = 0us;  // leased batches: held acknowledgements are theirs
   options.ack_every = 50;
   options.stop_when_empty = true;
   Worker worker(*c, topic, [&](const Message& m) {
@@ -508,6 +509,7 @@ TEST(Worker, HeldAcknowledgementsKeepTheirLeases) {
   std::atomic<std::uint64_t> in_flight_seen{0}, acked_seen{99};
   WorkerOptions options;
   options.batch = 5;
+  options.hold_up_to = 0us;  // leased batches: held acknowledgements are theirs
   options.ack_every = 1000;
   options.ack_max_delay = std::chrono::hours(1);
   std::vector<std::string> events;
@@ -547,6 +549,7 @@ TEST(Worker, StopSendsHeldAcknowledgements) {
   std::atomic<int> handled{0};
   WorkerOptions options;
   options.batch = 10;
+  options.hold_up_to = 0us;  // leased batches: held acknowledgements are theirs
   options.ack_every = 1000;
   options.ack_max_delay = std::chrono::hours(1);
   Worker worker(*c, topic, [&](const Message&) {
@@ -589,9 +592,9 @@ TEST(Worker, ExtendsTheLeasesOfMessagesWaitingTheirTurn) {
   expect_leases_kept(worker, peer_got.load(), 3, events);
 }
 
-// Grouped acknowledgements hold a key's next message back until the group is sent: per key,
-// handling still never overlaps and follows send order.
-TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
+// 3 Worker threads with `options` over 20 keys of 30 messages: per key, handling never overlaps
+// and follows send order, and every message is acknowledged once.
+void expect_keyed_order_kept(WorkerOptions options) {
   constexpr int kKeys = 20;
   constexpr int kPerKey = 30;
   auto c = client();
@@ -599,11 +602,8 @@ TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
   c->create_topic(topic);
   send_keyed(*c, topic, kKeys, kPerKey);
   KeyOrder order;
-  WorkerOptions options;
   options.threads = 3;
   options.batch = 10;
-  options.ack_every = 10;
-  options.ack_max_delay = 5ms;
   std::atomic<int> handled{0};
   Worker worker(*c, topic, [&](const Message& m) {
     order.begin(m);
@@ -622,6 +622,172 @@ TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
   order.expect_all_handled_in_order(kKeys, kPerKey);
   auto stats = c->stats(topic);
   EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed + stats.waiting_on_key, 0u);
+}
+
+// Grouped acknowledgements hold a key's next message back until the group is sent.
+TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
+  WorkerOptions options;
+  options.hold_up_to = 0us;  // leased batches: held acknowledgements are theirs
+  options.ack_every = 10;
+  options.ack_max_delay = 5ms;
+  expect_keyed_order_kept(options);
+}
+
+// A held batch (the default, hold_up_to 1 s): handled and settled with one commit, no lease
+// written, and still no peer can take its messages while it is held.
+TEST(Worker, AHeldBatchWritesNoLeaseAndNoPeerGetsItsMessages) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 30s});
+  c->send_batch(topic, std::vector<OutgoingMessage>(10, OutgoingMessage{.payload = "x"}));
+  auto peer = client();
+  std::atomic<int> handled{0}, peer_got{0};
+  std::atomic<std::uint64_t> in_flight_seen{99};
+  WorkerOptions options;
+  options.batch = 10;
+  options.limit = 10;
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  Worker worker(*c, topic, [&](const Message& m) {
+    EXPECT_TRUE(m.receipt.empty());
+    if (++handled > 1) return;
+    in_flight_seen = c->stats(topic).in_flight;
+    peer_got += peer_claims_for(*peer, topic, 200ms, 20ms);
+  }, options);
+  worker.join();
+  EXPECT_EQ(in_flight_seen.load(), 0u);  // locked by the transaction, not leased
+  expect_leases_kept(worker, peer_got.load(), 10, events);
+  const TopicStats stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed, 0u);
+}
+
+// A held batch that runs past hold_up_to is leased while its handler runs, in the transaction
+// that held it: a peer polling all the while never gets one of its messages, and once leased
+// they are in flight and extended as any leased message.
+TEST(Worker, AHeldBatchThatRunsLongIsLeasedWithoutAGap) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 1500ms, .retry = {.initial = 0ms}});
+  c->send_batch(topic, std::vector<OutgoingMessage>(5, OutgoingMessage{.payload = "x"}));
+  auto peer = client();
+  std::atomic<int> handled{0}, peer_got{0};
+  std::atomic<std::uint64_t> in_flight_seen{0};
+  WorkerOptions options;
+  options.batch = 5;
+  options.limit = 5;
+  options.hold_up_to = 200ms;
+  std::vector<std::string> events;
+  options.on_event = [&](std::string_view e) { events.emplace_back(e); };
+  Worker worker(*c, topic, [&](const Message&) {
+    if (++handled > 1) return;
+    // Over the switch at 200 ms and past the 1.5 s lease, which the extender renews.
+    peer_got += peer_claims_for(*peer, topic, 2500ms, 10ms);
+    in_flight_seen = c->stats(topic).in_flight;
+  }, options);
+  worker.join();
+  EXPECT_EQ(in_flight_seen.load(), 5u);
+  expect_leases_kept(worker, peer_got.load(), 5, events);
+  const TopicStats stats = c->stats(topic);
+  EXPECT_EQ(stats.ready + stats.in_flight + stats.delayed, 0u);
+}
+
+// Held batches keep keyed order: a key's next message comes in only when the batch that held
+// its current one commits.
+TEST(Worker, HeldBatchesKeepKeyedOrder) { expect_keyed_order_kept(WorkerOptions{}); }
+
+// Held batches of a consumer group's queue leave the other group's copies alone.
+TEST(Worker, HeldBatchesConsumeTheirGroupOnly) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->create_group(topic, "audit");
+  c->send_batch(topic, std::vector<OutgoingMessage>(50, OutgoingMessage{.payload = "x"}));
+  WorkerOptions options;
+  options.threads = 2;
+  options.batch = 20;
+  options.group = "audit";
+  options.stop_when_empty = true;
+  Worker worker(*c, topic, [](const Message&) {}, options);
+  worker.join();
+  EXPECT_EQ(worker.counts().acked, 50u);
+  EXPECT_EQ(c->stats(topic, "audit").ready, 0u);
+  EXPECT_EQ(c->stats(topic).ready, 50u);
+}
+
+// Client::hold on its own: marks applied by one commit, the unmarked released at once.
+TEST(HeldBatch, CommitAppliesTheMarksAndReleasesTheRest) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.retry = {.initial = 30s}});
+  c->send_batch(topic, std::vector<OutgoingMessage>(5, OutgoingMessage{.payload = "x"}));
+  HeldBatch batch = c->hold(topic, ReceiveOptions{.max_messages = 5});
+  ASSERT_EQ(batch.size(), 5u);
+  EXPECT_TRUE(batch.open());
+  for (const Message& m : batch.messages()) {
+    EXPECT_TRUE(m.receipt.empty());
+    EXPECT_EQ(m.attempt, 1);
+  }
+  EXPECT_TRUE(client()->receive(topic, ReceiveOptions{.max_messages = 5}).empty());
+  batch.ack(0);
+  batch.ack(1);
+  batch.nack(2);
+  EXPECT_THROW(batch.ack(5), Error);
+  const HeldResult result = batch.commit();
+  EXPECT_FALSE(batch.open());
+  EXPECT_EQ(result.acked, 2u);
+  EXPECT_EQ(result.nacked, 1u);
+  EXPECT_EQ(result.released, 2u);
+  EXPECT_THROW(batch.ack(3), Error);
+  const TopicStats stats = c->stats(topic);
+  EXPECT_EQ(stats.ready, 2u);
+  EXPECT_EQ(stats.delayed, 1u);  // the nacked one, after its retry delay
+  auto again = c->receive(topic, ReceiveOptions{.max_messages = 5});
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].id, batch.messages()[3].id);
+  EXPECT_EQ(again[0].attempt, 1);  // a released hold is not an attempt
+}
+
+TEST(HeldBatch, LeaseRestLeasesTheUnsettledInOneCommit) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic);
+  c->send_batch(topic, std::vector<OutgoingMessage>(3, OutgoingMessage{.payload = "x"}));
+  HeldBatch batch = c->hold(topic, ReceiveOptions{.max_messages = 3});
+  ASSERT_EQ(batch.size(), 3u);
+  batch.ack(0);
+  HeldResult result;
+  std::vector<Message> leased = batch.lease_rest(5s, &result);
+  EXPECT_EQ(result.acked, 1u);
+  EXPECT_EQ(result.leased, 2u);
+  ASSERT_EQ(leased.size(), 2u);
+  EXPECT_EQ(leased[0].id, batch.messages()[1].id);
+  EXPECT_FALSE(leased[0].receipt.empty());
+  EXPECT_EQ(c->stats(topic).in_flight, 2u);
+  EXPECT_TRUE(c->receive(topic).empty());
+  EXPECT_EQ(c->ack(topic, leased[0].receipt), Settle::kOk);
+  EXPECT_EQ(c->nack(topic, leased[1].receipt, 0us), Settle::kOk);
+  auto again = c->receive(topic);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);  // the lease counted as a delivery
+}
+
+TEST(HeldBatch, ADroppedBatchIsClaimableAtOnce) {
+  auto c = client();
+  const std::string topic = topic_for_test();
+  c->create_topic(topic, TopicOptions{.lease = 60s});
+  c->send_batch(topic, std::vector<OutgoingMessage>(4, OutgoingMessage{.payload = "x"}));
+  {
+    HeldBatch batch = c->hold(topic, ReceiveOptions{.max_messages = 4});
+    ASSERT_EQ(batch.size(), 4u);
+    batch.ack(0);  // not committed: undone with the rest
+  }
+  auto again = c->receive(topic, ReceiveOptions{.max_messages = 10});
+  EXPECT_EQ(again.size(), 4u);
+  HeldBatch none = c->hold(topic, ReceiveOptions{.max_messages = 4, .wait = 50ms});
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.commit().released, 0u);
+  EXPECT_THROW(c->hold(topic, ReceiveOptions{.max_messages = 0}), Error);
+  EXPECT_THROW(c->hold(topic_for_test("_missing")), Error);
 }
 
 TEST(Worker, AMissingTopicStopsItWithTheError) {
