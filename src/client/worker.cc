@@ -488,7 +488,7 @@ struct Worker::Impl {
           consume(slot, held);
           return;
         }
-        if (!e.retryable()) {
+        if (!e.retryable() && e.code() != Errc::kCommitUnknown) {
           fail(std::current_exception());
           break;
         }

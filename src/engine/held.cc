@@ -206,7 +206,17 @@ std::unique_ptr<HeldClaim> hold(QueueContext& q, std::string_view topic,
             }
           });
         } catch (const Error& e) {
-          if (!e.retryable() || attempt >= 3) throw;
+          // A commit whose reply was lost ended a claim that held nothing (it found nothing, or
+          // moved dead letters, which a repeat finds moved or moves): as safe to repeat as a
+          // lost connection.
+          const bool unknown = e.code() == Errc::kCommitUnknown;
+          if (!(e.retryable() || unknown)) throw;
+          if (attempt >= 3) {
+            if (!unknown) throw;
+            throw Error(Errc::kUnavailable,
+                        fmt::format("the connection broke while a claim committed: {}", e.what()),
+                        e.server_errno());
+          }
         }
       }
       if (claimed->done) {  // committed: dead letters moved, or nothing claimable
