@@ -530,15 +530,24 @@ struct Worker::Impl {
           acked += result.acked;
           retried += result.nacked;
         } catch (const Error& e) {
-          event(fmt::format("topic {}: a held batch of {} messages could not be committed ({}); "
-                            "{}",
-                            topic, batch.size(), e.what(),
-                            e.code() == Errc::kCommitUnknown
-                                ? "its handled messages may be delivered again"
-                                : "they are claimable again and will be delivered again"));
           // Not settled: toward a limit they count again when they come back.
           if (e.code() != Errc::kCommitUnknown) unreserve(static_cast<int>(batch.size()));
-          if (e.retryable()) ride_out(outages, backoff, "commit", e);
+          if (e.retryable()) {
+            // The database went away (a lost connection, a cluster node leaving): one outage
+            // report, as for a receive.
+            ride_out(outages, backoff,
+                     fmt::format("the commit of a held batch of {} messages (they are claimable "
+                                 "again and will be delivered again)",
+                                 batch.size()),
+                     e);
+          } else {
+            event(fmt::format("topic {}: a held batch of {} messages could not be committed "
+                              "({}); {}",
+                              topic, batch.size(), e.what(),
+                              e.code() == Errc::kCommitUnknown
+                                  ? "its handled messages may be delivered again"
+                                  : "they are claimable again and will be delivered again"));
+          }
         }
         continue;
       }
