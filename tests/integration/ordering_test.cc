@@ -633,7 +633,7 @@ TEST(Worker, GroupedAcknowledgementsKeepKeyedOrder) {
   expect_keyed_order_kept(options);
 }
 
-// A held batch (the default, hold_up_to 1 s): handled and settled with one commit, no lease
+// A held batch (hold_up_to 1 s): handled and settled with one commit, no lease
 // written, and still no peer can take its messages while it is held.
 TEST(Worker, AHeldBatchWritesNoLeaseAndNoPeerGetsItsMessages) {
   auto c = client();
@@ -644,6 +644,7 @@ TEST(Worker, AHeldBatchWritesNoLeaseAndNoPeerGetsItsMessages) {
   std::atomic<int> handled{0}, peer_got{0};
   std::atomic<std::uint64_t> in_flight_seen{99};
   WorkerOptions options;
+  options.hold_up_to = 1s;
   options.batch = 10;
   options.limit = 10;
   std::vector<std::string> events;
@@ -693,7 +694,9 @@ TEST(Worker, AHeldBatchThatRunsLongIsLeasedWithoutAGap) {
 
 // Held batches keep keyed order: a key's next message comes in only when the batch that held
 // its current one commits.
-TEST(Worker, HeldBatchesKeepKeyedOrder) { expect_keyed_order_kept(WorkerOptions{}); }
+TEST(Worker, HeldBatchesKeepKeyedOrder) {
+  expect_keyed_order_kept(WorkerOptions{.hold_up_to = std::chrono::seconds(1)});
+}
 
 // Held batches of a consumer group's queue leave the other group's copies alone.
 TEST(Worker, HeldBatchesConsumeTheirGroupOnly) {
@@ -706,6 +709,7 @@ TEST(Worker, HeldBatchesConsumeTheirGroupOnly) {
   options.threads = 2;
   options.batch = 20;
   options.group = "audit";
+  options.hold_up_to = 1s;
   options.stop_when_empty = true;
   Worker worker(*c, topic, [](const Message&) {}, options);
   worker.join();
