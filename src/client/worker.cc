@@ -294,6 +294,12 @@ struct Worker::Impl {
     release_leases(slot, std::span<const std::string>(&m.receipt, 1));
   }
 
+  // Gives a leased message that a stop left unstarted back at once, and lets its lease go.
+  void give_back(std::size_t slot, const Message& m, const std::string& receipt) {
+    settle_with_retries(m, "give back", [&] { return client.nack(topic, receipt, Micros{0}); });
+    release_leases(slot, std::span<const std::string>(&receipt, 1));
+  }
+
   bool acks_due(const HeldAcks& held) const {
     return !held.receipts.empty() &&
            (held.receipts.size() >= static_cast<std::size_t>(options.ack_every) ||
@@ -388,10 +394,7 @@ struct Worker::Impl {
       }
       // Leased but not started when a stop came: give them back at once.
       for (; next < messages.size(); ++next) {
-        const Message& m = messages[next];
-        settle_with_retries(m, "give back",
-                            [&] { return client.nack(topic, m.receipt, Micros{0}); });
-        release_leases(slot, std::span<const std::string>(&m.receipt, 1));
+        give_back(slot, messages[next], messages[next].receipt);
       }
     }
   }
@@ -554,11 +557,9 @@ struct Worker::Impl {
       // Leased but not started when a stop came: give them back at once.
       for (; next < batch.size(); ++next) {
         const auto receipt = turn.receipts.find(batch.messages()[next].id);
-        if (receipt == turn.receipts.end()) continue;
-        const Message& m = batch.messages()[next];
-        settle_with_retries(m, "give back",
-                            [&] { return client.nack(topic, receipt->second, Micros{0}); });
-        release_leases(slot, std::span<const std::string>(&receipt->second, 1));
+        if (receipt != turn.receipts.end()) {
+          give_back(slot, batch.messages()[next], receipt->second);
+        }
       }
     }
   }
