@@ -373,6 +373,7 @@ std::vector<std::uint64_t> Client::send_batch(std::string_view topic,
 
 Transaction Client::begin() {
   internal::Pool::Handle handle = impl_->queue.pool.acquire(internal::Work::kTransaction);
+  handle->unbound_idle();
   handle->begin();
   return Transaction(std::make_unique<Transaction::Impl>(impl_->queue, std::move(handle)));
 }
@@ -383,6 +384,7 @@ void Client::transact(const std::function<void(Transaction&)>& fn) {
   // connection, as it does txmq's own transactions, and never after kCommitUnknown.
   q.pool.run(internal::OnLostConnection::kRetry, internal::Work::kTransaction,
              [&](internal::Connection& c, const internal::Attempt&) {
+               c.unbound_idle();
                c.begin();
                const auto sent = internal::lend_transaction(q, c, fn);
                c.commit();

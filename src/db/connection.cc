@@ -220,6 +220,18 @@ void Connection::autocommit_outside_transactions() {
   autocommit_ = true;
 }
 
+void Connection::bound_idle(int seconds) {
+  if (idle_bound_seconds_ >= seconds) return;
+  query(fmt::format("SET SESSION wait_timeout = {}", seconds));
+  idle_bound_seconds_ = seconds;
+}
+
+void Connection::unbound_idle() {
+  if (idle_bound_seconds_ == 0) return;
+  query("SET SESSION wait_timeout = @@GLOBAL.wait_timeout");
+  idle_bound_seconds_ = 0;
+}
+
 void Connection::query(std::string_view sql) {
   touch();
   autocommit_outside_transactions();

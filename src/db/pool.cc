@@ -167,6 +167,12 @@ bool Pool::ride_out(const Error& error, Outage& outage, bool connecting) {
   return true;
 }
 
+void Pool::connection_broke(const Connection& connection, const Error& error) {
+  connection_lost(error);
+  if (cluster_) cluster_->failed(connection.generation());
+  discard_idle();
+}
+
 void Pool::discard_idle() {
   std::vector<std::unique_ptr<Connection>> closing;
   {

@@ -102,6 +102,10 @@ class Pool {
   // Closes the idle connections: after one connection was found lost (a server restart, a
   // failover), its idle siblings are most likely lost too.
   void discard_idle();
+  // A connection handed out by acquire() broke under its holder (lost, or its cluster node left
+  // the cluster): what run() does for its own, for a holder that cannot simply retry (a held
+  // batch): the outage is reported, a cluster moves off the node, idle siblings are closed.
+  void connection_broke(const Connection& connection, const Error& error);
 
   // Told once when connections start failing (a restart, a failover, a killed connection) and
   // once when a new connection succeeds again, so that long-running consumers can say so.

@@ -140,6 +140,7 @@ Outcome process_once(QueueContext& q, const TopicInfo& topic, const TopicTables&
         OnLostConnection::kRetry, Work::kTransaction, [&](Connection& c, const Attempt&) {
           handed.clear();
           handler_failed = false;
+          c.unbound_idle();  // the handler may take its time
           c.begin();
           ClaimedBatch batch = claim_batch(q, c, topic, t, max_messages, handed);
           if (batch.done) return std::move(*batch.done);

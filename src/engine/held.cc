@@ -5,6 +5,8 @@
 // and the messages are claimable again at once.
 #include "engine/held.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "db/sql.h"
@@ -43,6 +45,31 @@ void HeldClaim::rollback() noexcept {
   connection_.reset();
   q_.hints.lower(unit_.tables.queue, messages_.empty() ? 0 : messages_.front().id);
   q_.waiters.announce(unit_.channel, messages_.size());
+}
+
+namespace {
+
+// A batch whose connection broke (lost, or its cluster node left the cluster: 1047, 1180) was
+// rolled back by the server. The pool's outage report names the server's error; the caller
+// learns what it means for the batch.
+Error rolled_back(const Error& e) {
+  return Error(Errc::kUnavailable,
+               fmt::format("{} while the batch was held; it rolled back, and its messages are "
+                           "claimable again",
+                           is_node_unavailable(e.server_errno())
+                               ? "its database node left the cluster"
+                               : "the connection to the database was lost"),
+               e.server_errno());
+}
+
+}  // namespace
+
+void HeldClaim::end_with(const Error& e) {
+  const bool broke = (*connection_)->broken();
+  if (broke) q_.pool.connection_broke(**connection_, e);
+  rollback();
+  if (broke && e.code() != Errc::kCommitUnknown) throw rolled_back(e);
+  throw e;
 }
 
 void HeldClaim::apply_marks(HeldOutcome& outcome, std::vector<std::uint64_t>& promoted) {
@@ -87,11 +114,14 @@ void HeldClaim::finish(const HeldOutcome& outcome, const std::vector<std::uint64
     (*connection_)->commit();
     connection_.reset();
   } catch (const Error& e) {
+    const bool broke = (*connection_)->broken();
+    if (broke) q_.pool.connection_broke(**connection_, e);
     connection_.reset();
     if (e.code() == Errc::kCommitUnknown) throw;
     // Rolled back on the server: every message is claimable again.
     q_.hints.lower(unit_.tables.queue, messages_.front().id);
     q_.waiters.announce(unit_.channel, messages_.size());
+    if (broke) throw rolled_back(e);
     throw;
   }
   const std::string& name = topic_->name();
@@ -119,6 +149,8 @@ HeldOutcome HeldClaim::commit() {
   std::vector<std::uint64_t> promoted;
   try {
     apply_marks(outcome, promoted);
+  } catch (const Error& e) {
+    end_with(e);
   } catch (...) {
     rollback();
     throw;
@@ -151,6 +183,8 @@ std::vector<HeldClaim::Leased> HeldClaim::lease_rest(Micros lease, HeldOutcome& 
       token = write_leases(q_, **connection_, topic_->info(), unit_.tables, ids, lease,
                            claimed_now_us_);
     }
+  } catch (const Error& e) {
+    end_with(e);
   } catch (...) {
     rollback();
     throw;
@@ -173,7 +207,14 @@ std::unique_ptr<HeldClaim> hold(QueueContext& q, std::string_view topic,
   const Topic resolved = q.catalog.resolve(topic);
   const TopicInfo& info = resolved->info();
   const GroupEntry& group = resolved->layout.group(options.group);
-  check_lease(options.lease.value_or(info.options.lease));
+  const Micros lease = options.lease.value_or(info.options.lease);
+  check_lease(lease);
+  // A process that freezes (or a host that drops off the network) while it holds a batch is not
+  // there to lease it: the server closes its connection after a lease without a statement, and
+  // the rows come back, as a lease would. A live Worker commits or leases within hold_up_to
+  // (at most a third of the lease).
+  const int idle_bound = static_cast<int>(std::max<std::int64_t>(
+      kHeldIdleBound.count(), std::chrono::ceil<std::chrono::seconds>(lease).count()));
   const std::vector<const QueueRef*> units = resolved->claim_order(group, options.partitions);
   if (units.empty()) return nullptr;  // none of them on this server
   // Registered now, outside the held transaction: a lease_rest must not wait for a second
@@ -193,6 +234,7 @@ std::unique_ptr<HeldClaim> hold(QueueContext& q, std::string_view topic,
         handle.emplace(q.pool.acquire(Work::kTransaction));
         try {
           claimed = on_topic(q, topic, [&] {
+            (*handle)->bound_idle(idle_bound);
             (*handle)->begin();
             std::vector<Param> handed;
             try {
@@ -211,7 +253,18 @@ std::unique_ptr<HeldClaim> hold(QueueContext& q, std::string_view topic,
           // lost connection.
           const bool unknown = e.code() == Errc::kCommitUnknown;
           if (!(e.retryable() || unknown)) throw;
+          // As run() does: the outage is reported and a cluster moves off a node that left it.
+          const bool broke = (*handle)->broken();
+          if (broke) q.pool.connection_broke(**handle, e);
           if (attempt >= 3) {
+            if (broke && !unknown) {
+              throw Error(Errc::kUnavailable,
+                          fmt::format("no claim after {} connections: {}", attempt,
+                                      is_node_unavailable(e.server_errno())
+                                          ? "their database nodes were not in the cluster"
+                                          : "each was lost"),
+                          e.server_errno());
+            }
             if (!unknown) throw;
             throw Error(Errc::kUnavailable,
                         fmt::format("the connection broke while a claim committed: {}", e.what()),

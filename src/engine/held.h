@@ -62,6 +62,10 @@ class HeldClaim {
   void apply_marks(HeldOutcome& outcome, std::vector<std::uint64_t>& promoted);
   // Commits, then counts the outcome and announces what became claimable.
   void finish(const HeldOutcome& outcome, const std::vector<std::uint64_t>& promoted);
+  // Rolls back after `e` and throws what the caller should see: when the connection broke (lost,
+  // or its cluster node left the cluster) the pool is told, as run() tells it, and the error
+  // says that the batch rolled back, in place of the server's text.
+  [[noreturn]] void end_with(const Error& e);
 
   QueueContext& q_;
   Topic topic_;
@@ -75,6 +79,10 @@ class HeldClaim {
   std::int64_t claimed_now_us_ = 0;
   bool open_ = true;
 };
+
+// The least time without a statement after which the server closes a held batch's connection
+// (the lease, if longer): a held batch of a frozen process comes back then.
+inline constexpr std::chrono::seconds kHeldIdleBound{10};
 
 // Claims up to options.max_messages of the group (waiting up to options.wait) and holds them;
 // nullptr when none came. Throws as receive.

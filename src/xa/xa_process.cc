@@ -475,6 +475,7 @@ ProcessOutcome process_xa_once(QueueContext& q, XaSite& site, std::uint64_t inst
           handler_failed = false;
           site.give_back(purging);
           purging = site.take_finished();
+          a.unbound_idle();  // the handler may take its time
           a.begin();
           if (!purging.empty()) {
             std::vector<Param> tokens(purging.begin(), purging.end());

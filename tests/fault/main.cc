@@ -917,8 +917,14 @@ class Orchestrator {
       int status = 0;
       while (waitpid(c.pid, &status, WNOHANG) != c.pid) {
         if (SteadyClock::now() > deadline) {
-          record_.faults.unbidden_exits.push_back(fmt::format(
-              "{} {} did not stop within {} s of SIGTERM", c.role, c.id, patience.count()));
+          // Where it hangs, for whoever reads the run: every thread's stack (gdb, if installed).
+          const std::string stacks = c.history + ".stacks";
+          const std::string dump = fmt::format(
+              "gdb -batch -p {} -ex 'thread apply all bt' >'{}' 2>&1 </dev/null", c.pid, stacks);
+          const bool dumped = std::system(dump.c_str()) == 0;
+          record_.faults.unbidden_exits.push_back(
+              fmt::format("{} {} did not stop within {} s of SIGTERM{}", c.role, c.id,
+                          patience.count(), dumped ? fmt::format(" (stacks: {})", stacks) : ""));
           kill(c.pid, SIGKILL);
           waitpid(c.pid, &status, 0);
           break;

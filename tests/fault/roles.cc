@@ -243,7 +243,8 @@ int run_consumer(const RoleArgs& args) {
   return 0;
 }
 
-// The library's Worker, 4 threads: "D ..." per delivery, "V text" per event it reports.
+// The library's Worker, 4 threads: "D ..." per delivery, "V text" per event it reports. Workers
+// of even id hold their batches (hold_up_to 1 s), odd ones lease them: both modes face each fault.
 int run_worker(const RoleArgs& args) {
   Role role(args, "worker", 4);
   History& history = role.history;
@@ -251,6 +252,7 @@ int run_worker(const RoleArgs& args) {
   WorkerOptions options;
   options.threads = 4;
   options.batch = 10;
+  options.hold_up_to = args.id % 2 == 0 ? std::chrono::microseconds(1s) : std::chrono::microseconds(0);
   options.group = args.group;
   options.on_event = [&history](std::string_view text) { history.line("V {}", text); };
   std::mt19937_64 rng(args.seed);

@@ -164,6 +164,36 @@ TEST(Consume, KilledWhileHoldingABatchGivesItAllBackAtOnce) {
   EXPECT_EQ(read_file(dir + "/seen"), "m0\nm1\nm2\nm3\n");
 }
 
+// A consumer frozen (SIGSTOP: a paused VM, a host cut off) while it holds a batch cannot lease
+// it: the server closes its connection after the lease without a statement (10 s at least) and
+// the batch comes back, as leased messages would; not earlier, and nothing is lost.
+TEST(Consume, FrozenWhileHoldingABatchGivesItBackAfterTheLease) {
+  auto c = test::client();
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.lease = 6s});
+  for (int i = 0; i < 6; ++i) c->send(name, fmt::format("m{}", i));
+  std::string dir = test::scratch_dir();
+  auto consumer = test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch",
+                                    "6", "--hold-up-to", "20"});
+  ASSERT_TRUE(wait_for_text(dir + "/seen", "m3")) << consumer.err();
+  kill(consumer.pid, SIGSTOP);  // within hold_up_to (capped at 2 s, a third of the lease)
+  const auto frozen = std::chrono::steady_clock::now();
+  ASSERT_TRUE(wait_for_text(dir + "/sleeper", "\n"));
+  EXPECT_EQ(c->stats(name).in_flight, 0u);  // held, not leased
+  auto again = c->receive(name, ReceiveOptions{.max_messages = 10, .wait = 20s});
+  const auto waited = std::chrono::steady_clock::now() - frozen;
+  kill(consumer.pid, SIGKILL);
+  kill(consumer.pid, SIGCONT);
+  consumer.wait();
+  kill_sleeper(dir);
+  EXPECT_GT(waited, 7s);   // not before the bound (10 s from the claim)
+  EXPECT_LT(waited, 16s);  // the server closed the frozen holder's connection
+  ASSERT_EQ(again.size(), 6u);
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].payload, fmt::format("m{}", i));
+  }
+}
+
 // kill -9 after the batch ran past --hold-up-to and was leased (the long mode): the leases keep
 // the messages from peers until they end, then they come back as second attempts; the ones
 // handled before the switch were acknowledged by it.

@@ -794,6 +794,34 @@ TEST(HeldBatch, ADroppedBatchIsClaimableAtOnce) {
   EXPECT_THROW(c->hold(topic_for_test("_missing")), Error);
 }
 
+// A held batch's connection gets a short wait_timeout (a frozen holder's rows come back: see
+// Consume.FrozenWhileHoldingABatchGivesItBackAfterTheLease); a transaction of the caller's own
+// on that connection afterwards has the server's again.
+TEST(HeldBatch, TheShortIdleBoundStaysWithHeldBatches) {
+  const std::string topic = topic_for_test();
+  client()->create_topic(topic, TopicOptions{.lease = 5s});
+  ClientOptions o;
+  o.dsn = test::dsn();
+  o.pool_size = 1;  // one connection: the held batch's is the transaction's
+  Client c(o);
+  c.send(topic, "x");
+  HeldBatch batch = c.hold(topic);
+  ASSERT_EQ(batch.size(), 1u);
+  batch.ack(0);
+  batch.commit();
+  Transaction tx = c.begin();
+  const SqlResult r =
+      tx.execute("SELECT @@SESSION.wait_timeout, @@GLOBAL.wait_timeout", {});
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].as_int(0), r.rows[0].as_int(1));
+  tx.rollback();
+  HeldBatch none = c.hold(topic);  // sets it again, to max(10 s, the lease)
+  c.transact([](Transaction& t) {
+    const SqlResult again = t.execute("SELECT @@SESSION.wait_timeout = @@GLOBAL.wait_timeout", {});
+    EXPECT_EQ(again.rows.at(0).as_int(0), 1);
+  });
+}
+
 TEST(Worker, AMissingTopicStopsItWithTheError) {
   auto c = client();
   EXPECT_THROW(Worker(*c, topic_for_test("_missing"), [](const Message&) {}), Error);
