@@ -32,7 +32,7 @@ struct ConsumeArgs {
   std::string exec;
   int concurrency = 1;
   int batch = 1;
-  double hold_up_to = 0;
+  double hold_up_to = 1;
   double lease = 0;
   std::int64_t max_messages = 0;
   bool exit_when_empty = false;
@@ -163,7 +163,7 @@ void add_consume_command(CLI::App& app, Globals& g) {
                       "100)");
   consume->add_option("--hold-up-to", args->hold_up_to,
                       "seconds a claimed batch is held by a transaction before its leases are "
-                      "written (0: lease at once, the default; at most a third of the lease)");
+                      "written (1, at most a third of the lease; 0: lease at once)");
   CLI::Option* lease_opt =
       consume->add_option("--lease", args->lease, "lease seconds (topic's), extended while "
                                                   "a handler runs");

@@ -59,10 +59,9 @@ struct WorkerOptions {
   // DDL on the topic waits up to this long. If the process dies or its connection drops while a
   // batch is held, its messages are claimable again at once, and the delivery is not counted
   // as an attempt. 0: every claim writes its leases (ack_every and ack_max_delay then apply).
-  // Not used for topics sharded over several servers. Opt-in for now (default 0): in a Galera
-  // fault run a Worker of held batches once did not stop within 60 s of its stop (issue 53).
-  // 1 s is the value measured in docs/benchmarks.md, "Held batches".
-  Micros hold_up_to{0};
+  // A frozen process's held batch comes back after the lease (at least 10 s): the server closes
+  // its connection. Not used for topics sharded over several servers.
+  Micros hold_up_to = std::chrono::seconds(1);
   // Stop after this many messages were handled (acknowledged or given back); 0: no limit.
   std::uint64_t limit = 0;
   // Stop once a claim finds nothing claimable (for draining a topic), instead of waiting. With

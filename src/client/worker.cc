@@ -515,15 +515,23 @@ struct Worker::Impl {
         turn.leased = false;
         turn.receipts.clear();
       }
-      std::size_t next = 0;
-      for (; next < batch.size(); ++next) {
-        if (next > 0 && stopping()) break;
-        handle_held(slot, turn, batch, next, held);
-      }
+      // The extender must never see this batch after it is gone, whatever ends the loop.
+      struct Unregister {
+        HeldTurn& turn;
+        ~Unregister() {
+          std::lock_guard lock(turn.lock);
+          turn.batch = nullptr;
+        }
+      };
       bool was_leased = false;
+      std::size_t next = 0;
       {
+        const Unregister unregister{turn};
+        for (; next < batch.size(); ++next) {
+          if (next > 0 && stopping()) break;
+          handle_held(slot, turn, batch, next, held);
+        }
         std::lock_guard lock(turn.lock);
-        turn.batch = nullptr;
         was_leased = turn.leased;
       }
       if (!was_leased) {
