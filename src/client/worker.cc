@@ -57,6 +57,9 @@ struct Worker::Impl {
     std::uint64_t id = 0;
     SteadyClock::time_point extended;  // when the lease last started: the claim or an extend
     bool lost = false;
+    // Its acknowledgement or give-back is on its way: an extend that misses (the row already
+    // gone) is that settle's to report, not a lost lease.
+    bool settling = false;
   };
 
   // A batch a thread holds (Client::hold), which the extender leases once it has been held for
@@ -191,7 +194,16 @@ struct Worker::Impl {
                    SteadyClock::time_point claimed) {
     std::lock_guard lock(mutex);
     std::vector<Leased>& held = leased[slot];
-    for (const Message& m : messages) held.push_back(Leased{m.receipt, m.id, claimed, false});
+    for (const Message& m : messages) held.push_back(Leased{m.receipt, m.id, claimed});
+  }
+
+  void settling(std::size_t slot, std::span<const std::string> receipts) {
+    std::lock_guard lock(mutex);
+    for (Leased& l : leased[slot]) {
+      if (std::find(receipts.begin(), receipts.end(), l.receipt) != receipts.end()) {
+        l.settling = true;
+      }
+    }
   }
 
   void release_leases(std::size_t slot, std::span<const std::string> receipts) {
@@ -215,6 +227,7 @@ struct Worker::Impl {
   // while the database is unreachable.
   void flush_acks(std::size_t slot, HeldAcks& held) {
     if (held.receipts.empty()) return;
+    settling(slot, held.receipts);
     const std::vector<Settle> results =
         with_settle_retries([&] { return client.ack(topic, held.receipts); },
                             [&](const Error& e) {
@@ -277,6 +290,7 @@ struct Worker::Impl {
       held.ids.push_back(m.id);
       return;
     }
+    settling(slot, std::span<const std::string>(&m.receipt, 1));
     std::optional<Settle> s;
     if (ok) {
       s = settle_with_retries(m, "acknowledge", [&] { return client.ack(topic, m.receipt); });
@@ -296,6 +310,7 @@ struct Worker::Impl {
 
   // Gives a leased message that a stop left unstarted back at once, and lets its lease go.
   void give_back(std::size_t slot, const Message& m, const std::string& receipt) {
+    settling(slot, std::span<const std::string>(&receipt, 1));
     settle_with_retries(m, "give back", [&] { return client.nack(topic, receipt, Micros{0}); });
     release_leases(slot, std::span<const std::string>(&receipt, 1));
   }
@@ -345,6 +360,7 @@ struct Worker::Impl {
         r.group = options.group;
         r.partitions = options.partitions;
         if (ride) {
+          settling(slot, held.receipts);
           std::vector<Settle> settled;
           messages = client.ack_and_receive(topic, held.receipts, settled, r);
           record_acks(slot, held, settled);
@@ -668,8 +684,11 @@ struct Worker::Impl {
         {
           std::lock_guard relock(mutex);
           for (Leased& l : leased[slot]) {
-            if (l.receipt == r.receipt) {
-              l.extended = now;
+            // A message whose settle is on its way (its row may be gone before the extend
+            // reads it) was not lost: the settle says how it went.
+            if (l.receipt != r.receipt) continue;
+            l.extended = now;
+            if (!l.settling) {
               l.lost = lost;
               still_held = true;
             }
