@@ -80,10 +80,14 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
   // Lock the key rows (in key order, the lock order) and read them; what each needs is decided
   // here, so a key row costs one statement more at most (the first version decremented every
   // row, read them back and ran a DELETE for emptied rows whether or not any were).
-  Result state = for_keys(
-      c, fmt::format("SELECT msg_key, heads, parked FROM {} WHERE msg_key IN {{}} FOR UPDATE",
-                     t.keys),
-      keys);
+  // FORCE INDEX: on a small table MariaDB scans all of it (EXPLAIN: type ALL for 10 keys of
+  // 20), and a locking scan waits on every key another transaction holds: two held batches'
+  // commits deadlocked on it.
+  Result state = for_keys(c,
+                          fmt::format("SELECT msg_key, heads, parked FROM {} FORCE INDEX (PRIMARY) "
+                                      "WHERE msg_key IN {{}} FOR UPDATE",
+                                      t.keys),
+                          keys);
   std::vector<std::string_view> promote;   // its last head finished, messages wait behind it
   std::vector<std::string_view> emptied;   // its last head finished, nothing waits: the row goes
   for (const Row& row : state.rows) {

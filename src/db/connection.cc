@@ -220,15 +220,27 @@ void Connection::autocommit_outside_transactions() {
   autocommit_ = true;
 }
 
+namespace {
+
+// MariaDB bounds only a transaction's idle time, so an idle pooled connection is left alone;
+// MySQL has no such variable, and wait_timeout closes any idle connection (the pool pings one
+// idle for 2 s before using it, and reconnects).
+std::string_view idle_variable(const ServerKind& server) {
+  return server.mysql ? "wait_timeout" : "idle_transaction_timeout";
+}
+
+}  // namespace
+
 void Connection::bound_idle(int seconds) {
   if (idle_bound_seconds_ >= seconds) return;
-  query(fmt::format("SET SESSION wait_timeout = {}", seconds));
+  query(fmt::format("SET SESSION {} = {}", idle_variable(server_), seconds));
   idle_bound_seconds_ = seconds;
 }
 
 void Connection::unbound_idle() {
   if (idle_bound_seconds_ == 0) return;
-  query("SET SESSION wait_timeout = @@GLOBAL.wait_timeout");
+  const std::string_view variable = idle_variable(server_);
+  query(fmt::format("SET SESSION {} = @@GLOBAL.{}", variable, variable));
   idle_bound_seconds_ = 0;
 }
 

@@ -159,11 +159,12 @@ class Connection {
   // @@auto_increment_increment of the session, read once: the ids of a multi-row INSERT are
   // first, first + step, ... (MySQL has no RETURNING to say them).
   std::uint64_t auto_increment_step();
-  // Makes the server close this connection after `seconds` without a statement (its session's
-  // wait_timeout), unless a longer bound was set before: the rows a held transaction locks come
+  // Makes the server close this connection after `seconds` without a statement in a transaction
+  // (MariaDB's idle_transaction_timeout; on MySQL, which has none, wait_timeout: also when idle
+  // outside one), unless a longer bound was set before: the rows a held transaction locks come
   // back when its process freezes or its host drops off the network (the server rolls back).
   void bound_idle(int seconds);
-  // The server's wait_timeout again, if bound_idle changed it: before a transaction in which the
+  // The server's value again, if bound_idle changed it: before a transaction in which the
   // caller's code may take its time (process, Client::begin and transact).
   void unbound_idle();
   // Which writer of a cluster this connection was made to (Cluster::Writer::generation).
