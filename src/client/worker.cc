@@ -684,10 +684,10 @@ struct Worker::Impl {
         {
           std::lock_guard relock(mutex);
           for (Leased& l : leased[slot]) {
-            // A message whose settle is on its way (its row may be gone before the extend
-            // reads it) was not lost: the settle says how it went.
             if (l.receipt != r.receipt) continue;
             l.extended = now;
+            // A message whose settle is on its way (its row may be gone before the extend
+            // reads it) was not lost: the settle says how it went.
             if (!l.settling) {
               l.lost = lost;
               still_held = true;

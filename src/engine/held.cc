@@ -49,16 +49,19 @@ void HeldClaim::rollback() noexcept {
 
 namespace {
 
-// A batch whose connection broke (lost, or its cluster node left the cluster: 1047, 1180) was
-// rolled back by the server. The pool's outage report names the server's error; the caller
-// learns what it means for the batch.
+// What broke a connection, in words for the caller: the pool's outage report names the
+// server's error (1047 or 1180 when a cluster node left the cluster).
+std::string_view why_broken(const Error& e) {
+  return is_node_unavailable(e.server_errno()) ? "its database node left the cluster"
+                                               : "the connection to the database was lost";
+}
+
+// A batch whose connection broke was rolled back by the server.
 Error rolled_back(const Error& e) {
   return Error(Errc::kUnavailable,
                fmt::format("{} while the batch was held; it rolled back, and its messages are "
                            "claimable again",
-                           is_node_unavailable(e.server_errno())
-                               ? "its database node left the cluster"
-                               : "the connection to the database was lost"),
+                           why_broken(e)),
                e.server_errno());
 }
 
@@ -259,10 +262,8 @@ std::unique_ptr<HeldClaim> hold(QueueContext& q, std::string_view topic,
           if (attempt >= 3) {
             if (broke && !unknown) {
               throw Error(Errc::kUnavailable,
-                          fmt::format("no claim after {} connections: {}", attempt,
-                                      is_node_unavailable(e.server_errno())
-                                          ? "their database nodes were not in the cluster"
-                                          : "each was lost"),
+                          fmt::format("no claim after {} connections; the last: {}", attempt,
+                                      why_broken(e)),
                           e.server_errno());
             }
             if (!unknown) throw;

@@ -252,7 +252,7 @@ int run_worker(const RoleArgs& args) {
   WorkerOptions options;
   options.threads = 4;
   options.batch = 10;
-  options.hold_up_to = args.id % 2 == 0 ? std::chrono::microseconds(1s) : std::chrono::microseconds(0);
+  options.hold_up_to = args.id % 2 == 0 ? Micros(1s) : Micros{0};
   options.group = args.group;
   options.on_event = [&history](std::string_view text) { history.line("V {}", text); };
   std::mt19937_64 rng(args.seed);

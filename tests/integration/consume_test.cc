@@ -136,17 +136,24 @@ void kill_sleeper(const std::string& dir) {
   if (!pid.empty()) kill(std::stoi(pid), SIGKILL);
 }
 
+// Makes topic `name` with `options`, sends it m0..m5, and starts `txmq consume` on it with
+// recording_handler(dir), one batch of 6, and --hold-up-to `hold_up_to` seconds.
+test::Background consume_six(Client& c, const std::string& name, const TopicOptions& options,
+                             const std::string& dir, const std::string& hold_up_to) {
+  c.create_topic(name, options);
+  for (int i = 0; i < 6; ++i) c.send(name, fmt::format("m{}", i));
+  return test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch", "6",
+                           "--hold-up-to", hold_up_to});
+}
+
 // kill -9 while a batch is held by its transaction (the short mode): nothing of the batch was
 // committed, so all of it is claimable again at once (not after the 60 s lease), as first
 // deliveries; nothing is lost.
 TEST(Consume, KilledWhileHoldingABatchGivesItAllBackAtOnce) {
   auto c = test::client();
   std::string name = topic_for_test();
-  c->create_topic(name, TopicOptions{.lease = 60s});
-  for (int i = 0; i < 6; ++i) c->send(name, fmt::format("m{}", i));
   std::string dir = test::scratch_dir();
-  auto consumer = test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch",
-                                    "6", "--hold-up-to", "20"});
+  auto consumer = consume_six(*c, name, TopicOptions{.lease = 60s}, dir, "20");
   ASSERT_TRUE(wait_for_text(dir + "/seen", "m3")) << consumer.err();
   ASSERT_TRUE(wait_for_text(dir + "/sleeper", "\n"));
   EXPECT_EQ(c->stats(name).in_flight, 0u);  // held, not leased
@@ -170,11 +177,8 @@ TEST(Consume, KilledWhileHoldingABatchGivesItAllBackAtOnce) {
 TEST(Consume, FrozenWhileHoldingABatchGivesItBackAfterTheLease) {
   auto c = test::client();
   std::string name = topic_for_test();
-  c->create_topic(name, TopicOptions{.lease = 6s});
-  for (int i = 0; i < 6; ++i) c->send(name, fmt::format("m{}", i));
   std::string dir = test::scratch_dir();
-  auto consumer = test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch",
-                                    "6", "--hold-up-to", "20"});
+  auto consumer = consume_six(*c, name, TopicOptions{.lease = 6s}, dir, "20");
   ASSERT_TRUE(wait_for_text(dir + "/seen", "m3")) << consumer.err();
   kill(consumer.pid, SIGSTOP);  // within hold_up_to (capped at 2 s, a third of the lease)
   const auto frozen = std::chrono::steady_clock::now();
@@ -200,11 +204,9 @@ TEST(Consume, FrozenWhileHoldingABatchGivesItBackAfterTheLease) {
 TEST(Consume, KilledAfterItsBatchWasLeasedKeepsTheLeases) {
   auto c = test::client();
   std::string name = topic_for_test();
-  c->create_topic(name, TopicOptions{.lease = 3s, .retry = {.initial = 0ms}});
-  for (int i = 0; i < 6; ++i) c->send(name, fmt::format("m{}", i));
   std::string dir = test::scratch_dir();
-  auto consumer = test::start_txmq({"consume", name, "--exec", recording_handler(dir), "--batch",
-                                    "6", "--hold-up-to", "0.3"});
+  auto consumer =
+      consume_six(*c, name, TopicOptions{.lease = 3s, .retry = {.initial = 0ms}}, dir, "0.3");
   ASSERT_TRUE(wait_for_text(dir + "/seen", "m3")) << consumer.err();
   for (int i = 0; i < 100 && c->stats(name).in_flight < 3; ++i) std::this_thread::sleep_for(50ms);
   EXPECT_EQ(c->stats(name).in_flight, 3u);  // m3, m4, m5 leased; m0..m2 acknowledged
