@@ -48,9 +48,11 @@ void order_keyed(Connection& c, const TopicTables& t,
             });
   // Read back under the lock the upsert took: a row that was new has exactly n - 1 parked
   // (an existing one has at least n, since it had a message before).
-  Result r = for_keys(
-      c, fmt::format("SELECT msg_key, parked FROM {} WHERE msg_key IN {{}} FOR UPDATE", t.keys),
-      keys);
+  Result r = for_keys(c,
+                      fmt::format("SELECT msg_key, parked FROM {} FORCE INDEX (PRIMARY) WHERE "
+                                  "msg_key IN {{}} FOR UPDATE",
+                                  t.keys),
+                      keys);
   std::vector<Param> to_park;
   for (const Row& row : r.rows) {
     const std::vector<std::uint64_t>& ids = by_key.at(row.bytes(0));
@@ -66,7 +68,7 @@ void order_keyed(Connection& c, const TopicTables& t,
                        "WHERE id IN {{}} ORDER BY id",
                        t.parked, t.queue),
            to_park);
-  in_lists(c, fmt::format("DELETE FROM {} WHERE id IN {{}}", t.queue), std::move(to_park));
+  delete_in_lists(c, t.queue, "id", std::move(to_park));
 }
 
 std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
@@ -126,9 +128,11 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
                            t.queue, t.parked),
                park_ids);
       Result ids =
-          for_in_lists(park_ids, [&](const std::string& list, const std::vector<Param>& params) {
-            return delete_returning(c, t.parked, "WHERE park_id IN " + list, params, "id",
-                                    "park_id");
+          for_in_lists(park_ids, [&](const std::string& list, std::vector<Param>& params,
+                                     std::size_t count) {
+            params.emplace_back(static_cast<std::int64_t>(count));
+            return delete_returning(c, t.parked, "WHERE park_id IN " + list + walk_keys("park_id"),
+                                    params, "id", "park_id");
           });
       for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
       for_keys(c,
@@ -146,7 +150,7 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
     }
   }
   if (!emptied.empty()) {
-    for_keys(c, fmt::format("DELETE FROM {} WHERE msg_key IN {{}}", t.keys), emptied);
+    delete_in_lists(c, t.keys, "msg_key", std::vector<Param>(emptied.begin(), emptied.end()));
   }
   return promoted;
 }

@@ -77,10 +77,13 @@ std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
 
 std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
                                            std::vector<Param> ids) {
-  const std::size_t n = in_list_size(ids.size());
+  const std::size_t count = ids.size();
+  const std::size_t n = in_list_size(count);
   pad_ids(ids, 0, n);
-  Result deleted = delete_returning(c, t.queue, fmt::format("WHERE id IN {}", placeholders(n)),
-                                    ids, "msg_key");
+  ids.emplace_back(static_cast<std::int64_t>(count));
+  Result deleted = delete_returning(
+      c, t.queue, fmt::format("WHERE id IN {}{}", placeholders(n), walk_keys("id")), ids,
+      "msg_key");
   std::vector<std::string> keys;
   for (Row& row : deleted.rows) {
     if (!row.null(0)) keys.push_back(row.take_bytes(0));
@@ -111,9 +114,11 @@ class FencedAck {
     const bool one_token = std::all_of(which_.begin(), which_.end(), [&](std::size_t i) {
       return parsed_[i].token == first_token;
     });
+    // walk_keys: the primary key to just these rows, never a scan that waits on others' rows.
     if (one_token) {
       params_.push_back(first_token);
-      where_ = fmt::format("WHERE id IN {} AND lease_token = ?", placeholders(n));
+      params_.emplace_back(static_cast<std::int64_t>(count));
+      where_ = fmt::format("WHERE id IN {} AND lease_token = ?{}", placeholders(n), walk_keys("id"));
       return;
     }
     for (std::size_t i = 0; i < n; ++i) {
@@ -124,7 +129,9 @@ class FencedAck {
     std::string pairs = "(";
     for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
     pairs += ")";
-    where_ = fmt::format("WHERE id IN {} AND (id, lease_token) IN {}", placeholders(n), pairs);
+    params_.emplace_back(static_cast<std::int64_t>(count));
+    where_ = fmt::format("WHERE id IN {} AND (id, lease_token) IN {}{}", placeholders(n), pairs,
+                         walk_keys("id"));
   }
 
   const TopicTables& tables() const { return t_; }

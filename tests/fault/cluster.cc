@@ -205,6 +205,77 @@ std::optional<NodeStatus> GaleraCluster::status(int node) {
   }
 }
 
+std::vector<std::string> GaleraCluster::long_waits(int node, int seconds) {
+  std::vector<std::string> lines;
+  internal::Connection* c = admin(node);
+  if (c == nullptr) return lines;
+  try {
+    // Flow control: while a node cannot keep up, every node's commits wait.
+    internal::Result fc = c->execute(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_flow_control_paused_ns', "
+        "'wsrep_local_recv_queue', 'wsrep_local_send_queue', 'wsrep_local_state_comment')");
+    std::uint64_t paused_ns = 0;
+    std::string queues;
+    for (const internal::Row& row : fc.rows) {
+      if (row.bytes(0) == "wsrep_flow_control_paused_ns") {
+        paused_ns = row.bytes(1).empty() ? 0 : std::stoull(row.bytes(1));
+      } else {
+        queues += fmt::format(" {} {}", row.bytes(0), row.bytes(1));
+      }
+    }
+    fc_paused_ns_.resize(ports_.size() + 1, 0);
+    std::uint64_t& last = fc_paused_ns_.at(static_cast<std::size_t>(node));
+    if (paused_ns > last + 500'000'000ULL && last != 0) {
+      lines.push_back(fmt::format("node {} flow control paused {:.1f} s since the last look;{}",
+                                  node, static_cast<double>(paused_ns - last) / 1e9, queues));
+    }
+    last = paused_ns;
+    internal::Result trx = c->execute(
+        // Every column as text: the rows are read with bytes().
+        "SELECT CONCAT(t.trx_mysql_thread_id), CONCAT(TIMESTAMPDIFF(SECOND, t.trx_started, NOW())), "
+        "t.trx_state, CONCAT(t.trx_rows_locked), CONCAT(t.trx_tables_locked), "
+        "IFNULL(p.COMMAND, ''), CONCAT(IFNULL(p.TIME, 0)), "
+        "IFNULL(p.STATE, ''), IFNULL(LEFT(p.INFO, 300), ''), IFNULL(p.HOST, ''), "
+        "IFNULL((SELECT GROUP_CONCAT(b.trx_mysql_thread_id) FROM "
+        "information_schema.INNODB_LOCK_WAITS w JOIN information_schema.INNODB_TRX b ON "
+        "b.trx_id = w.blocking_trx_id WHERE w.requesting_trx_id = t.trx_id), '') "
+        "FROM information_schema.INNODB_TRX t LEFT JOIN information_schema.PROCESSLIST p ON "
+        "p.ID = t.trx_mysql_thread_id WHERE t.trx_started < NOW() - INTERVAL ? SECOND",
+        {internal::Param(static_cast<std::int64_t>(seconds))});
+    for (const internal::Row& row : trx.rows) {
+      lines.push_back(fmt::format(
+          "node {} trx thread {} open {} s {} rows_locked {} tables {} | {} {} s {} | {} | {}{}",
+          node, row.bytes(0), row.bytes(1), row.bytes(2), row.bytes(3), row.bytes(4),
+          row.bytes(5), row.bytes(6), row.bytes(7), row.bytes(9), row.bytes(8),
+          row.bytes(10).empty() ? "" : " | blocked by thread " + row.bytes(10)));
+    }
+    internal::Result waits = c->execute(
+        "SELECT CONCAT(ID), COMMAND, CONCAT(TIME), IFNULL(STATE, ''), IFNULL(LEFT(INFO, 300), ''), "
+        "HOST FROM "
+        "information_schema.PROCESSLIST WHERE TIME >= ? AND COMMAND NOT IN ('Sleep', 'Daemon') "
+        "AND USER <> 'system user' AND ID <> CONNECTION_ID()",
+        {internal::Param(static_cast<std::int64_t>(seconds))});
+    for (const internal::Row& row : waits.rows) {
+      lines.push_back(fmt::format("node {} thread {} {} {} s {} | {} | {}", node, row.bytes(0),
+                                  row.bytes(1), row.bytes(2), row.bytes(3), row.bytes(5),
+                                  row.bytes(4)));
+    }
+  } catch (const std::exception&) {
+    forget(node);
+  }
+  return lines;
+}
+
+void GaleraCluster::record_long_waits(std::int64_t at_us) {
+  std::vector<std::string> lines;
+  for (int node = 1; node <= size(); ++node) {
+    for (std::string& line : long_waits(node, 10)) lines.push_back(std::move(line));
+  }
+  if (lines.empty()) return;
+  std::ofstream out(home_ + "/long-waits.log", std::ios::app);
+  for (const std::string& line : lines) out << at_us << ' ' << line << '\n';
+}
+
 bool GaleraCluster::healthy() {
   for (int node = 1; node <= size(); ++node) {
     std::optional<NodeStatus> s = status(node);
@@ -710,6 +781,7 @@ void NodeFaults::sample() {
     last = Counters{s->gcomm_uuid, s->cert_failures, s->bf_aborts, s->local_commits, t};
   }
   if (committing >= 2) record_.multi_writer_us.push_back(t);
+  cluster_.record_long_waits(t);
   std::string uuid;
   const int writer = cluster_.writer(&uuid);
   if (!uuid.empty() && uuid != writer_uuid_) {

@@ -73,6 +73,13 @@ class GaleraCluster {
   internal::Connection* admin(int node);
   void forget(int node);
   std::optional<NodeStatus> status(int node);
+  // The node's transactions open longer than `seconds` and its statements running (or waiting)
+  // that long, a line each (thread, age, state, locks, what it runs or waits for), for the
+  // run's record of stalls; empty when there are none or the node does not answer.
+  std::vector<std::string> long_waits(int node, int seconds);
+  // Appends every node's long_waits(10) to HOME/long-waits.log, each line stamped with `at_us`
+  // (now_us(), the histories' clock).
+  void record_long_waits(std::int64_t at_us);
   // Every node answers, Synced and Primary, in a cluster of all of them.
   bool healthy();
   // healthy() and nothing left to apply: every node at the same last committed seqno.
@@ -112,6 +119,7 @@ class GaleraCluster {
   bool partitions_ = false;
   std::vector<bool> reachable_;
   std::vector<std::unique_ptr<internal::Connection>> admins_;
+  std::vector<std::uint64_t> fc_paused_ns_;  // per node, wsrep_flow_control_paused_ns last seen
 };
 
 // Kills, pauses and restarts nodes one at a time, each only once the cluster is whole and

@@ -912,10 +912,16 @@ class Orchestrator {
       if (c.role == role) kill(c.pid, SIGTERM);
     }
     const auto deadline = SteadyClock::now() + patience;
+    auto next_look = SteadyClock::now() + 2s;
     for (Child& c : children_) {
       if (c.role != role) continue;
       int status = 0;
       while (waitpid(c.pid, &status, WNOHANG) != c.pid) {
+        if (cluster_ && SteadyClock::now() >= next_look) {
+          // A child that takes long to stop is often waiting on the database: what on.
+          cluster_->record_long_waits(now_us());
+          next_look = SteadyClock::now() + 2s;
+        }
         if (SteadyClock::now() > deadline) {
           // Where it hangs, for whoever reads the run: every thread's stack (gdb, if installed).
           const std::string stacks = c.history + ".stacks";
@@ -983,6 +989,7 @@ class Orchestrator {
         // Not the subject of a check, but shown: the library failed the harness here.
         fmt::print("  stats failed while draining: {}\n", e.what());
       }
+      if (cluster_) cluster_->record_long_waits(now_us());
       std::this_thread::sleep_for(500ms);
     }
     for (std::string_view role : {"consumer", "worker", "cli", "exactly-once"}) {
