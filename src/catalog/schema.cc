@@ -33,16 +33,39 @@ bool catalog_is_current(Connection& c) {
   }
 }
 
+// Whether SHOW GRANTS gives this user EXECUTE (or ALL PRIVILEGES) anywhere, or a role (whose
+// grants it may not list): false only for a user certain not to see the database's routines.
+bool may_execute_routines(Connection& c) {
+  for (const Row& row : c.query_rows("SHOW GRANTS").rows) {
+    const std::string& grant = row.bytes(0);
+    if (grant.rfind("GRANT ", 0) != 0) continue;  // SET DEFAULT ROLE ...
+    if (grant.find(" ON ") == std::string::npos) return true;  // GRANT role TO user
+    const std::string privileges = grant.substr(0, grant.find(" ON "));
+    if (privileges.find("EXECUTE") != std::string::npos ||
+        privileges.find("ALL PRIVILEGES") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The SQL interface of this txmq, unless the database has it: if this user may create routines
 // (migrate_from_12), by one client at a time: routines are dropped and created one by one, and
 // two clients interleaving them collide (1304). A user who may not leaves them as they are
 // (none, or an earlier text, which keeps working) for `txmq sql install`.
-void install_current_routines(Connection& c) {
+//
+// A user without EXECUTE sees no routine of the database in information_schema, installed or
+// not: each start of such a client takes the lock and tries (and fails), and one killed while it
+// held the lock made every client that started after it wait for the lock to run out, a minute
+// (the Galera fault run's new consumers and producers stalled 60 s). Such a user tries the lock
+// once and goes on; one who may run routines waits for the holder, as it may call them next.
+void install_current_routines(Connection& c, std::string_view token) {
   if (routines_installed(c)) return;
-  const std::string token = lock_token();
   const Param key(std::int64_t{1});
-  if (lock_row(c, kSchemaLock, key, token, [&] { return routines_installed(c); }) !=
-      Locked::kWon) {
+  if (!may_execute_routines(c)) {
+    if (!try_lock_row(c, kSchemaLock, key, token)) return;
+  } else if (lock_row(c, kSchemaLock, key, token, [&] { return routines_installed(c); }) !=
+             Locked::kWon) {
     return;
   }
   try {
@@ -57,13 +80,16 @@ void install_current_routines(Connection& c) {
 }  // namespace
 
 void TopicCatalog::bootstrap() {
-  pool_.run(OnLostConnection::kRetry, [](Connection& c, const Attempt&) {
+  // One token for every try: a try whose connection broke while it held the schema lock (the
+  // release is lost with it) wins its own lock again instead of waiting a minute for it.
+  const std::string token = lock_token();
+  pool_.run(OnLostConnection::kRetry, [&token](Connection& c, const Attempt&) {
     if (catalog_is_current(c)) {
       // The routines' text can change within a schema version (routines.sql's last routine).
       // Best effort: a client that may not write here (a read-only server) still starts, and
       // the routines of an earlier text keep working.
       try {
-        install_current_routines(c);
+        install_current_routines(c, token);
       } catch (const Error& e) {
         if (e.code() == Errc::kUnavailable) throw;  // the connection: the pool's to retry
       }
@@ -166,7 +192,7 @@ void TopicCatalog::bootstrap() {
     c.query(kCreateXaTable);
     if (version == kSchemaVersion) {
       // A new database (or one missing a catalog table): the SQL interface too.
-      install_current_routines(c);
+      install_current_routines(c, token);
       return;
     }
     // One client migrates; the others wait for its lock on txmq_schema's row and find the
@@ -175,7 +201,6 @@ void TopicCatalog::bootstrap() {
     add_columns(c, "txmq_schema",
                 {{"claimed_by", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"},
                  {"claimed_until", "DATETIME(6) NULL"}});
-    const std::string token = lock_token();
     const Param key(std::int64_t{1});
     const Locked got = lock_row(c, kSchemaLock, key, token,
                                   [&] { return schema_version(c) >= kSchemaVersion; });

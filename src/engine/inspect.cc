@@ -322,7 +322,8 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const QueueRef& 
         std::vector<Param> params = wanted;
         std::size_t n = in_list_size(params.size());
         pad_ids(params, 0, n);
-        locked = c.execute(fmt::format("SELECT id, msg_key FROM {} WHERE id IN {} FOR UPDATE",
+        locked = c.execute(fmt::format("SELECT id, msg_key FROM {} FORCE INDEX (PRIMARY) WHERE "
+                                       "id IN {} FOR UPDATE",
                                        t.dead, placeholders(n)),
                            params);
       }
@@ -341,7 +342,7 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const QueueRef& 
                             "0, enqueued_at, msg_key, payload, attributes FROM {} WHERE id IN {}",
                             t.queue, t.dead, placeholders(n)),
                 found);
-      c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.dead, placeholders(n)), found);
+      delete_in_lists(c, t.dead, "id", std::vector<Param>(found.begin(), found.begin() + count));
       // A keyed message goes back in line behind its key's messages, as a new send would.
       std::vector<std::pair<std::string_view, std::uint64_t>> keyed;
       for (const Row& row : locked.rows) {
@@ -418,12 +419,8 @@ std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const QueueR
     const std::size_t to = std::min(ids.size(), from + kRequeueChunk);
     std::vector<Param> wanted(ids.begin() + static_cast<std::ptrdiff_t>(from),
                               ids.begin() + static_cast<std::ptrdiff_t>(to));
-    const std::size_t n = in_list_size(wanted.size());
-    pad_ids(wanted, 0, n);
     total += run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
-      return static_cast<std::size_t>(
-          c.execute(fmt::format("DELETE FROM {} WHERE id IN {}", t.dead, placeholders(n)), wanted)
-              .affected_rows);
+      return static_cast<std::size_t>(delete_in_lists(c, t.dead, "id", wanted).affected_rows);
     });
   }
   return total;
