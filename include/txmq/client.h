@@ -180,6 +180,10 @@ class Client {
   // (as SQS's ChangeMessageVisibility to 0), without counting a failure or a retry delay; the
   // receipt stays valid until someone claims the message again.
   Settle extend(std::string_view topic, std::string_view receipt, Micros lease);
+  // extend for several receipts, outcomes in their order: one statement for the messages of
+  // one claim (SQS's ChangeMessageVisibilityBatch; the Worker's extender).
+  std::vector<Settle> extend(std::string_view topic, std::span<const std::string> receipts,
+                             Micros lease);
 
   // Deletes every message of the group (ready, in flight, delayed and waiting behind their
   // key; not its dead letters), as SQS's PurgeQueue. Receipts of purged messages then settle

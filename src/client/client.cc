@@ -495,6 +495,20 @@ Settle Client::extend(std::string_view topic, std::string_view receipt, Micros l
                  [&](const internal::ShardMap&) { return i.router.extend(topic, receipt, lease); });
 }
 
+std::vector<Settle> Client::extend(std::string_view topic, std::span<const std::string> receipts,
+                                   Micros lease) {
+  Impl& i = *impl_;
+  return i.route(topic, [&] { return internal::extend(i.queue, topic, receipts, lease); },
+                 [&](const internal::ShardMap&) {
+                   std::vector<Settle> results;
+                   results.reserve(receipts.size());
+                   for (const std::string& r : receipts) {
+                     results.push_back(i.router.extend(topic, r, lease));
+                   }
+                   return results;
+                 });
+}
+
 std::uint64_t Client::purge(std::string_view topic, std::string_view group) {
   Impl& i = *impl_;
   return i.route(topic, [&] { return internal::purge(i.queue, topic, group); },

@@ -671,15 +671,24 @@ struct Worker::Impl {
         }
       }
       lock.unlock();
-      for (auto& [slot, r] : due) {
-        bool lost = false;
+      // All due at once, one statement per claim: extending them one by one took a round trip
+      // each, and on a loaded machine the last of a batch of 100 could run out meanwhile.
+      std::vector<Settle> outcomes;
+      if (!due.empty()) {
+        std::vector<std::string> receipts;
+        receipts.reserve(due.size());
+        for (const auto& entry : due) receipts.push_back(entry.second.receipt);
         try {
-          lost = client.extend(topic, r.receipt, lease) != Settle::kOk;
+          outcomes = client.extend(topic, receipts, lease);
         } catch (const Error& e) {
-          event(fmt::format("message {}: extending its lease failed ({}); trying again", r.id,
-                            e.what()));
-          continue;
+          event(fmt::format("extending the leases of {} messages failed ({}); trying again",
+                            due.size(), e.what()));
+          due.clear();
         }
+      }
+      for (std::size_t k = 0; k < due.size(); ++k) {
+        const auto& [slot, r] = due[k];
+        const bool lost = outcomes[k] != Settle::kOk;
         bool still_held = false;
         {
           std::lock_guard relock(mutex);

@@ -483,37 +483,112 @@ void release(QueueContext& q, std::string_view topic, std::span<const std::strin
   }
 }
 
-Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease) {
+namespace {
+
+void check_lease(Micros lease) {
   if (lease < Micros{0} || lease > std::chrono::hours(12)) {
     throw Error(Errc::kInvalidArgument, "lease must be from 0 to 12 hours");
   }
+}
+
+// The UPDATE that moves the lease end of `count` rows (ids, then the token, bound after the
+// lease's parameters). As at the claim: peers may take a message at the new lease end plus the
+// retry delay. A lease of 0 gives it back now, with no retry delay and no failure counted (SQS's
+// visibility 0); its token stays, so the receipt still settles it until someone claims it again.
+std::string extend_sql(const TopicTables& t, Micros lease, std::size_t count) {
+  const std::string ids = count == 1 ? "id = ?" : "id IN " + placeholders(count);
+  return lease > Micros{0}
+             ? fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND "
+                           "WHERE {} AND lease_token = ?",
+                           t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1"), ids)
+             : fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND WHERE {} "
+                           "AND lease_token = ?",
+                           t.queue, ids);
+}
+
+std::vector<Param> extend_params(const TopicInfo& info, Micros lease) {
+  std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
+  if (lease > Micros{0}) bind_retry_delay(params, info.options.retry);
+  return params;
+}
+
+}  // namespace
+
+Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease) {
+  check_lease(lease);
   const Receipt r = Receipt::parse(receipt);
   const Topic resolved = q.catalog.resolve(topic);
-  const TopicInfo& info = resolved->info();
   const QueueRef* unit = unit_of_receipt(*resolved, r);
   if (unit == nullptr) return Settle::kNotFound;
   const TopicTables& t = unit->tables;
-  // As at the claim: peers may take it at the new lease end plus the retry delay. A lease of 0
-  // gives it back now, with no retry delay and no failure counted (SQS's visibility 0); its
-  // token stays, so this receipt still settles it until someone claims it again.
-  std::vector<Param> params = {static_cast<std::int64_t>(lease.count())};
-  if (lease > Micros{0}) bind_retry_delay(params, info.options.retry);
+  std::vector<Param> params = extend_params(resolved->info(), lease);
   params.push_back(r.id);
   params.push_back(r.token);
-  const std::string sql =
-      lease > Micros{0}
-          ? fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND WHERE "
-                        "id = ? AND lease_token = ?",
-                        t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1"))
-          : fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ? "
-                        "AND lease_token = ?",
-                        t.queue);
+  const std::string sql = extend_sql(t, lease, 1);
   return on_topic(q, topic, [&] {
     return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       Result u = c.execute(sql, params);
       return u.affected_rows == 1 ? Settle::kOk : classify_miss(c, t, r.id);
     });
   });
+}
+
+std::vector<Settle> extend(QueueContext& q, std::string_view topic,
+                           std::span<const std::string> receipts, Micros lease) {
+  check_lease(lease);
+  std::vector<Settle> results(receipts.size(), Settle::kNotFound);
+  if (receipts.empty()) return results;
+  const Topic resolved = q.catalog.resolve(topic);
+  std::vector<Receipt> parsed;
+  parsed.reserve(receipts.size());
+  for (const std::string& receipt : receipts) parsed.push_back(Receipt::parse(receipt));
+  // Receipts by queue table and lease token, in order; a receipt of no queue stays kNotFound.
+  std::map<std::pair<const QueueRef*, std::uint64_t>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    if (const QueueRef* unit = unit_of_receipt(*resolved, parsed[i]); unit != nullptr) {
+      groups[{unit, parsed[i].token}].push_back(i);
+    }
+  }
+  on_topic(q, topic, [&] {
+    for (const auto& [group, which] : groups) {
+      const TopicTables& t = group.first->tables;
+      for (std::size_t from = 0; from < which.size(); from += kInListChunk) {
+        const std::size_t to = std::min(which.size(), from + kInListChunk);
+        const std::size_t n = in_list_size(to - from);
+        std::vector<Param> ids;
+        for (std::size_t k = from; k < to; ++k) ids.push_back(parsed[which[k]].id);
+        pad_ids(ids, 0, n);
+        std::vector<Param> params = extend_params(resolved->info(), lease);
+        params.insert(params.end(), ids.begin(), ids.end());
+        params.push_back(group.second);
+        const std::string sql = extend_sql(t, lease, n);
+        q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+          const Result u = c.execute(sql, params);
+          if (u.affected_rows == to - from) {
+            for (std::size_t k = from; k < to; ++k) results[which[k]] = Settle::kOk;
+            return;
+          }
+          // Some missed: the rows that still hold this token were extended by the UPDATE; the
+          // others are gone or leased by another claim.
+          std::vector<Param> fenced = ids;
+          fenced.push_back(group.second);
+          std::unordered_set<std::uint64_t> held;
+          for (const Row& row :
+               c.execute(fmt::format("SELECT id FROM {} WHERE id IN {} AND lease_token = ?",
+                                     t.queue, placeholders(n)),
+                         fenced)
+                   .rows) {
+            held.insert(row.u64(0));
+          }
+          for (std::size_t k = from; k < to; ++k) {
+            const std::uint64_t id = parsed[which[k]].id;
+            results[which[k]] = held.count(id) > 0 ? Settle::kOk : classify_miss(c, t, id);
+          }
+        });
+      }
+    }
+  });
+  return results;
 }
 
 }  // namespace txmq::internal

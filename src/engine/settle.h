@@ -91,6 +91,10 @@ class RidingAcks {
 Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             std::optional<Micros> delay);
 Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt, Micros lease);
+// extend for several receipts: one UPDATE per queue table and lease token (a claim's messages
+// share one), the outcomes in the receipts' order.
+std::vector<Settle> extend(QueueContext& q, std::string_view topic,
+                           std::span<const std::string> receipts, Micros lease);
 // Gives back messages that were claimed for a caller who went on without them (a sharded
 // receive that stopped waiting for a slow server): claimable again at once, and the claim's
 // attempt is taken back, so that no message is dead-lettered by a delivery nobody saw.

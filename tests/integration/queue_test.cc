@@ -338,6 +338,39 @@ TEST(Lease, ExtendKeepsTheMessage) {
   EXPECT_EQ(c->ack(name, got[0].receipt), Settle::kOk);
 }
 
+// Several receipts at once: one statement per claim, each outcome in its receipt's place (the
+// Worker's extender; SQS's ChangeMessageVisibilityBatch).
+TEST(Lease, ExtendSeveralReceiptsAtOnce) {
+  auto c = client("holder");
+  auto peer = client("peer");
+  std::string name = topic_for_test();
+  c->create_topic(name, TopicOptions{.retry = {.initial = 0s}});
+  std::vector<OutgoingMessage> batch(5);
+  for (std::size_t i = 0; i < batch.size(); ++i) batch[i].payload = fmt::format("m{}", i);
+  c->send_batch(name, batch);
+  auto first = c->receive(name, ReceiveOptions{.max_messages = 3, .lease = 1s});
+  auto second = c->receive(name, ReceiveOptions{.max_messages = 2, .lease = 30s});
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(second.size(), 2u);
+  // The first claim's third message: acknowledged (gone); its second: its lease runs out and a
+  // peer takes it (another lease).
+  ASSERT_EQ(c->ack(name, first[2].receipt), Settle::kOk);
+  std::this_thread::sleep_for(500ms);
+  std::vector<std::string> receipts = {first[0].receipt, second[0].receipt, first[2].receipt,
+                                       second[1].receipt};
+  std::vector<Settle> got = c->extend(name, receipts, 1500ms);
+  EXPECT_EQ(got, (std::vector<Settle>{Settle::kOk, Settle::kOk, Settle::kNotFound, Settle::kOk}));
+  std::this_thread::sleep_for(700ms);  // first[1]'s lease is over, first[0]'s is not
+  auto taken = peer->receive(name, ReceiveOptions{.max_messages = 5, .lease = 30s});
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].id, first[1].id);
+  receipts = {first[1].receipt, first[0].receipt};
+  EXPECT_EQ(c->extend(name, receipts, 30s),
+            (std::vector<Settle>{Settle::kLeaseLost, Settle::kOk}));
+  EXPECT_TRUE(c->extend(name, std::vector<std::string>{}, 30s).empty());
+  EXPECT_THROW(c->extend(name, receipts, -1s), Error);
+}
+
 TEST(Lease, NackWithDelay) {
   auto c = client();
   std::string name = topic_for_test();
