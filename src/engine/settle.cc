@@ -491,12 +491,12 @@ void check_lease(Micros lease) {
   }
 }
 
-// The UPDATE that moves the lease end of `count` rows (ids, then the token, bound after the
-// lease's parameters). As at the claim: peers may take a message at the new lease end plus the
-// retry delay. A lease of 0 gives it back now, with no retry delay and no failure counted (SQS's
-// visibility 0); its token stays, so the receipt still settles it until someone claims it again.
-std::string extend_sql(const TopicTables& t, Micros lease, std::size_t count) {
-  const std::string ids = count == 1 ? "id = ?" : "id IN " + placeholders(count);
+// The UPDATE that moves the lease end of the rows `ids` picks ("id = ?", "id IN (...)"; the ids,
+// then the token, bound after the lease's parameters). As at the claim: peers may take a message
+// at the new lease end plus the retry delay. A lease of 0 gives it back now, with no retry delay
+// and no failure counted (SQS's visibility 0); its token stays, so the receipt still settles it
+// until someone claims it again.
+std::string extend_sql(const TopicTables& t, Micros lease, std::string_view ids) {
   return lease > Micros{0}
              ? fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND "
                            "WHERE {} AND lease_token = ?",
@@ -524,7 +524,7 @@ Settle extend(QueueContext& q, std::string_view topic, std::string_view receipt,
   std::vector<Param> params = extend_params(resolved->info(), lease);
   params.push_back(r.id);
   params.push_back(r.token);
-  const std::string sql = extend_sql(t, lease, 1);
+  const std::string sql = extend_sql(t, lease, "id = ?");
   return on_topic(q, topic, [&] {
     return q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       Result u = c.execute(sql, params);
@@ -552,40 +552,41 @@ std::vector<Settle> extend(QueueContext& q, std::string_view topic,
   on_topic(q, topic, [&] {
     for (const auto& [group, which] : groups) {
       const TopicTables& t = group.first->tables;
-      for (std::size_t from = 0; from < which.size(); from += kInListChunk) {
-        const std::size_t to = std::min(which.size(), from + kInListChunk);
-        const std::size_t n = in_list_size(to - from);
-        std::vector<Param> ids;
-        for (std::size_t k = from; k < to; ++k) ids.push_back(parsed[which[k]].id);
-        pad_ids(ids, 0, n);
+      std::vector<Param> ids;
+      ids.reserve(which.size());
+      for (std::size_t i : which) ids.push_back(parsed[i].id);
+      std::size_t from = 0;  // the chunk's first place in `which`
+      for_in_lists(ids, [&](const std::string& list, std::vector<Param>& chunk, std::size_t count) {
         std::vector<Param> params = extend_params(resolved->info(), lease);
-        params.insert(params.end(), ids.begin(), ids.end());
+        params.insert(params.end(), chunk.begin(), chunk.end());
         params.push_back(group.second);
-        const std::string sql = extend_sql(t, lease, n);
+        const std::string sql = extend_sql(t, lease, "id IN " + list);
         q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
           const Result u = c.execute(sql, params);
-          if (u.affected_rows == to - from) {
-            for (std::size_t k = from; k < to; ++k) results[which[k]] = Settle::kOk;
+          if (u.affected_rows == count) {
+            for (std::size_t k = from; k < from + count; ++k) results[which[k]] = Settle::kOk;
             return;
           }
           // Some missed: the rows that still hold this token were extended by the UPDATE; the
           // others are gone or leased by another claim.
-          std::vector<Param> fenced = ids;
+          std::vector<Param> fenced = chunk;
           fenced.push_back(group.second);
           std::unordered_set<std::uint64_t> held;
           for (const Row& row :
                c.execute(fmt::format("SELECT id FROM {} WHERE id IN {} AND lease_token = ?",
-                                     t.queue, placeholders(n)),
+                                     t.queue, list),
                          fenced)
                    .rows) {
             held.insert(row.u64(0));
           }
-          for (std::size_t k = from; k < to; ++k) {
+          for (std::size_t k = from; k < from + count; ++k) {
             const std::uint64_t id = parsed[which[k]].id;
             results[which[k]] = held.count(id) > 0 ? Settle::kOk : classify_miss(c, t, id);
           }
         });
-      }
+        from += count;
+        return Result{};
+      });
     }
   });
   return results;
