@@ -242,6 +242,7 @@ class Bench {
     co.dsn = options_.dsn;
     co.pool_size = 32;
     co.consumer_name = "txmq-bench";
+    if (options_.shared_storage) co.topic_tables = TableCreation::kShared;
     Client client(co);
     co.consumer_name = "txmq-bench-consumer";
     Client consumers(co);

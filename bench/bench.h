@@ -24,6 +24,9 @@ struct BenchOptions {
   // own database, one partition, as always.
   std::vector<std::string> servers;
   int partitions = 0;
+  // The bench's topics in shared storage (TableCreation::kShared) where they can be, not in
+  // tables of their own: to set a run against a run without it.
+  bool shared_storage = false;
   // The second database of the drain section's exactly-once-across-databases row
   // (drain.exactly_once_xa.4x100, Client::process_xa): this DSN; else, when xa_home is set, a
   // private server the bench starts in that folder (and stops at the end); else the row is

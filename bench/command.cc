@@ -46,6 +46,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
     std::string cpu_pids;
     std::string servers;
     int partitions = 0;
+    std::string storage = "dedicated";
     std::string xa_dsn;
     bool binlog = false;
     std::string server;
@@ -78,6 +79,10 @@ void add_bench_command(CLI::App& app, Globals& g) {
   bench->add_option("--partitions", a->partitions,
                     "partitions of the bench's topics (default 1; with --servers, 2 per server)")
       ->check(CLI::Range(1, 64));
+  bench->add_option("--storage", a->storage,
+                    "where the bench's topics keep their messages: dedicated (tables of their "
+                    "own, the default) or shared (TableCreation::kShared, where a topic can be)")
+      ->check(CLI::IsMember({"dedicated", "shared"}));
   bench->add_option("--xa-dsn", a->xa_dsn,
                     "the second database of the exactly-once-across-databases row (process_xa): "
                     "a MariaDB/MySQL server other than the queue's. Default: a private server "
@@ -175,6 +180,7 @@ void add_bench_command(CLI::App& app, Globals& g) {
       if (!s.empty()) o.servers.push_back(s);
     }
     o.partitions = a->partitions;
+    o.shared_storage = a->storage == "shared";
     std::stringstream pids(a->cpu_pids);
     for (std::string s; std::getline(pids, s, ',');) {
       if (s.empty()) continue;

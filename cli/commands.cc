@@ -198,6 +198,7 @@ nlohmann::json topic_json(const TopicInfo& t) {
                                     : nlohmann::json(t.options.dead_letter_topic)},
           {"retention_seconds", t.options.retention.count() / 1e6},
           {"fair", t.options.fair},
+          {"storage", t.shared_storage ? "shared" : "dedicated"},
           {"servers", t.options.servers},
           {"placement", t.placement},
           {"placement_epoch", t.placement_epoch},
@@ -225,7 +226,14 @@ void add_topic_commands(CLI::App& app, Globals& g) {
   create->add_flag("--fair", *create_fair,
                    "fair delivery between tenants (txmq send --tenant): a tenant with a backlog "
                    "does not hold the others up (docs/library.md, \"Fair topics\")");
-  create->callback([&g, create_name, create_settings, create_servers, create_fair] {
+  auto create_storage = std::make_shared<std::string>("dedicated");
+  create->add_option("--storage", *create_storage,
+                     "dedicated: tables of its own (the default); shared: none of its own, its "
+                     "messages in tables that such topics share (no DDL, a few KiB a topic: for "
+                     "many small queues; docs/design/shared-queues.md)")
+      ->check(CLI::IsMember({"dedicated", "shared"}));
+  create->callback([&g, create_name, create_settings, create_servers, create_fair,
+                    create_storage] {
     TopicOptions options;
     apply_topic_settings(*create_settings, options);
     options.fair = *create_fair;
@@ -234,7 +242,9 @@ void add_topic_commands(CLI::App& app, Globals& g) {
       if (!s.empty()) options.servers.push_back(s);
     }
     auto client = connect(g);
-    bool created = client->create_topic(*create_name, options);
+    bool created = client->create_topic(
+        *create_name, options,
+        *create_storage == "shared" ? TableCreation::kShared : TableCreation::kNow);
     if (g.json) {
       print_json({{"topic", *create_name}, {"created", created}});
     } else {

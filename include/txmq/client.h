@@ -34,9 +34,10 @@ class Client {
   // Creates the topic. Returns true when it was created, false when it existed with the same
   // settings. Throws kAlreadyExists when it exists with other settings, kInvalidArgument for a bad
   // name ([a-z][a-z0-9_]{0,47}) or settings.
-  // `tables`: when the topic's tables are made (a sharded topic's: now).
+  // `tables`: when the topic's tables are made, or kShared for none of its own (default:
+  // ClientOptions::topic_tables; a sharded topic's: now).
   bool create_topic(std::string_view name, const TopicOptions& options = {},
-                    TableCreation tables = TableCreation::kNow);
+                    std::optional<TableCreation> tables = std::nullopt);
   // Drops the topic with its messages and dead letters. Throws kNotFound when there is none.
   void drop_topic(std::string_view name);
   // Changes a topic's settings (all of them: read them with topic(), change some, pass them back).

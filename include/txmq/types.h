@@ -17,6 +17,23 @@ namespace txmq {
 using Clock = std::chrono::system_clock;
 using Micros = std::chrono::microseconds;
 
+// When Client::create_topic makes a topic's tables.
+enum class TableCreation {
+  // With the topic: the SQL interface (txmq_send, ...) can use it at once.
+  kNow,
+  // At the topic's first use through this library (a send, a receive, a group, ...): until
+  // then the topic is only its catalog rows, which is what makes thousands of idle topics cheap
+  // (each table is a file of its own on disk). The SQL interface's calls fail on the topic
+  // until its tables exist; the first call through the library inside an application's
+  // Transaction needs a second connection of the pool to make them.
+  kAtFirstUse,
+  // Never: the topic keeps its messages in tables that such topics share (docs/design/
+  // shared-queues.md), under a number of its own. Creating and dropping one writes catalog rows
+  // only (no DDL, no file), and an idle one costs a few KiB: for many small queues (one per
+  // tenant, per customer). Not yet for partitioned, fair or sharded topics.
+  kShared,
+};
+
 struct ClientOptions {
   // mysql://user:password@host:port/database[?socket=PATH&connect_timeout=S]. Empty: the
   // environment variable TXMQ_DSN. The embedded default is chosen by the command line, not here.
@@ -32,6 +49,9 @@ struct ClientOptions {
   // claims and deliveries, in memory; adds them to the database's txmq_metrics table about once
   // a second and when the client is destroyed (Client::recorded_metrics, txmq metrics).
   bool record_metrics = true;
+  // What Client::create_topic does when not told (kShared: every topic this client creates
+  // goes to shared storage unless its call says otherwise).
+  TableCreation topic_tables = TableCreation::kNow;
 };
 
 // When a failed delivery is tried again: after a nack without an explicit delay, after a lease
@@ -45,18 +65,6 @@ struct RetryPolicy {
   double jitter = 0.2;                       // 0 to 1
 
   bool operator==(const RetryPolicy&) const = default;
-};
-
-// When Client::create_topic makes a topic's tables.
-enum class TableCreation {
-  // With the topic: the SQL interface (txmq_send, ...) can use it at once.
-  kNow,
-  // At the topic's first use through this library (a send, a receive, a group, ...): until
-  // then the topic is only its catalog rows, which is what makes thousands of idle topics cheap
-  // (each table is a file of its own on disk). The SQL interface's calls fail on the topic
-  // until its tables exist; the first call through the library inside an application's
-  // Transaction needs a second connection of the pool to make them.
-  kAtFirstUse,
 };
 
 // A topic's settings. Stored in the catalog; a second create must match them. Client::update_topic
@@ -120,6 +128,9 @@ struct TopicInfo {
   // False for a topic created with TableCreation::kAtFirstUse and not used yet: it holds no
   // messages (Client::list_topics; always true elsewhere).
   bool has_tables = true;
+  // Whether its rows are in the tables that topics created with TableCreation::kShared share,
+  // not in tables of its own.
+  bool shared_storage = false;
 };
 
 // A topic as Client::list_topic_names lists it.

@@ -87,6 +87,7 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     // A topic created without tables gets them first: the new group's copies read them.
     if (!has_tables(c, *layout)) create_all_tables(c, *layout);
     drop_send_fences(c, *layout, [&] { return held.renew(); });
+    const bool shared = layout->shared;
     Result n = c.execute(
         "UPDATE txmq_topics SET next_group = LAST_INSERT_ID(next_group) + 1 WHERE name = ?",
         {topic});
@@ -100,8 +101,9 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
     const unsigned allocator = layout->allocator().number;
     std::vector<TopicTables> fresh;
     for (unsigned p = 0; p < partitions; ++p) {
-      fresh.push_back(topic_tables(topic, number, p));
-      create_queue_tables(c, fresh.back(), first_id_of(p), layout->info.options.fair);
+      fresh.push_back(layout->tables(number, p));
+      // Shared storage: its rows go where its topic's do, under a qid of its own.
+      if (!shared) create_queue_tables(c, fresh.back(), first_id_of(p), layout->info.options.fair);
     }
     // Still this change's claim (waiting for the fences may have outlasted it): no other change
     // can take it before the fenced transaction commits, which is short.
@@ -113,10 +115,14 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
         // start their counter where the allocator's is, by a row inserted and deleted. No send
         // to the topic is in progress now (the fence), so the allocator's counter stands still;
         // information_schema's AUTO_INCREMENT is this node's counter, which is the writer's.
-        Result next = c.execute(
-            "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
-            "DATABASE() AND TABLE_NAME = ?",
-            {unquoted(topic_tables(topic, allocator, p).queue)});
+        // (Shared storage: one counter for every queue, which only grows.)
+        Result next;
+        if (!shared) {
+          next = c.execute(
+              "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+              "DATABASE() AND TABLE_NAME = ?",
+              {unquoted(topic_tables(topic, allocator, p).queue)});
+        }
         if (!next.rows.empty() && !next.rows[0].null(0) &&
             next.rows[0].u64(0) > first_id_of(p)) {
           const std::uint64_t last = next.rows[0].u64(0) - 1;
@@ -130,25 +136,27 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
         // Every message retained: unfinished in some group (waiting, in flight or parked
         // behind its key) or archived. Copies start at attempt 1, claimable now.
         const std::string insert = fmt::format(
-            "INSERT IGNORE INTO {} (id, visible_at, attempts, lease_token, owner_id, enqueued_at, "
-            "msg_key, payload, attributes) ",
-            t.queue);
+            "INSERT IGNORE INTO {} ({}id, visible_at, attempts, lease_token, owner_id, "
+            "enqueued_at, msg_key, payload, attributes) ",
+            t.queue, t.q_col);
+        const std::string columns = fmt::format(
+            "{}id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes", t.q_val);
         for (const GroupEntry& g : layout->groups) {
-          const TopicTables from = topic_tables(topic, g.number, p);
-          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes "
-                                       "FROM {}",
-                                       from.queue));
-          c.query(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes "
-                                       "FROM {}",
-                                       from.parked));
+          const TopicTables from = layout->tables(g.number, p);
+          const std::string where =
+              from.shared() ? fmt::format(" WHERE {}TRUE", from.q_and) : std::string();
+          c.query(insert + fmt::format("SELECT {} FROM {}{}", columns, from.queue, where));
+          c.query(insert + fmt::format("SELECT {} FROM {}{}", columns, from.parked, where));
         }
-        c.execute(insert + fmt::format("SELECT id, NOW(6), 0, 0, 0, enqueued_at, msg_key, payload, attributes "
-                                       "FROM {} WHERE id BETWEEN ? AND ?",
-                                       topic_tables(topic).archive),
+        const TopicTables wide = layout->tables();
+        c.execute(insert + fmt::format("SELECT {} FROM {} WHERE {}id BETWEEN ? AND ?", columns,
+                                       wide.archive, wide.s_and),
                   {first_id_of(p), first_id_of(p + 1) - 1});
         // Keyed messages wait behind their key's first one, in id order.
-        Result keyed = c.execute(fmt::format(
-            "SELECT msg_key, id FROM {} WHERE msg_key IS NOT NULL ORDER BY id", t.queue), {});
+        Result keyed = c.execute(
+            fmt::format("SELECT msg_key, id FROM {} WHERE {}msg_key IS NOT NULL ORDER BY id",
+                        t.queue, t.q_and),
+            {});
         std::vector<std::pair<std::string_view, std::uint64_t>> pairs;
         for (const Row& row : keyed.rows) pairs.emplace_back(row.bytes(0), row.u64(1));
         order_keyed(c, t, pairs);
@@ -186,7 +194,17 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
     c.execute("DELETE FROM txmq_metrics WHERE topic = ? AND grp = ?", {topic, group});
     forget_sql_counts(c, topic, group);
     for (unsigned p = 0; p < layout->partitions(); ++p) {
-      const TopicTables t = topic_tables(topic, g.number, p);
+      const TopicTables t = layout->tables(g.number, p);
+      if (t.shared()) {
+        // A bounded chunk per statement, in autocommit (as TopicCatalog::reap_dropped).
+        for (const std::string& table : {t.queue, t.parked, t.keys, t.dead}) {
+          const std::string sql =
+              fmt::format("DELETE FROM {} WHERE {}TRUE LIMIT 1000", table, t.q_and);
+          while (c.execute(sql, {}).affected_rows == 1000) {
+          }
+        }
+        continue;
+      }
       c.query(
           fmt::format("DROP TABLE IF EXISTS {}, {}, {}, {}", t.queue, t.dead, t.keys, t.parked));
       forget_takes(c, t.queue);

@@ -40,8 +40,9 @@ void order_keyed(Connection& c, const TopicTables& t,
 
   // A new key row takes the first message as its head; an existing one parks them all. Key
   // order is the lock order of every transaction that touches several keys.
-  in_chunks(c, keys.size(), fmt::format("INSERT INTO {} (msg_key, heads, parked) VALUES ", t.keys),
-            "(?, 1, ?)", " ON DUPLICATE KEY UPDATE parked = parked + VALUES(heads) + VALUES(parked)",
+  in_chunks(c, keys.size(),
+            fmt::format("INSERT INTO {} ({}msg_key, heads, parked) VALUES ", t.keys, t.q_col),
+            fmt::format("({}?, 1, ?)", t.q_val), " ON DUPLICATE KEY UPDATE parked = parked + VALUES(heads) + VALUES(parked)",
             [&](std::size_t i, std::vector<Param>& params) {
               params.push_back(keys[i]);
               params.push_back(static_cast<std::int64_t>(by_key.at(keys[i]).size() - 1));
@@ -50,8 +51,8 @@ void order_keyed(Connection& c, const TopicTables& t,
   // (an existing one has at least n, since it had a message before).
   Result r = for_keys(c,
                       fmt::format("SELECT msg_key, parked FROM {} FORCE INDEX (PRIMARY) WHERE "
-                                  "msg_key IN {{}} FOR UPDATE",
-                                  t.keys),
+                                  "{}msg_key IN {{}} FOR UPDATE",
+                                  t.keys, t.q_and),
                       keys);
   std::vector<Param> to_park;
   for (const Row& row : r.rows) {
@@ -63,12 +64,12 @@ void order_keyed(Connection& c, const TopicTables& t,
   // Parked in id order, which is send order within this transaction; park_id then keeps the
   // order across transactions.
   in_lists(c,
-           fmt::format("INSERT INTO {} (msg_key, id, visible_at, enqueued_at, payload, attributes) "
-                       "SELECT msg_key, id, visible_at, enqueued_at, payload, attributes FROM {} "
-                       "WHERE id IN {{}} ORDER BY id",
-                       t.parked, t.queue),
+           fmt::format("INSERT INTO {} ({}msg_key, id, visible_at, enqueued_at, payload, "
+                       "attributes) SELECT {}msg_key, id, visible_at, enqueued_at, payload, "
+                       "attributes FROM {} WHERE {}id IN {{}} ORDER BY id",
+                       t.parked, t.q_col, t.q_val, t.queue, t.q_and),
            to_park);
-  delete_in_lists(c, t.queue, "id", std::move(to_park));
+  delete_in_lists(c, t.queue, "id", std::move(to_park), t.q_and);
 }
 
 std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
@@ -87,8 +88,8 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
   // commits deadlocked on it.
   Result state = for_keys(c,
                           fmt::format("SELECT msg_key, heads, parked FROM {} FORCE INDEX (PRIMARY) "
-                                      "WHERE msg_key IN {{}} FOR UPDATE",
-                                      t.keys),
+                                      "WHERE {}msg_key IN {{}} FOR UPDATE",
+                                      t.keys, t.q_and),
                           keys);
   std::vector<std::string_view> promote;   // its last head finished, messages wait behind it
   std::vector<std::string_view> emptied;   // its last head finished, nothing waits: the row goes
@@ -98,7 +99,7 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
     const std::uint64_t heads = row.u64(1);
     const std::uint64_t left = heads - std::min(heads, it->second);
     if (left > 0) {  // several heads of one key were sent before schema version 4
-      c.execute(fmt::format("UPDATE {} SET heads = ? WHERE msg_key = ?", t.keys),
+      c.execute(fmt::format("UPDATE {} SET heads = ? WHERE {}msg_key = ?", t.keys, t.q_and),
                 {static_cast<std::int64_t>(left), it->first});
     } else if (row.u64(2) > 0) {
       promote.push_back(it->first);
@@ -109,9 +110,9 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
   std::vector<std::uint64_t> promoted;
   if (!promote.empty()) {
     Result next = for_keys(c,
-                           fmt::format("SELECT msg_key, MIN(park_id) FROM {} WHERE msg_key IN {{}} "
-                                       "GROUP BY msg_key",
-                                       t.parked),
+                           fmt::format("SELECT msg_key, MIN(park_id) FROM {} WHERE {}msg_key "
+                                       "IN {{}} GROUP BY msg_key",
+                                       t.parked, t.q_and),
                            promote);
     std::vector<Param> park_ids;
     std::vector<std::string_view> with_next;  // keys that have a message to move in
@@ -122,22 +123,23 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
     if (!park_ids.empty()) {
       // The message keeps its id; its visible_at is its send's (a delay still counts).
       in_lists(c,
-               fmt::format("INSERT INTO {} (id, visible_at, attempts, enqueued_at, msg_key, "
-                           "payload, attributes) SELECT id, visible_at, 0, enqueued_at, msg_key, "
-                           "payload, attributes FROM {} WHERE park_id IN {{}}",
-                           t.queue, t.parked),
+               fmt::format("INSERT INTO {} ({}id, visible_at, attempts, enqueued_at, msg_key, "
+                           "payload, attributes) SELECT {}id, visible_at, 0, enqueued_at, "
+                           "msg_key, payload, attributes FROM {} WHERE {}park_id IN {{}}",
+                           t.queue, t.q_col, t.q_val, t.parked, t.q_and),
                park_ids);
       Result ids =
           for_in_lists(park_ids, [&](const std::string& list, std::vector<Param>& params,
                                      std::size_t count) {
             params.emplace_back(static_cast<std::int64_t>(count));
-            return delete_returning(c, t.parked, "WHERE park_id IN " + list + walk_keys("park_id"),
-                                    params, "id", "park_id");
+            return delete_returning(
+                c, t.parked, "WHERE " + t.q_and + "park_id IN " + list + walk_keys("park_id"),
+                params, "id", "park_id", t.q_and);
           });
       for (const Row& row : ids.rows) promoted.push_back(row.u64(0));
       for_keys(c,
-               fmt::format("UPDATE {} SET heads = 1, parked = parked - 1 WHERE msg_key IN {{}}",
-                           t.keys),
+               fmt::format("UPDATE {} SET heads = 1, parked = parked - 1 WHERE {}msg_key IN {{}}",
+                           t.keys, t.q_and),
                with_next);
     }
     if (with_next.size() < promote.size()) {
@@ -146,11 +148,13 @@ std::vector<std::uint64_t> finish_keyed(Connection& c, const TopicTables& t,
       std::sort(with_next.begin(), with_next.end());
       std::set_difference(promote.begin(), promote.end(), with_next.begin(), with_next.end(),
                           std::back_inserter(none));
-      for_keys(c, fmt::format("UPDATE {} SET heads = 0 WHERE msg_key IN {{}}", t.keys), none);
+      for_keys(c, fmt::format("UPDATE {} SET heads = 0 WHERE {}msg_key IN {{}}", t.keys, t.q_and),
+               none);
     }
   }
   if (!emptied.empty()) {
-    delete_in_lists(c, t.keys, "msg_key", std::vector<Param>(emptied.begin(), emptied.end()));
+    delete_in_lists(c, t.keys, "msg_key", std::vector<Param>(emptied.begin(), emptied.end()),
+                    t.q_and);
   }
   return promoted;
 }

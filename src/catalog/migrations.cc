@@ -103,7 +103,7 @@ void migrate_from_4(Connection& c) {
       "INSERT IGNORE INTO txmq_groups (topic, name, number, created_at)"
       " SELECT name, 'default', 0, created_at FROM txmq_topics");
   Result topics = c.execute("SELECT name FROM txmq_topics", {});
-  for (const Row& row : topics.rows) create_shared_tables(c, topic_tables(row.bytes(0)));
+  for (const Row& row : topics.rows) create_topic_wide_tables(c, topic_tables(row.bytes(0)));
   c.query(
       "ALTER TABLE txmq_waiters MODIFY topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin "
       "NOT NULL");
@@ -251,6 +251,29 @@ void migrate_from_14(Connection& c) {
     }
   }
   c.execute("UPDATE txmq_schema SET version = 15, updated_at = NOW(6) WHERE singleton = 1", {});
+}
+
+// Version 15 -> 16: shared storage (docs/design/shared-queues.md). Every topic gets a sid, a
+// number never reused, which names a shared topic's rows; a topic's storage says where its rows
+// are (0: tables of its own, as every existing topic; 1: the shared tables, made here).
+void migrate_from_15(Connection& c) {
+  Result have = c.execute(
+      "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = 'txmq_topics' AND COLUMN_NAME = 'sid'",
+      {});
+  if (have.rows.empty()) {
+    constexpr unsigned kDuplicateColumn = 1060;
+    try {
+      // One statement: an AUTO_INCREMENT column needs its key in the same ALTER.
+      c.query(
+          "ALTER TABLE txmq_topics ADD COLUMN storage TINYINT UNSIGNED NOT NULL DEFAULT 0, "
+          "ADD COLUMN sid BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, ADD UNIQUE KEY sid (sid)");
+    } catch (const Error& e) {
+      if (e.server_errno() != kDuplicateColumn) throw;  // another client added them meanwhile
+    }
+  }
+  create_shared_storage_tables(c);
+  c.execute("UPDATE txmq_schema SET version = 16, updated_at = NOW(6) WHERE singleton = 1", {});
 }
 
 }  // namespace txmq::internal

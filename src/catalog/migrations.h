@@ -51,5 +51,6 @@ void migrate_from_11(Connection& c);
 void migrate_from_12(Connection& c);
 void migrate_from_13(Connection& c);
 void migrate_from_14(Connection& c);
+void migrate_from_15(Connection& c);
 
 }  // namespace txmq::internal

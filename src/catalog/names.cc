@@ -43,12 +43,40 @@ TopicTables topic_tables(std::string_view name, unsigned group, unsigned partiti
   }
   const std::string suffix =
       group == 0 && partition == 0 ? "" : fmt::format("${}_{}", group, partition);
-  return {quote_identifier(fmt::format("txmq_q_{}{}", name, suffix)),
-          quote_identifier(fmt::format("txmq_dlq_{}{}", name, suffix)),
-          quote_identifier(fmt::format("txmq_dd_{}", name)),
-          quote_identifier(fmt::format("txmq_k_{}{}", name, suffix)),
-          quote_identifier(fmt::format("txmq_kp_{}{}", name, suffix)),
-          quote_identifier(fmt::format("txmq_a_{}", name))};
+  TopicTables t;
+  t.queue = quote_identifier(fmt::format("txmq_q_{}{}", name, suffix));
+  t.dead = quote_identifier(fmt::format("txmq_dlq_{}{}", name, suffix));
+  t.dedup = quote_identifier(fmt::format("txmq_dd_{}", name));
+  t.keys = quote_identifier(fmt::format("txmq_k_{}{}", name, suffix));
+  t.parked = quote_identifier(fmt::format("txmq_kp_{}{}", name, suffix));
+  t.archive = quote_identifier(fmt::format("txmq_a_{}", name));
+  t.rows_key = t.queue;
+  return t;
+}
+
+TopicTables shared_tables(std::uint64_t sid, unsigned group, unsigned partition) {
+  if (sid == 0 || sid >> (64 - kSharedTopicShift) != 0 || group > kMaxGroupNumber ||
+      partition >= static_cast<unsigned>(kMaxPartitions)) {
+    throw Error(Errc::kInternal, fmt::format("shared storage: sid {}, group {} or partition {} "
+                                             "out of range", sid, group, partition));
+  }
+  TopicTables t;
+  t.queue = quote_identifier(kSharedQueue);
+  t.dead = quote_identifier(kSharedDead);
+  t.dedup = quote_identifier(kSharedDedup);
+  t.keys = quote_identifier(kSharedKeys);
+  t.parked = quote_identifier(kSharedParked);
+  t.archive = quote_identifier(kSharedArchive);
+  t.qid = shared_qid(sid, group, partition);
+  t.sid = sid;
+  t.q_and = fmt::format("qid = {} AND ", t.qid);
+  t.s_and = fmt::format("sid = {} AND ", t.sid);
+  t.q_col = "qid, ";
+  t.q_val = fmt::format("{}, ", t.qid);
+  t.s_col = "sid, ";
+  t.s_val = fmt::format("{}, ", t.sid);
+  t.rows_key = fmt::format("{}#{}", t.queue, t.qid);
+  return t;
 }
 
 std::string send_view(std::string_view topic, unsigned partition) {

@@ -42,8 +42,42 @@ struct TopicTables {
   std::string keys;     // `txmq_k_NAME`: message keys with messages not yet finished
   std::string parked;   // `txmq_kp_NAME`: keyed messages waiting behind an earlier one
   std::string archive;  // `txmq_a_NAME`: acknowledged messages kept for the topic's retention
+
+  // Shared storage (docs/design/shared-queues.md): a queue without tables of its own keeps its
+  // rows in the shared tables `txmq_sh_*` under its qid (queue, dead, keys, parked) and its
+  // topic's sid (dedup, archive). Every statement on them names those first: the fragments
+  // below are empty for a topic with its own tables, so that its statements stay as they were.
+  std::uint64_t qid = 0;
+  std::uint64_t sid = 0;
+  std::string q_and;  // "qid = N AND ": every condition on queue, dead, keys and parked starts so
+  std::string s_and;  // "sid = N AND ": on dedup and archive
+  std::string q_col;  // "qid, ": the first column an INSERT into queue, dead, keys, parked names
+  std::string q_val;  // "N, ": its value
+  std::string s_col;  // "sid, ", for dedup and archive
+  std::string s_val;  // "N, "
+  // Names this queue's rows in per-queue state (scan hints): the queue table, or
+  // "`txmq_sh_q`#QID".
+  std::string rows_key;
+  bool shared() const { return qid != 0; }
 };
 TopicTables topic_tables(std::string_view name, unsigned group = 0, unsigned partition = 0);
+
+// Shared storage: the topic's sid names its rows; a queue's qid adds its group and partition, so
+// that a qid is computed, never looked up, and a topic's rows are one range of qids.
+constexpr int kSharedGroupShift = 6;   // partitions below 64
+constexpr int kSharedTopicShift = 16;  // groups below 1024
+constexpr std::uint64_t shared_qid(std::uint64_t sid, unsigned group, unsigned partition) {
+  return sid << kSharedTopicShift | std::uint64_t{group} << kSharedGroupShift | partition;
+}
+// The tables of one queue of a topic in shared storage.
+TopicTables shared_tables(std::uint64_t sid, unsigned group = 0, unsigned partition = 0);
+// The shared tables' names (schema version 16, docs/schema.md).
+inline constexpr std::string_view kSharedQueue = "txmq_sh_q";
+inline constexpr std::string_view kSharedDead = "txmq_sh_dlq";
+inline constexpr std::string_view kSharedDedup = "txmq_sh_dd";
+inline constexpr std::string_view kSharedKeys = "txmq_sh_k";
+inline constexpr std::string_view kSharedParked = "txmq_sh_kp";
+inline constexpr std::string_view kSharedArchive = "txmq_sh_a";
 
 // The column of a queue table that single sends and one-statement batches name while the topic
 // has one group and the partition is placed on this server: its existence is their guard

@@ -11,7 +11,7 @@ namespace txmq::internal {
 namespace {
 
 // The procedure routines.sql creates last, whose name changes with the file's text.
-constexpr std::string_view kRoutinesMarker = "txmq_i_routines_3";
+constexpr std::string_view kRoutinesMarker = "txmq_i_routines_4";
 
 // The errors that say "this user may not": not installed, nothing else wrong.
 constexpr unsigned kNotAllowed[] = {

@@ -137,6 +137,7 @@ BEGIN
   IF p_errno = 1146 THEN
     -- A 1146 comes after the name's check: the name is ASCII.
     SET v_topic = CONVERT(LEFT(p_topic, 64) USING ascii);
+    CALL txmq_i_not_shared(v_topic, (SELECT storage FROM txmq_topics WHERE name = v_topic));
     SELECT MIN(number) INTO v_allocator FROM txmq_groups WHERE topic = v_topic;
     IF v_allocator IS NOT NULL AND NOT EXISTS (
          SELECT 1 FROM information_schema.TABLES
@@ -373,6 +374,20 @@ BEGIN
   END IF;
 END
 $$
+-- A topic in shared storage (TableCreation::kShared) is not served here yet: a clear error
+-- instead of one about a table that does not exist.
+DROP PROCEDURE IF EXISTS txmq_i_not_shared
+$$
+CREATE PROCEDURE txmq_i_not_shared(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN p_storage TINYINT)
+  NO SQL SQL SECURITY DEFINER
+BEGIN
+  IF IFNULL(p_storage, 0) <> 0 THEN
+    CALL txmq_i_raise(CONCAT('topic ''', p_topic, ''' is in shared storage, which the SQL ',
+                             'interface does not serve yet: use the library, txmq serve or the ',
+                             'command line, or a topic with tables of its own'));
+  END IF;
+END
+$$
 -- The topic's settings as a send reads them: its row under a shared lock held until the
 -- transaction ends, which fences the send against a change of its groups or partitions
 -- (the catalog: with_topic_fenced takes the row for update).
@@ -385,13 +400,15 @@ CREATE PROCEDURE txmq_i_topic(IN p_topic VARCHAR(64) CHARACTER SET ascii COLLATE
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_found TINYINT DEFAULT 0;
+  DECLARE v_storage TINYINT DEFAULT 0;
   CALL txmq_i_check_name(p_topic);
-  SELECT 1, max_payload_bytes, dedup_window_us, partitions, placed
-    INTO v_found, p_max_payload, p_dedup_window, p_partitions, p_placed
+  SELECT 1, max_payload_bytes, dedup_window_us, partitions, placed, storage
+    INTO v_found, p_max_payload, p_dedup_window, p_partitions, p_placed, v_storage
     FROM txmq_topics WHERE name = p_topic LOCK IN SHARE MODE;
   IF v_found = 0 THEN
     CALL txmq_i_raise(CONCAT('no such topic ''', p_topic, ''''));
   END IF;
+  CALL txmq_i_not_shared(p_topic, v_storage);
   SELECT COUNT(*), MIN(number) INTO p_groups, p_allocator FROM txmq_groups WHERE topic = p_topic;
 END
 $$
@@ -1426,8 +1443,11 @@ BEGIN
     DEFAULT IF(CHAR_LENGTH(IFNULL(p_group, 'default')) = LENGTH(IFNULL(p_group, 'default'))
                  AND CHAR_LENGTH(IFNULL(p_group, 'default')) <= 64,
                CONVERT(IFNULL(p_group, 'default') USING ascii), '?');
+  DECLARE v_storage TINYINT DEFAULT 0;
   SET p_number = NULL, p_name = v_name;
   SELECT number INTO p_number FROM txmq_groups WHERE topic = p_topic AND name = v_name;
+  SELECT storage INTO v_storage FROM txmq_topics WHERE name = p_topic;
+  CALL txmq_i_not_shared(p_topic, v_storage);
   IF p_number IS NULL THEN
     IF NOT EXISTS (SELECT 1 FROM txmq_topics WHERE name = p_topic) THEN
       CALL txmq_i_raise(CONCAT('no such topic ''', p_topic, ''''));
@@ -2378,7 +2398,9 @@ DROP PROCEDURE IF EXISTS txmq_i_routines_2
 $$
 DROP PROCEDURE IF EXISTS txmq_i_routines_3
 $$
-CREATE PROCEDURE txmq_i_routines_3()
+DROP PROCEDURE IF EXISTS txmq_i_routines_4
+$$
+CREATE PROCEDURE txmq_i_routines_4()
   NO SQL SQL SECURITY DEFINER
 BEGIN
 END

@@ -4,6 +4,7 @@
 
 #include "catalog/migrations.h"
 #include "catalog/routines.h"
+#include "catalog/topic_tables.h"
 #include "catalog/row_lock.h"
 #include "catalog/send_fences.h"
 #include "catalog/topic_tables.h"
@@ -140,7 +141,10 @@ void TopicCatalog::bootstrap() {
         " layout_claimed_until DATETIME(6) NULL,"
         " placed BIGINT UNSIGNED NULL,"
         " fair TINYINT UNSIGNED NOT NULL DEFAULT 0,"
-        " KEY dead_letter_topic (dead_letter_topic)) ENGINE=InnoDB");
+        " storage TINYINT UNSIGNED NOT NULL DEFAULT 0,"
+        " sid BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+        " KEY dead_letter_topic (dead_letter_topic), UNIQUE KEY sid (sid)) ENGINE=InnoDB");
+    create_shared_storage_tables(c);
     // Servers that topics may be sharded over, and where each sharded topic's partitions live
     // (shard_map.cc). Passwords are never stored: a DSN names a password file or variable.
     c.query(
@@ -232,6 +236,7 @@ void TopicCatalog::bootstrap() {
       step(12, migrate_from_12);
       step(13, migrate_from_13);
       step(14, migrate_from_14);
+      step(15, migrate_from_15);
     } catch (...) {
       release_row_lock(c, kSchemaLock, key, token);
       throw;

@@ -149,6 +149,7 @@ void alter_for_fence(Connection& c, const std::string& table, std::string_view c
 // connection had open. Throws when a fence could not be dropped or the lock was lost (the
 // caller's change must not go on; the caller adds back what was dropped).
 void drop_send_fences(Connection& c, const TopicLayout& layout, const RenewLock& renew) {
+  if (layout.shared) return;  // none: its sends take the checked statement
   std::vector<unsigned> groups;
   for (const GroupEntry& g : layout.groups) groups.push_back(g.number);
   // (MySQL has no IF EXISTS; the tables listed have the column, and the topic's lock keeps it.)
@@ -194,7 +195,7 @@ void add_send_fences(Connection& c, std::string_view topic, unsigned group, unsi
 
 void add_send_fences(Connection& c, const std::optional<TopicLayout>& layout,
                      const RenewLock& renew) {
-  if (!layout || layout->groups.size() != 1) return;
+  if (!layout || layout->groups.size() != 1 || layout->shared) return;
   add_send_fences(c, layout->info.name, layout->allocator().number, layout->partitions(),
                   layout->placed, renew);
 }

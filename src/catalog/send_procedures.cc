@@ -305,7 +305,8 @@ std::string batch_procedure_name(std::string_view topic) {
 }
 
 bool refresh_send_procedure(Connection& c, const std::optional<TopicLayout>& layout) {
-  if (!layout || layout->groups.empty()) return true;
+  // A topic in shared storage has none: DDL is what shared storage avoids (txmq_send serves it).
+  if (!layout || layout->groups.empty() || layout->shared) return true;
   const std::string& topic = layout->info.name;
   const std::string send = send_procedure_name(topic);
   const std::string batch = batch_procedure_name(topic);

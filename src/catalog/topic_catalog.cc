@@ -26,17 +26,21 @@ void rethrow_for_topic(TopicCatalog& catalog, const Error& error, std::string_vi
   throw error;
 }
 
-QueueRef partition_queue(std::string_view topic, unsigned group, unsigned partition) {
-  return QueueRef{group, partition, topic_tables(topic, group, partition),
-                  wait_channel(topic, group)};
+TopicTables TopicLayout::tables(unsigned group, unsigned partition) const {
+  return shared ? shared_tables(sid, group, partition) : topic_tables(info.name, group, partition);
+}
+
+QueueRef partition_queue(const TopicLayout& layout, unsigned group, unsigned partition) {
+  return QueueRef{group, partition, layout.tables(group, partition),
+                  wait_channel(layout.info.name, group)};
 }
 
 ResolvedTopic::ResolvedTopic(TopicLayout from)
-    : layout(std::move(from)), topic_wide(topic_tables(layout.info.name)) {
+    : layout(std::move(from)), topic_wide(layout.tables()) {
   queues.reserve(layout.groups.size() * layout.partitions());
   for (const GroupEntry& g : layout.groups) {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
-      queues.push_back(partition_queue(layout.info.name, g.number, p));
+      queues.push_back(partition_queue(layout, g.number, p));
     }
   }
 }
@@ -98,7 +102,7 @@ constexpr std::string_view kSelectTopic =
     "SELECT name, lease_us, max_attempts, max_payload_bytes, dedup_window_us, "
     "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at), retry_initial_us, "
     "retry_multiplier, retry_max_us, retry_jitter, partitions, archive_us, layout, "
-    "dead_letter_topic, retention_us, placed, fair FROM txmq_topics";
+    "dead_letter_topic, retention_us, placed, fair, storage, sid FROM txmq_topics";
 
 TopicInfo topic_from_row(const Row& row) {
   TopicInfo info;
@@ -117,6 +121,7 @@ TopicInfo topic_from_row(const Row& row) {
   info.options.dead_letter_topic = row.null(13) ? "" : row.bytes(13);
   info.options.retention = Micros(row.i64(14));
   info.options.fair = row.i64(16) != 0;
+  info.shared_storage = row.i64(17) != 0;
   return info;
 }
 
@@ -205,10 +210,11 @@ std::pair<bool, bool> first_and_last_tables(Connection& c, const TopicLayout& la
 }  // namespace
 
 bool has_tables(Connection& c, const TopicLayout& layout) {
-  return first_and_last_tables(c, layout).second;
+  return layout.shared || first_and_last_tables(c, layout).second;
 }
 
 bool has_some_tables(Connection& c, const TopicLayout& layout) {
+  if (layout.shared) return false;  // none of its own
   const auto [first, last] = first_and_last_tables(c, layout);
   return first || last;
 }
@@ -217,7 +223,7 @@ void create_all_tables(Connection& c, const TopicLayout& layout) {
   const std::string& name = layout.info.name;
   const unsigned allocator = layout.allocator().number;
   const bool fair = layout.info.options.fair;
-  create_shared_tables(c, topic_tables(name));
+  create_topic_wide_tables(c, topic_tables(name));
   for (const GroupEntry& g : layout.groups) {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
       if (g.number == allocator && p == 0) continue;
@@ -269,6 +275,9 @@ std::optional<TopicLayout> TopicCatalog::load(Connection& c, std::string_view na
   layout.info = topic_from_row(r.rows[0]);
   layout.version = r.rows[0].u64(12);
   layout.placed = r.rows[0].null(15) ? kAllPartitions : r.rows[0].u64(15);
+  layout.shared = layout.info.shared_storage;
+  layout.sid = r.rows[0].u64(18);
+  layout.send_fences = !layout.shared;
   Result g = c.execute(fmt::format("SELECT name, number, {} FROM txmq_groups WHERE topic = ? "
                                    "ORDER BY number",
                                    micros_of("created_at")),
@@ -340,14 +349,22 @@ void TopicCatalog::no_send_fences(std::string_view name) {
 }
 
 bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
-                          std::uint64_t placed, bool tables_now) {
+                          std::uint64_t placed, TableCreation tables) {
   check_options(options);
   check_dead_letter_topic(name, options);
   check_topic_name(name);
+  const bool tables_now = tables == TableCreation::kNow;
+  const bool shared = tables == TableCreation::kShared;
+  if (shared && (options.partitions != 1 || options.fair || placed != kAllPartitions)) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("topic '{}': shared storage does not yet take partitions, fair "
+                            "delivery or shards; create it with tables of its own",
+                            name));
+  }
   bool created = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     // DDL commits by itself, so the tables come first; the catalog rows make the topic exist.
     if (tables_now) {
-      create_shared_tables(c, topic_tables(name));
+      create_topic_wide_tables(c, topic_tables(name));
       for (int p = 0; p < options.partitions; ++p) {
         const auto partition = static_cast<unsigned>(p);
         create_queue_tables(c, topic_tables(name, 0, partition), first_id_of(partition),
@@ -359,12 +376,13 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
     params.push_back(static_cast<std::int64_t>(options.partitions));
     params.push_back(placed == kAllPartitions ? Param(nullptr) : Param(placed));
     params.push_back(static_cast<std::int64_t>(options.fair));
+    params.push_back(static_cast<std::int64_t>(shared ? 1 : 0));
     c.begin();
     Result r = c.execute(
         "INSERT IGNORE INTO txmq_topics (name, lease_us, max_attempts, max_payload_bytes, "
         "dedup_window_us, retry_initial_us, retry_multiplier, retry_max_us, retry_jitter, "
-        "archive_us, dead_letter_topic, retention_us, partitions, placed, fair, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
+        "archive_us, dead_letter_topic, retention_us, partitions, placed, fair, storage, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6))",
         params);
     if (r.affected_rows == 1) {
       c.execute("INSERT IGNORE INTO txmq_groups (topic, name, number, created_at) "
@@ -378,7 +396,7 @@ bool TopicCatalog::create(std::string_view name, const TopicOptions& options,
   // A dead-letter topic gets its tables when a topic names it: claims move messages into it
   // inside their transaction, where none can be made.
   if (!options.dead_letter_topic.empty()) make_tables(options.dead_letter_topic);
-  if (created && !tables_now) return true;
+  if (created && !tables_now) return true;  // at first use, or shared: none to make
   if (created) {
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       LayoutLock held(c, name);
@@ -434,6 +452,20 @@ void TopicCatalog::drop(std::string_view name) {
     // Dropped whether or not the topic has them: looking first in information_schema.ROUTINES
     // scans every routine on MariaDB (200 ms with 10,000 used topics); DROP PROCEDURE IF EXISTS
     // finds one by its key.
+    if (layout && layout->shared) {
+      // Its rows go after the catalog's (reap_dropped): the topic is gone for everyone now.
+      c.execute("INSERT IGNORE INTO txmq_dropped (sid, name, dropped_at) VALUES (?, ?, NOW(6))",
+                {layout->sid, name});
+      c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, 0)});
+      for (const GroupEntry& g : layout->groups) {
+        if (g.number != 0) {
+          c.execute("DELETE FROM txmq_waiters WHERE topic = ?", {wait_channel(name, g.number)});
+        }
+      }
+      c.execute("DELETE FROM txmq_metrics WHERE topic = ?", {name});
+      forget_sql_counts(c, name);
+      return r.affected_rows == 1;
+    }
     drop_send_procedure(c, name);
     if (!layout) return r.affected_rows == 1;
     // A topic never used has no tables to drop (make_tables waits for this layout lock, then
@@ -461,6 +493,40 @@ void TopicCatalog::drop(std::string_view name) {
   });
   forget(name);
   if (!existed) throw Error(Errc::kNotFound, fmt::format("topic '{}' does not exist", name));
+  reap_dropped();
+}
+
+namespace {
+constexpr int kReapRows = 1000;
+}  // namespace
+
+void TopicCatalog::reap_dropped() {
+  // Every dropped shared topic's rows, a bounded chunk per statement in autocommit, so that no
+  // statement holds many locks or much undo; a row of txmq_dropped goes once its rows are gone.
+  // Clients that reap together delete the same ranges: harmless, each row goes once.
+  const Result dropped = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+    return c.execute("SELECT sid FROM txmq_dropped ORDER BY sid LIMIT 100", {});
+  });
+  for (const Row& row : dropped.rows) {
+    const std::uint64_t sid = row.u64(0);
+    const std::uint64_t from = shared_qid(sid, 0, 0);
+    const std::uint64_t to = shared_qid(sid + 1, 0, 0);
+    pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      for (std::string_view table : {kSharedQueue, kSharedParked, kSharedKeys, kSharedDead}) {
+        const std::string sql = fmt::format("DELETE FROM {} WHERE qid >= ? AND qid < ? LIMIT {}",
+                                            quote_identifier(table), kReapRows);
+        while (c.execute(sql, {from, to}).affected_rows == kReapRows) {
+        }
+      }
+      for (std::string_view table : {kSharedDedup, kSharedArchive}) {
+        const std::string sql = fmt::format("DELETE FROM {} WHERE sid = ? LIMIT {}",
+                                            quote_identifier(table), kReapRows);
+        while (c.execute(sql, {sid}).affected_rows == kReapRows) {
+        }
+      }
+      c.execute("DELETE FROM txmq_dropped WHERE sid = ?", {sid});
+    });
+  }
 }
 
 void TopicCatalog::set_placed(std::string_view name, std::uint64_t placed) {
@@ -505,6 +571,12 @@ void TopicCatalog::update(std::string_view name, const TopicOptions& options,
                   fmt::format("topic '{}' is fair: a fair topic stays fair", name));
     }
     const int had = layout->info.options.partitions;
+    if (layout->shared && (options.partitions != 1 || options.fair)) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}' is in shared storage, which does not yet take "
+                              "partitions or fair delivery",
+                              name));
+    }
     if (options.partitions < had) {
       throw Error(Errc::kInvalidArgument,
                   fmt::format("topic '{}' has {} partitions: partitions can be raised, not "
@@ -613,13 +685,13 @@ std::vector<TopicName> TopicCatalog::list_names() {
   std::unordered_set<std::string> with_tables;
   Result r = pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     with_tables = topics_with_tables(c);
-    return c.execute("SELECT name FROM txmq_topics ORDER BY name", {});
+    return c.execute("SELECT name, storage FROM txmq_topics ORDER BY name", {});
   });
   std::vector<TopicName> names;
   names.reserve(r.rows.size());
   for (const Row& row : r.rows) {
     TopicName n{row.bytes(0)};
-    n.has_tables = with_tables.contains(n.name);
+    n.has_tables = row.i64(1) != 0 || with_tables.contains(n.name);
     names.push_back(std::move(n));
   }
   return names;
@@ -634,7 +706,8 @@ std::vector<TopicInfo> TopicCatalog::list() {
   std::vector<TopicInfo> topics;
   for (const Row& row : r.rows) {
     topics.push_back(topic_from_row(row));
-    topics.back().has_tables = with_tables.contains(topics.back().name);
+    topics.back().has_tables =
+        topics.back().shared_storage || with_tables.contains(topics.back().name);
   }
   return topics;
 }

@@ -20,7 +20,7 @@
 
 namespace txmq::internal {
 
-constexpr int kSchemaVersion = 15;
+constexpr int kSchemaVersion = 16;
 constexpr std::uint64_t kAllPartitions = ~std::uint64_t{0};
 
 // A topic's group, by the number its tables carry.
@@ -48,6 +48,10 @@ struct TopicLayout {
   // Whether single sends try the topic's send fences first (the catalog, "Send fences"): false
   // in the cached copy once a send found them missing, until the layout is read again.
   bool send_fences = true;
+  // Shared storage (TableCreation::kShared): the topic's rows are in the shared tables under
+  // its sid (names.h), and it has no send fences, no send procedures and no tables of its own.
+  bool shared = false;
+  std::uint64_t sid = 0;
 
   bool is_placed(unsigned partition) const { return placed_in(placed, partition); }
   // Throws kNotFound naming the topic. Empty: the default group.
@@ -55,6 +59,9 @@ struct TopicLayout {
   // The group whose queue tables allocate the ids (the lowest number); the others get copies.
   const GroupEntry& allocator() const { return groups.front(); }
   unsigned partitions() const { return static_cast<unsigned>(info.options.partitions); }
+  // The tables of a group's partition, wherever its rows are (group 0, partition 0: the
+  // topic-wide dedup and archive tables too).
+  TopicTables tables(unsigned group = 0, unsigned partition = 0) const;
 };
 
 // One queue: a group's partition of a topic, with its own tables.
@@ -64,7 +71,7 @@ struct QueueRef {
   TopicTables tables;
   std::string channel;  // where the group's waiting consumers register
 };
-QueueRef partition_queue(std::string_view topic, unsigned group, unsigned partition);
+QueueRef partition_queue(const TopicLayout& layout, unsigned group, unsigned partition);
 
 // A topic as one call uses it: its layout, and the tables and wait channel of every group's
 // partition, made once when the catalog is read (not per statement). Immutable and shared: a
@@ -113,7 +120,7 @@ class TopicCatalog {
   // `placed`: the partitions that live on this server (a sharded topic's member, shard_map.h).
   // `tables_now` false: only the catalog rows; make_tables makes the tables at first use.
   bool create(std::string_view name, const TopicOptions& options,
-              std::uint64_t placed = ~std::uint64_t{0}, bool tables_now = true);
+              std::uint64_t placed = ~std::uint64_t{0}, TableCreation tables = TableCreation::kNow);
   // Makes every table of the topic's groups and partitions that is missing (a topic created
   // without them, or a make cut short), with its send fences, under the topic's layout lock:
   // several clients may make them at once. False when the topic does not exist. Runs DDL on a
@@ -132,6 +139,9 @@ class TopicCatalog {
   // read the old shard map reads it again.
   void set_placed(std::string_view name, std::uint64_t placed);
   void drop(std::string_view name);
+  // Deletes the rows of dropped topics in shared storage (txmq_dropped): drop does, after its
+  // topic is gone, for it and any an earlier drop left (a client that stopped midway).
+  void reap_dropped();
   std::vector<TopicInfo> list();
   // Names and has_tables only, by name: two statements that read no topic's settings.
   std::vector<TopicName> list_names();

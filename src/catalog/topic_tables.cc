@@ -79,7 +79,7 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
 }
 
 // The tables a topic has once, whatever its groups and partitions.
-void create_shared_tables(Connection& c, const TopicTables& t) {
+void create_topic_wide_tables(Connection& c, const TopicTables& t) {
   // One row per deduplication key still in its window (dedup.cc). The expiry index lets the
   // purge of old keys read only what it deletes.
   c.query(
@@ -122,8 +122,90 @@ void make_fair(Connection& c, const TopicTables& t) {
 }
 
 void create_topic_tables(Connection& c, const TopicTables& t) {
-  create_shared_tables(c, t);
+  create_topic_wide_tables(c, t);
   create_queue_tables(c, t, 1);
+}
+
+// Shared storage (schema version 16): the tables of every topic created without tables of its
+// own, made once. Each is the per-topic table with the queue's qid (or the topic's sid) leading
+// its primary key, so that a claim's range (qid, hint) .. (qid, +inf) walks only its own queue's
+// rows and a topic's rows are one range to delete. The queue table's ids come from its
+// AUTO_INCREMENT, which InnoDB needs to lead an index: KEY ids, which no statement reads.
+void create_shared_storage_tables(Connection& c) {
+  c.query(fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} ("
+      " qid BIGINT UNSIGNED NOT NULL,"
+      " id BIGINT UNSIGNED NOT NULL,"
+      " attempts INT UNSIGNED NOT NULL,"
+      " last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
+      " enqueued_at DATETIME(6) NOT NULL,"
+      " died_at DATETIME(6) NOT NULL,"
+      " msg_key VARBINARY(255) NULL,"
+      " payload LONGBLOB NOT NULL,"
+      " attributes LONGBLOB NULL,"
+      " PRIMARY KEY (qid, id)) ENGINE=InnoDB",
+      quote_identifier(kSharedDead)));
+  c.query(fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} ("
+      " qid BIGINT UNSIGNED NOT NULL,"
+      " msg_key VARBINARY(255) NOT NULL,"
+      " heads BIGINT UNSIGNED NOT NULL,"
+      " parked BIGINT UNSIGNED NOT NULL,"
+      " PRIMARY KEY (qid, msg_key)) ENGINE=InnoDB",
+      quote_identifier(kSharedKeys)));
+  c.query(fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} ("
+      " qid BIGINT UNSIGNED NOT NULL,"
+      " msg_key VARBINARY(255) NOT NULL,"
+      " park_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+      " id BIGINT UNSIGNED NOT NULL,"
+      " visible_at DATETIME(6) NOT NULL,"
+      " enqueued_at DATETIME(6) NOT NULL,"
+      " payload LONGBLOB NOT NULL,"
+      " attributes LONGBLOB NULL,"
+      " PRIMARY KEY (qid, msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
+      quote_identifier(kSharedParked)));
+  c.query(fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} ("
+      " sid BIGINT UNSIGNED NOT NULL,"
+      " dedup_key VARBINARY(255) NOT NULL,"
+      " message_id BIGINT UNSIGNED NOT NULL,"
+      " expires_at DATETIME(6) NOT NULL,"
+      " PRIMARY KEY (sid, dedup_key), KEY (sid, expires_at)) ENGINE=InnoDB",
+      quote_identifier(kSharedDedup)));
+  c.query(fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} ("
+      " sid BIGINT UNSIGNED NOT NULL,"
+      " id BIGINT UNSIGNED NOT NULL,"
+      " enqueued_at DATETIME(6) NOT NULL,"
+      " acked_at DATETIME(6) NOT NULL,"
+      " msg_key VARBINARY(255) NULL,"
+      " payload LONGBLOB NOT NULL,"
+      " attributes LONGBLOB NULL,"
+      " PRIMARY KEY (sid, id), KEY (sid, acked_at)) ENGINE=InnoDB",
+      quote_identifier(kSharedArchive)));
+  c.query(fmt::format(
+      "CREATE TABLE IF NOT EXISTS {} ("
+      " qid BIGINT UNSIGNED NOT NULL,"
+      " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+      " visible_at DATETIME(6) NOT NULL,"
+      " attempts INT UNSIGNED NOT NULL DEFAULT 0,"
+      " lease_token BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+      " owner_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+      " enqueued_at DATETIME(6) NOT NULL,"
+      " msg_key VARBINARY(255) NULL,"
+      " payload LONGBLOB NOT NULL,"
+      " attributes LONGBLOB NULL,"
+      " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
+      " PRIMARY KEY (qid, id), KEY ids (id)) ENGINE=InnoDB",
+      quote_identifier(kSharedQueue)));
+  // Topics in shared storage that were dropped and whose rows are still to be deleted (a
+  // client deletes them in bounded chunks: TopicCatalog::reap_dropped).
+  c.query(
+      "CREATE TABLE IF NOT EXISTS txmq_dropped ("
+      " sid BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
+      " name VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+      " dropped_at DATETIME(6) NOT NULL) ENGINE=InnoDB");
 }
 
 }  // namespace txmq::internal

@@ -16,7 +16,9 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
 // Gives an existing queue table a fair topic's columns and indexes (unless it has them).
 void make_fair(Connection& c, const TopicTables& t);
 // The tables a topic's groups share (its keys' dedup and archive tables).
-void create_shared_tables(Connection& c, const TopicTables& t);
+void create_topic_wide_tables(Connection& c, const TopicTables& t);
+// The tables of every topic in shared storage, made once (schema version 16).
+void create_shared_storage_tables(Connection& c);
 // Both, for a topic's first group and partition (the queue table last).
 void create_topic_tables(Connection& c, const TopicTables& t);
 

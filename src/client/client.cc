@@ -260,16 +260,29 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(o
 Client::~Client() = default;
 
 bool Client::create_topic(std::string_view name, const TopicOptions& options,
-                          TableCreation tables) {
+                          std::optional<TableCreation> tables) {
   Impl& i = *impl_;
-  if (!options.servers.empty()) return i.router.create_topic(name, options);
+  if (!options.servers.empty()) {
+    if (tables == TableCreation::kShared) {
+      throw Error(Errc::kInvalidArgument,
+                  fmt::format("topic '{}': a topic sharded over servers has tables of its own on "
+                              "each (shared storage is for topics in the client's database)",
+                              name));
+    }
+    return i.router.create_topic(name, options);
+  }
   if (i.registry.reload(name)) {
     throw Error(Errc::kAlreadyExists,
                 fmt::format("topic '{}' exists, sharded over servers (txmq topic show {})", name,
                             name));
   }
-  return i.queue.catalog.create(name, options, internal::kAllPartitions,
-                                tables == TableCreation::kNow);
+  TableCreation how = tables.value_or(i.options.topic_tables);
+  // A client whose topics go to shared storage by default gives tables of their own to those
+  // that shared storage cannot hold yet; asked for by name, it refuses them.
+  if (!tables && how == TableCreation::kShared && (options.partitions != 1 || options.fair)) {
+    how = TableCreation::kNow;
+  }
+  return i.queue.catalog.create(name, options, internal::kAllPartitions, how);
 }
 void Client::drop_topic(std::string_view name) {
   Impl& i = *impl_;

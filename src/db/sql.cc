@@ -41,8 +41,9 @@ Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values) 
 std::string walk_keys(std::string_view key) { return fmt::format(" ORDER BY {} LIMIT ?", key); }
 
 Result delete_in_lists(Connection& c, std::string_view table, std::string_view key,
-                       std::vector<Param> values) {
-  const std::string sql = fmt::format("DELETE FROM {} WHERE {} IN {{}}{}", table, key, walk_keys(key));
+                       std::vector<Param> values, std::string_view scope) {
+  const std::string sql =
+      fmt::format("DELETE FROM {} WHERE {}{} IN {{}}{}", table, scope, key, walk_keys(key));
   return for_in_lists(values, [&](const std::string& list, std::vector<Param>& params,
                                   std::size_t count) {
     params.emplace_back(static_cast<std::int64_t>(count));
@@ -70,7 +71,7 @@ std::vector<std::uint64_t> insert_returning_ids(Connection& c, const std::string
 
 Result delete_returning(Connection& c, std::string_view table, std::string_view where,
                         std::span<const Param> params, std::string_view columns,
-                        std::string_view key) {
+                        std::string_view key, std::string_view scope) {
   if (c.server().returning()) {
     return c.execute(fmt::format("DELETE FROM {} {} RETURNING {}", table, where, columns), params);
   }
@@ -92,7 +93,7 @@ Result delete_returning(Connection& c, std::string_view table, std::string_view 
       std::vector<Param> keys;
       keys.reserve(picked.rows.size());
       for (const Row& row : picked.rows) keys.emplace_back(row.u64(0));
-      out.affected_rows = delete_in_lists(c, table, key, std::move(keys)).affected_rows;
+      out.affected_rows = delete_in_lists(c, table, key, std::move(keys), scope).affected_rows;
       out.rows.reserve(picked.rows.size());
       for (const Row& row : picked.rows) {
         std::vector<Row::Cell> cells;

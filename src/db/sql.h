@@ -61,8 +61,9 @@ Result in_lists(Connection& c, std::string_view sql, std::vector<Param> values);
 // UPDATE is spared: it reads a locked row's last committed version to see whether it is wanted.)
 std::string walk_keys(std::string_view key);
 // DELETE FROM table WHERE key IN (values) in chunks, each walking the key (walk_keys).
+// `scope`: a condition on the key's leading columns, "qid = N AND " (shared storage), or "".
 Result delete_in_lists(Connection& c, std::string_view table, std::string_view key,
-                       std::vector<Param> values);
+                       std::vector<Param> values, std::string_view scope = "");
 
 // Deletes the rows of `table` that `where` picks ("WHERE ...", maybe with "ORDER BY ... LIMIT n";
 // bound by `params`) and returns `columns` (an expression list over them) of each. MariaDB: one
@@ -71,7 +72,7 @@ Result delete_in_lists(Connection& c, std::string_view table, std::string_view k
 // transaction, or in one of its own when the connection is in none.
 Result delete_returning(Connection& c, std::string_view table, std::string_view where,
                         std::span<const Param> params, std::string_view columns,
-                        std::string_view key = "id");
+                        std::string_view key = "id", std::string_view scope = "");
 
 // Runs `insert` (an INSERT ... VALUES of `rows` rows into a table with an AUTO_INCREMENT id) and
 // returns the ids given to its rows, in order. MariaDB: the statement with RETURNING id. MySQL:

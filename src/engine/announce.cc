@@ -39,7 +39,7 @@ void announce(QueueContext& q, std::string_view topic, std::size_t count) {
 void made_claimable(QueueContext& q, const QueueRef& unit,
                     const std::vector<std::uint64_t>& ids) {
   if (ids.empty()) return;
-  q.hints.lower(unit.tables.queue, *std::min_element(ids.begin(), ids.end()));
+  q.hints.lower(unit.tables.rows_key, *std::min_element(ids.begin(), ids.end()));
   q.waiters.announce(unit.channel, ids.size());
 }
 

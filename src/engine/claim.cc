@@ -70,8 +70,8 @@ std::uint64_t write_leases(QueueContext& q, Connection& c, const TopicInfo& topi
                         "first_claimed_at = IF(attempts = 0, TIMESTAMP'1970-01-01 00:00:00' + "
                         "INTERVAL ? MICROSECOND, first_claimed_at), "
                         "attempts = attempts + 1, lease_token = IF(msg_key IS NULL, ?, ?), "
-                        "owner_id = ? WHERE id IN {}",
-                        t.queue, retry_delay_sql("attempts"), placeholders(n)),
+                        "owner_id = ? WHERE {}id IN {}",
+                        t.queue, retry_delay_sql("attempts"), t.q_and, placeholders(n)),
             params);
   return token;
 }
@@ -183,7 +183,7 @@ ClaimResult claim_once(QueueContext& q, const TopicInfo& topic, const QueueRef& 
 Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, int max_messages,
                         bool fair) {
   const auto limit = static_cast<std::int64_t>(max_messages);
-  const std::string& hint_key = t.queue;  // scan hints are per queue table
+  const std::string& hint_key = t.rows_key;  // scan hints are per queue
   const std::string columns =
       fmt::format("id, attempts, {}, {}, msg_key, payload, attributes, {}, lease_token <> 0",
                   micros_of("enqueued_at"), micros_of("NOW(6)"), micros_of("first_claimed_at"));
@@ -202,9 +202,9 @@ Result select_claimable(QueueContext& q, Connection& c, const TopicTables& t, in
     // FORCE INDEX (PRIMARY): walking the primary key in order means rows are locked only as
     // they are taken; a plan that sorted a range first would lock every row it sorted.
     sql = fmt::format(
-        "SELECT {}, NULL, TRUE FROM {} FORCE INDEX (PRIMARY) WHERE id >= ? AND visible_at <= "
+        "SELECT {}, NULL, TRUE FROM {} FORCE INDEX (PRIMARY) WHERE {}id >= ? AND visible_at <= "
         "NOW(6) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-        columns, t.queue);
+        columns, t.queue, t.q_and);
   }
   ScanHints::Start start = q.hints.start(hint_key);
   Result r = c.execute(sql, {start.sweep ? std::uint64_t{0} : start.from_id, limit});
@@ -281,10 +281,10 @@ void check_claim_options(int max_messages, Micros wait) {
   }
 }
 
-std::vector<std::string> queue_tables_of(const std::vector<const QueueRef*>& units) {
-  std::vector<std::string> tables;
+std::vector<WatchedQueue> queue_tables_of(const std::vector<const QueueRef*>& units) {
+  std::vector<WatchedQueue> tables;
   tables.reserve(units.size());
-  for (const QueueRef* u : units) tables.push_back(u->tables.queue);
+  for (const QueueRef* u : units) tables.push_back({u->tables.queue, u->tables.q_and});
   return tables;
 }
 

@@ -28,7 +28,7 @@ std::uint64_t write_leases(QueueContext& q, Connection& c, const TopicInfo& topi
                            const TopicTables& t, const std::vector<std::uint64_t>& ids,
                            Micros lease, std::int64_t now_us);
 // The queue tables of the queues a claim walks (ResolvedTopic::claim_order), for its waiter.
-std::vector<std::string> queue_tables_of(const std::vector<const QueueRef*>& units);
+std::vector<WatchedQueue> queue_tables_of(const std::vector<const QueueRef*>& units);
 // The fields of a message from a select_claimable row (not the receipt or lease expiry).
 Message message_from_row(Row& row);
 
@@ -49,7 +49,7 @@ enum class ClaimTry {
 // second for anything else. Returns whether it got something. With `try_first`, the first try
 // is made even when the waiter knows the topic is empty (it carries acknowledgements).
 template <typename Try>
-bool claim_within(QueueContext& q, std::string_view channel, const std::vector<std::string>& tables,
+bool claim_within(QueueContext& q, std::string_view channel, const std::vector<WatchedQueue>& tables,
                   Micros wait, Try&& try_once, bool try_first = false) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   std::shared_ptr<TopicWaiter> waiter;

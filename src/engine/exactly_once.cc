@@ -27,7 +27,7 @@ namespace txmq::internal {
 void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTables& t,
                           std::vector<Param> ids) {
   if (ids.empty()) return;
-  q.hints.lower(t.queue, std::get<std::uint64_t>(ids.front()));
+  q.hints.lower(t.rows_key, std::get<std::uint64_t>(ids.front()));
   try {
     const std::size_t n = in_list_size(ids.size());
     pad_ids(ids, 0, n);
@@ -37,8 +37,8 @@ void count_failed_attempt(QueueContext& q, const TopicInfo& topic, const TopicTa
     q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       // visible_at first: it reads attempts before the increment.
       c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL {} MICROSECOND, "
-                            "attempts = attempts + 1 WHERE id IN {}",
-                            t.queue, retry_delay_sql("attempts"), placeholders(n)),
+                            "attempts = attempts + 1 WHERE {}id IN {}",
+                            t.queue, retry_delay_sql("attempts"), t.q_and, placeholders(n)),
                 params);
     });
   } catch (const Error&) {
@@ -95,7 +95,7 @@ std::vector<std::uint64_t> acknowledge_batch(Connection& c, const TopicInfo& top
   const std::size_t n = in_list_size(ids.size());
   pad_ids(ids, 0, n);
   if (topic.options.archive > Micros{0}) {
-    c.execute(archive_sql(t, fmt::format("WHERE id IN {}", placeholders(n))), ids);
+    c.execute(archive_sql(t, fmt::format("WHERE {}id IN {}", t.q_and, placeholders(n))), ids);
   }
   // Row by row through the primary key, from the list: `DELETE … WHERE id IN (…)` scans the
   // whole table when the server thinks it small (a queue near the end of a drain), and a scan
@@ -103,8 +103,8 @@ std::vector<std::uint64_t> acknowledge_batch(Connection& c, const TopicInfo& top
   Result deleted = c.execute(
       fmt::format("DELETE q FROM JSON_TABLE(CAST(? AS CHAR CHARACTER SET utf8mb4), '$[*]' COLUMNS "
                   "(id BIGINT UNSIGNED PATH '$')) AS j STRAIGHT_JOIN {} AS q FORCE INDEX (PRIMARY) "
-                  "ON q.id = j.id",
-                  t.queue),
+                  "ON {}q.id = j.id",
+                  t.queue, t.shared() ? "q." + t.q_and : ""),
       {std::string_view(id_list)});
   if (deleted.affected_rows != messages.size()) {
     throw Error(Errc::kInternal,

@@ -43,7 +43,7 @@ void HeldClaim::rollback() noexcept {
     // A connection that cannot roll back is closed by the pool; the server rolls back.
   }
   connection_.reset();
-  q_.hints.lower(unit_.tables.queue, messages_.empty() ? 0 : messages_.front().id);
+  q_.hints.lower(unit_.tables.rows_key, messages_.empty() ? 0 : messages_.front().id);
   q_.waiters.announce(unit_.channel, messages_.size());
 }
 
@@ -94,8 +94,8 @@ void HeldClaim::apply_marks(HeldOutcome& outcome, std::vector<std::uint64_t>& pr
       }
       const Micros delay = retry_delay(info.options.retry, m.attempt - 1);
       c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
-                            "attempts = attempts + 1, lease_token = 0, owner_id = 0 WHERE id = ?",
-                            t.queue),
+                            "attempts = attempts + 1, lease_token = 0, owner_id = 0 WHERE {}id = ?",
+                            t.queue, t.q_and),
                 {static_cast<std::int64_t>(delay.count()), m.id});
     }
   }
@@ -122,7 +122,7 @@ void HeldClaim::finish(const HeldOutcome& outcome, const std::vector<std::uint64
     connection_.reset();
     if (e.code() == Errc::kCommitUnknown) throw;
     // Rolled back on the server: every message is claimable again.
-    q_.hints.lower(unit_.tables.queue, messages_.front().id);
+    q_.hints.lower(unit_.tables.rows_key, messages_.front().id);
     q_.waiters.announce(unit_.channel, messages_.size());
     if (broke) throw rolled_back(e);
     throw;
@@ -141,7 +141,7 @@ void HeldClaim::finish(const HeldOutcome& outcome, const std::vector<std::uint64
   }
   made_claimable(q_, unit_, promoted);
   if (outcome.released > 0) {
-    q_.hints.lower(unit_.tables.queue, messages_.front().id);
+    q_.hints.lower(unit_.tables.rows_key, messages_.front().id);
     q_.waiters.announce(unit_.channel, outcome.released);
   }
 }

@@ -75,13 +75,15 @@ double age_of(const Row& row, std::size_t i) {
   return row.null(i) ? 0.0 : static_cast<double>(row.i64(i)) / 1e6;
 }
 
-QueueSample sample_queue(Connection& c, const std::string& table, std::uint64_t limit,
-                         bool highest) {
+// `scope`: "qid = N AND " for a queue in shared storage (TopicTables::q_and), else "".
+QueueSample sample_queue(Connection& c, const std::string& table, const std::string& scope,
+                         std::uint64_t limit, bool highest) {
   const std::string from =
-      limit == 0 ? table
-                 : fmt::format("(SELECT id, visible_at, lease_token, enqueued_at FROM {} ORDER BY "
-                               "id {} LIMIT ?) AS s",
-                               table, highest ? "DESC" : "ASC");
+      limit == 0 && scope.empty()
+          ? table
+          : fmt::format("(SELECT id, visible_at, lease_token, enqueued_at FROM {} WHERE {}TRUE "
+                        "ORDER BY id {}{}) AS s",
+                        table, scope, highest ? "DESC" : "ASC", limit == 0 ? "" : " LIMIT ?");
   std::vector<Param> params;
   if (limit != 0) params.push_back(limit);
   Result r = c.execute(
@@ -108,12 +110,13 @@ struct KeySample {
   std::uint64_t last = 0;
 };
 
-KeySample sample_keys(Connection& c, const std::string& table, std::string_view key,
-                      std::uint64_t limit, bool highest) {
+KeySample sample_keys(Connection& c, const std::string& table, const std::string& scope,
+                      std::string_view key, std::uint64_t limit, bool highest) {
   const std::string from =
-      limit == 0 ? table
-                 : fmt::format("(SELECT {0}, enqueued_at FROM {1} ORDER BY {0} {2} LIMIT ?) AS s",
-                               key, table, highest ? "DESC" : "ASC");
+      limit == 0 && scope.empty()
+          ? table
+          : fmt::format("(SELECT {0}, enqueued_at FROM {1} WHERE {3}TRUE ORDER BY {0} {2}{4}) AS s",
+                        key, table, highest ? "DESC" : "ASC", scope, limit == 0 ? "" : " LIMIT ?");
   std::vector<Param> params;
   if (limit != 0) params.push_back(limit);
   Result r = c.execute(fmt::format("SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(enqueued_at), "
@@ -140,13 +143,14 @@ std::optional<double> rows_between(std::uint64_t low_rows, std::uint64_t low_fir
 
 // A table's row count and oldest age, exact up to 2 * limit rows (limit 0: always).
 std::pair<KeySample, bool> count_keys(Connection& c, const std::string& table,
-                                      std::string_view key, std::uint64_t limit) {
-  KeySample low = sample_keys(c, table, key, limit, false);
+                                      const std::string& scope, std::string_view key,
+                                      std::uint64_t limit) {
+  KeySample low = sample_keys(c, table, scope, key, limit, false);
   if (limit == 0 || low.rows < limit) return {low, false};
-  const KeySample high = sample_keys(c, table, key, limit, true);
+  const KeySample high = sample_keys(c, table, scope, key, limit, true);
   const std::optional<double> middle =
       rows_between(low.rows, low.first, low.last, high.rows, high.first, high.last);
-  if (!middle) return {sample_keys(c, table, key, 0, false), false};
+  if (!middle) return {sample_keys(c, table, scope, key, 0, false), false};
   low.rows += high.rows + static_cast<std::uint64_t>(std::llround(*middle));
   return {low, true};
 }
@@ -175,13 +179,13 @@ TopicStats stats_of(QueueContext& q, std::string_view topic, const QueueRef& uni
   return read_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     TopicStats s;
     s.topic = std::string(topic);
-    QueueSample low = sample_queue(c, t.queue, exact_up_to, false);
+    QueueSample low = sample_queue(c, t.queue, t.q_and, exact_up_to, false);
     if (exact_up_to != 0 && low.rows >= exact_up_to) {
-      const QueueSample high = sample_queue(c, t.queue, exact_up_to, true);
+      const QueueSample high = sample_queue(c, t.queue, t.q_and, exact_up_to, true);
       const std::optional<double> middle = rows_between(low.rows, low.first_id, low.last_id,
                                                         high.rows, high.first_id, high.last_id);
       if (!middle) {
-        low = sample_queue(c, t.queue, 0, false);
+        low = sample_queue(c, t.queue, t.q_and, 0, false);
       } else {
         // The ids between are taken as the highest ones are: not yet reached by consumers
         // (claims go in id order), so in the same mix of ready and delayed.
@@ -201,13 +205,16 @@ TopicStats stats_of(QueueContext& q, std::string_view topic, const QueueRef& uni
     s.in_flight = low.in_flight;
     s.delayed = low.delayed;
     s.oldest_ready_age_seconds = low.oldest_ready_age;
-    const auto [dead, dead_estimated] = count_keys(c, t.dead, "id", exact_up_to);
-    const auto [parked, parked_estimated] = count_keys(c, t.parked, "park_id", exact_up_to);
+    const auto [dead, dead_estimated] = count_keys(c, t.dead, t.q_and, "id", exact_up_to);
+    const auto [parked, parked_estimated] =
+        count_keys(c, t.parked, t.q_and, "park_id", exact_up_to);
     s.dead = dead.rows;
     s.waiting_on_key = parked.rows;
     s.estimated = s.estimated || dead_estimated || parked_estimated;
     s.lag_seconds = std::max(low.oldest_age, parked.oldest_age);
-    // The id counter (InnoDB's, read live): ids start at the partition's first id.
+    // The id counter (InnoDB's, read live): ids start at the partition's first id. (Shared
+    // storage: one counter for every queue, which says nothing of this one.)
+    if (t.shared()) return s;
     Result a = c.execute(
         "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
         "AND TABLE_NAME = ?",
@@ -249,9 +256,10 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
   return lowest_of_group(q, topic, group, limit, [&](Connection& c, const TopicTables& t) {
     Result r = c.execute(fmt::format("SELECT q.id, COALESCE(c.name, CONCAT('consumer #', q.owner_id)),"
                                      " q.attempts, {} FROM {} AS q LEFT JOIN txmq_consumers AS c ON"
-                                     " c.id = q.owner_id WHERE q.lease_token <> 0 AND q.visible_at >"
+                                     " c.id = q.owner_id WHERE {}q.lease_token <> 0 AND q.visible_at >"
                                      " NOW(6) ORDER BY q.id LIMIT ?",
-                                     micros_of("q.visible_at"), t.queue),
+                                     micros_of("q.visible_at"), t.queue,
+                                     t.shared() ? "q." + t.q_and : ""),
                          {static_cast<std::uint64_t>(limit)});
     std::vector<InFlightMessage> out;
     for (const Row& row : r.rows) {
@@ -273,9 +281,9 @@ std::vector<DeadLetter> dead_letters(QueueContext& q, std::string_view topic,
     params.emplace_back(static_cast<std::uint64_t>(limit));
     Result r = c.execute(
         fmt::format("SELECT id, msg_key, {}, attempts, last_owner, {}, {}, attributes, "
-                    "LENGTH(payload) FROM {} ORDER BY id LIMIT ?",
+                    "LENGTH(payload) FROM {} WHERE {}TRUE ORDER BY id LIMIT ?",
                     whole ? "payload" : "SUBSTRING(payload, 1, ?)", micros_of("enqueued_at"),
-                    micros_of("died_at"), t.dead),
+                    micros_of("died_at"), t.dead, t.q_and),
         params);
     std::vector<DeadLetter> out;
     for (Row& row : r.rows) {
@@ -316,15 +324,16 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const QueueRef& 
       Result locked;
       if (wanted.empty()) {
         locked = c.execute(
-            fmt::format("SELECT id, msg_key FROM {} ORDER BY id LIMIT ? FOR UPDATE", t.dead),
+            fmt::format("SELECT id, msg_key FROM {} WHERE {}TRUE ORDER BY id LIMIT ? FOR UPDATE",
+                        t.dead, t.q_and),
             {static_cast<std::uint64_t>(kRequeueChunk)});
       } else {
         std::vector<Param> params = wanted;
         std::size_t n = in_list_size(params.size());
         pad_ids(params, 0, n);
         locked = c.execute(fmt::format("SELECT id, msg_key FROM {} FORCE INDEX (PRIMARY) WHERE "
-                                       "id IN {} FOR UPDATE",
-                                       t.dead, placeholders(n)),
+                                       "{}id IN {} FOR UPDATE",
+                                       t.dead, t.q_and, placeholders(n)),
                            params);
       }
       if (locked.rows.empty()) {
@@ -337,12 +346,14 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const QueueRef& 
       std::size_t n = in_list_size(found.size());
       pad_ids(found, 0, n);
       // The message keeps its id (and so its place in id order) and starts again at attempt 1.
-      c.execute(fmt::format("INSERT INTO {} (id, visible_at, attempts, lease_token, owner_id, "
-                            "enqueued_at, msg_key, payload, attributes) SELECT id, NOW(6), 0, 0, "
-                            "0, enqueued_at, msg_key, payload, attributes FROM {} WHERE id IN {}",
-                            t.queue, t.dead, placeholders(n)),
+      c.execute(fmt::format("INSERT INTO {} ({}id, visible_at, attempts, lease_token, owner_id, "
+                            "enqueued_at, msg_key, payload, attributes) SELECT {}id, NOW(6), 0, "
+                            "0, 0, enqueued_at, msg_key, payload, attributes FROM {} WHERE {}id IN "
+                            "{}",
+                            t.queue, t.q_col, t.q_val, t.dead, t.q_and, placeholders(n)),
                 found);
-      delete_in_lists(c, t.dead, "id", std::vector<Param>(found.begin(), found.begin() + count));
+      delete_in_lists(c, t.dead, "id", std::vector<Param>(found.begin(), found.begin() + count),
+                      t.q_and);
       // A keyed message goes back in line behind its key's messages, as a new send would.
       std::vector<std::pair<std::string_view, std::uint64_t>> keyed;
       for (const Row& row : locked.rows) {
@@ -357,7 +368,7 @@ std::size_t requeue_in(QueueContext& q, std::string_view topic, const QueueRef& 
     if (ids.empty() && moved == 0) break;
   }
   // Requeued rows keep their old ids, below where this client's claims start: sweep next time.
-  if (total > 0) q.hints.forget(t.queue);
+  if (total > 0) q.hints.forget(t.rows_key);
   return total;
 }
 
@@ -408,7 +419,9 @@ std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const QueueR
     for (;;) {
       const std::size_t gone = run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
         return static_cast<std::size_t>(
-            c.execute(fmt::format("DELETE FROM {} ORDER BY id LIMIT {}", t.dead, kRequeueChunk), {})
+            c.execute(fmt::format("DELETE FROM {} WHERE {}TRUE ORDER BY id LIMIT {}", t.dead,
+                                  t.q_and, kRequeueChunk),
+                      {})
                 .affected_rows);
       });
       total += gone;
@@ -420,7 +433,8 @@ std::size_t delete_dead_in(QueueContext& q, std::string_view topic, const QueueR
     std::vector<Param> wanted(ids.begin() + static_cast<std::ptrdiff_t>(from),
                               ids.begin() + static_cast<std::ptrdiff_t>(to));
     total += run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
-      return static_cast<std::size_t>(delete_in_lists(c, t.dead, "id", wanted).affected_rows);
+      return static_cast<std::size_t>(
+          delete_in_lists(c, t.dead, "id", wanted, t.q_and).affected_rows);
     });
   }
   return total;
@@ -438,11 +452,12 @@ std::size_t delete_dead(QueueContext& q, std::string_view topic, std::string_vie
 
 std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
                                       std::uint64_t from_id, std::size_t limit) {
-  const TopicTables t = topic_tables(topic);
+  const TopicTables t = q.catalog.layout(topic).tables();
   return run_on_topic(q, topic, [&](Connection& c, const Attempt&) {
     Result r = c.execute(fmt::format("SELECT id, msg_key, payload, {}, {}, attributes FROM {} "
-                                     "WHERE id >= ? ORDER BY id LIMIT ?",
-                                     micros_of("enqueued_at"), micros_of("acked_at"), t.archive),
+                                     "WHERE {}id >= ? ORDER BY id LIMIT ?",
+                                     micros_of("enqueued_at"), micros_of("acked_at"), t.archive,
+                                     t.s_and),
                          {from_id, static_cast<std::uint64_t>(limit)});
     std::vector<ArchivedMessage> out;
     for (Row& row : r.rows) {
@@ -461,16 +476,17 @@ std::vector<ArchivedMessage> archived(QueueContext& q, std::string_view topic,
 
 std::uint64_t purge_archive_rows(Connection& c, const TopicTables& t, Micros keep) {
   return c
-      .execute(fmt::format("DELETE FROM {} WHERE acked_at < NOW(6) - INTERVAL ? MICROSECOND "
+      .execute(fmt::format("DELETE FROM {} WHERE {}acked_at < NOW(6) - INTERVAL ? MICROSECOND "
                            "ORDER BY acked_at LIMIT {}",
-                           t.archive, kArchivePurgeRows),
+                           t.archive, t.s_and, kArchivePurgeRows),
                {static_cast<std::int64_t>(keep.count())})
       .affected_rows;
 }
 
 std::uint64_t purge_archive(QueueContext& q, std::string_view topic) {
-  const TopicInfo info = q.catalog.get(topic);
-  const TopicTables t = topic_tables(topic);
+  const TopicLayout layout = q.catalog.layout(topic);
+  const TopicInfo& info = layout.info;
+  const TopicTables t = layout.tables();
   // With no retention (archive off), everything archived earlier is past it.
   std::uint64_t total = 0;
   for (;;) {

@@ -17,11 +17,14 @@ namespace {
 // messages never holds one huge transaction (nor its undo log).
 constexpr int kPurgeChunk = 1000;
 
-std::uint64_t delete_all(QueueContext& q, const std::string& table) {
+// `scope`: "sid = N AND " for a topic in shared storage (TopicTables), else "".
+std::uint64_t delete_all(QueueContext& q, const std::string& table, const std::string& scope) {
   std::uint64_t total = 0;
+  const std::string sql = fmt::format("DELETE FROM {} WHERE {}TRUE LIMIT {}", table, scope,
+                                      kPurgeChunk);
   for (;;) {
     const std::uint64_t n = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
-      return c.execute(fmt::format("DELETE FROM {} LIMIT {}", table, kPurgeChunk), {}).affected_rows;
+      return c.execute(sql, {}).affected_rows;
     });
     total += n;
     if (n < static_cast<std::uint64_t>(kPurgeChunk)) return total;
@@ -35,8 +38,9 @@ std::uint64_t delete_all(QueueContext& q, const std::string& table) {
 std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
   const Result bounds = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
     // MAX alone, not COALESCE(MAX, 0): that would come back as a DECIMAL.
-    return c.execute(fmt::format("SELECT (SELECT MAX(id) FROM {}), (SELECT MAX(park_id) FROM {})",
-                                 t.queue, t.parked),
+    return c.execute(fmt::format("SELECT (SELECT MAX(id) FROM {} WHERE {}TRUE), (SELECT "
+                                 "MAX(park_id) FROM {} WHERE {}TRUE)",
+                                 t.queue, t.q_and, t.parked, t.q_and),
                      {});
   });
   const Row& highest = bounds.rows.at(0);
@@ -48,13 +52,15 @@ std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
       c.begin();
       const Param bound[] = {last_park_id};
       Result r = delete_returning(
-          c, t.parked, fmt::format("WHERE park_id <= ? ORDER BY park_id LIMIT {}", kPurgeChunk),
-          bound, "msg_key", "park_id");
+          c, t.parked,
+          fmt::format("WHERE {}park_id <= ? ORDER BY park_id LIMIT {}", t.q_and, kPurgeChunk),
+          bound, "msg_key", "park_id", t.q_and);
       std::map<std::string, std::int64_t> per_key;
       for (const Row& row : r.rows) per_key[row.bytes(0)]++;
       for (const auto& [key, count] : per_key) {
-        c.execute(fmt::format("UPDATE {} SET parked = parked - LEAST(parked, ?) WHERE msg_key = ?",
-                              t.keys),
+        c.execute(fmt::format("UPDATE {} SET parked = parked - LEAST(parked, ?) WHERE {}msg_key "
+                              "= ?",
+                              t.keys, t.q_and),
                   {count, std::string_view(key)});
       }
       c.commit();
@@ -67,8 +73,8 @@ std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
       c.begin();
       const Param bound[] = {last_id};
       Result r = delete_returning(
-          c, t.queue, fmt::format("WHERE id <= ? ORDER BY id LIMIT {}", kPurgeChunk), bound,
-          "msg_key");
+          c, t.queue, fmt::format("WHERE {}id <= ? ORDER BY id LIMIT {}", t.q_and, kPurgeChunk),
+          bound, "msg_key", "id", t.q_and);
       std::vector<std::string> keys;
       for (Row& row : r.rows) {
         if (!row.null(0)) keys.push_back(row.take_bytes(0));
@@ -90,15 +96,15 @@ std::uint64_t purge(QueueContext& q, std::string_view topic, std::string_view gr
   std::uint64_t purged = 0;
   on_topic(q, topic, [&] {
     for (unsigned p = 0; p < layout.partitions(); ++p) {
-      purged += purge_queue(q, topic_tables(topic, g.number, p));
+      purged += purge_queue(q, layout.tables(g.number, p));
     }
   });
   return purged;
 }
 
 void forget_dedup_keys(QueueContext& q, std::string_view topic) {
-  q.catalog.get(topic);  // kNotFound for a topic that does not exist
-  on_topic(q, topic, [&] { delete_all(q, topic_tables(topic).dedup); });
+  const TopicTables t = q.catalog.layout(topic).tables();  // kNotFound for a topic that does not exist
+  on_topic(q, topic, [&] { delete_all(q, t.dedup, t.s_and); });
 }
 
 }  // namespace txmq::internal

@@ -106,15 +106,16 @@ RowShape shape_of(const std::vector<const OutgoingMessage*>& messages) {
 // `first_payload`: the first row's payload expression (a check that binds its own parameters
 // before the payload's). `fenced`: the statement names the send fence (the catalog, "Send
 // fences"), and fails with 1054 once the topic's layout no longer allows it.
-std::string insert_sql(const std::string& table, std::size_t rows, RowShape shape,
+std::string insert_sql(const TopicTables& t, std::size_t rows, RowShape shape,
                        std::string_view first_payload = "?", bool fenced = false) {
   std::string sql =
-      fmt::format("INSERT INTO {} (visible_at, enqueued_at, msg_key, payload{}{}{}) VALUES ", table,
-                  shape.attributes ? ", attributes" : "", shape.tenant ? ", tenant, fair_seq" : "",
+      fmt::format("INSERT INTO {} ({}visible_at, enqueued_at, msg_key, payload{}{}{}) VALUES ",
+                  t.queue, t.q_col, shape.attributes ? ", attributes" : "",
+                  shape.tenant ? ", tenant, fair_seq" : "",
                   fenced ? fmt::format(", {}", kSendFence) : std::string());
   auto row = [&](std::string_view payload) {
     return fmt::format(
-        "({}, UTC_TIMESTAMP(6), {}, {}{}{}{})",
+        "({}{}, UTC_TIMESTAMP(6), {}, {}{}{}{})", t.q_val,
         shape.delay ? "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" : "UTC_TIMESTAMP(6)",
         shape.key ? "?" : "NULL", payload, shape.attributes ? ", ?" : "",
         shape.tenant ? ", ?, ?" : "", fenced ? ", NULL" : "");
@@ -199,14 +200,14 @@ std::vector<std::uint64_t> fair_places(Connection& c, const std::string& table,
 // Inserts the messages with multi-row INSERTs, cut by rows and bytes; returns their ids in order
 // (insert_returning_ids: RETURNING on MariaDB, where reading ids from the first one measured no
 // faster in bench/, send_batch of 10,000).
-std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
+std::vector<std::uint64_t> insert_rows(Connection& c, const TopicTables& t,
                                        const std::vector<const OutgoingMessage*>& messages,
                                        std::size_t max_statement_bytes) {
   std::vector<std::uint64_t> ids;
   ids.reserve(messages.size());
   const RowShape shape = shape_of(messages);
   const std::vector<std::uint64_t> places =
-      shape.tenant ? fair_places(c, table, messages) : std::vector<std::uint64_t>();
+      shape.tenant ? fair_places(c, t.queue, messages) : std::vector<std::uint64_t>();
   std::vector<Param> params;
   std::vector<std::string> encoded;  // the statement's attributes, alive while it is bound
   std::size_t begin = 0;
@@ -237,7 +238,7 @@ std::vector<std::uint64_t> insert_rows(Connection& c, const std::string& table,
                shape.tenant ? places[i] : 0);
     }
     for (std::uint64_t id :
-         insert_returning_ids(c, insert_sql(table, end - begin, shape), params, end - begin)) {
+         insert_returning_ids(c, insert_sql(t, end - begin, shape), params, end - begin)) {
       ids.push_back(id);
     }
     begin = end;
@@ -264,10 +265,10 @@ void copy_to_group(Connection& c, const TopicTables& from, const TopicTables& to
                    const std::vector<std::uint64_t>& ids, bool fair) {
   const std::string_view columns = fair ? ", tenant, fair_seq" : "";
   in_lists(c,
-           fmt::format("INSERT INTO {0} (id, visible_at, enqueued_at, msg_key, payload, "
-                       "attributes{2}) SELECT id, visible_at, enqueued_at, msg_key, payload, "
-                       "attributes{2} FROM {1} WHERE id IN {{}}",
-                       to.queue, from.queue, columns),
+           fmt::format("INSERT INTO {0} ({3}id, visible_at, enqueued_at, msg_key, payload, "
+                       "attributes{2}) SELECT {4}id, visible_at, enqueued_at, msg_key, payload, "
+                       "attributes{2} FROM {1} WHERE {5}id IN {{}}",
+                       to.queue, from.queue, columns, to.q_col, to.q_val, from.q_and),
            std::vector<Param>(ids.begin(), ids.end()));
 }
 
@@ -286,15 +287,14 @@ void order_fresh(Connection& c, const TopicTables& t, const std::vector<const Ou
 std::vector<std::uint64_t> insert_fresh(QueueContext& q, Connection& c, const TopicLayout& layout,
                                         unsigned p,
                                         const std::vector<const OutgoingMessage*>& rows) {
-  const std::string& topic = layout.info.name;
-  const TopicTables from = topic_tables(topic, layout.allocator().number, p);
-  std::vector<std::uint64_t> ids = insert_rows(c, from.queue, rows, q.max_statement_bytes);
+  const TopicTables from = layout.tables(layout.allocator().number, p);
+  std::vector<std::uint64_t> ids = insert_rows(c, from, rows, q.max_statement_bytes);
   for (const GroupEntry& g : layout.groups) {
     if (g.number != layout.allocator().number) {
-      copy_to_group(c, from, topic_tables(topic, g.number, p), ids, layout.info.options.fair);
+      copy_to_group(c, from, layout.tables(g.number, p), ids, layout.info.options.fair);
     }
   }
-  for (const GroupEntry& g : layout.groups) order_fresh(c, topic_tables(topic, g.number, p), rows, ids);
+  for (const GroupEntry& g : layout.groups) order_fresh(c, layout.tables(g.number, p), rows, ids);
   return ids;
 }
 
@@ -305,13 +305,14 @@ std::vector<std::uint64_t> insert_fresh(QueueContext& q, Connection& c, const To
 // found more than it could take. Not on an enlisted connection: under the application's
 // REPEATABLE READ, the range delete could gap-lock the end of the expiry index and hold up
 // every producer's new keys until the application commits.
-void purge_dedup(QueueContext& q, Connection& c, const TopicInfo& topic) {
-  const TopicTables t = topic_tables(topic.name);
+void purge_dedup(QueueContext& q, Connection& c, const TopicLayout& layout) {
+  const TopicInfo& topic = layout.info;
   if (c.borrowed() || !q.dedup_purges.due(topic.name)) return;
+  const TopicTables t = layout.tables();
   Result r = c.execute(
-      fmt::format("DELETE FROM {} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
+      fmt::format("DELETE FROM {} WHERE {}expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
                   "ORDER BY expires_at LIMIT {}",
-                  t.dedup, kPurgeRows),
+                  t.dedup, t.s_and, kPurgeRows),
       {static_cast<std::int64_t>(Micros(kPurgeAfterExpiry).count())});
   q.dedup_purges.done(topic.name, r.affected_rows == static_cast<std::uint64_t>(kPurgeRows));
 }
@@ -329,20 +330,21 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
                                                const TopicLayout& layout, unsigned partition,
                                                const std::vector<const OutgoingMessage*>& messages) {
   const TopicInfo& topic = layout.info;
-  const TopicTables t = topic_tables(topic.name);
+  const TopicTables t = layout.tables();
   std::map<std::string_view, std::uint64_t> keys;  // dedup key -> message id (0: new)
   for (const OutgoingMessage* m : messages) {
     if (m->dedup_key) keys.emplace(*m->dedup_key, 0);
   }
-  purge_dedup(q, c, topic);
+  purge_dedup(q, c, layout);
   const std::int64_t window = topic.options.dedup_window.count();
   std::vector<std::string_view> sorted;
   sorted.reserve(keys.size());
   for (const auto& [key, id] : keys) sorted.push_back(key);
 
   in_chunks(c, sorted.size(),
-            fmt::format("INSERT INTO {} (dedup_key, message_id, expires_at) VALUES ", t.dedup),
-            "(?, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
+            fmt::format("INSERT INTO {} ({}dedup_key, message_id, expires_at) VALUES ", t.dedup,
+                        t.s_col),
+            fmt::format("({}?, 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)", t.s_val),
             " ON DUPLICATE KEY UPDATE"
             " message_id = IF(expires_at <= UTC_TIMESTAMP(6), 0, message_id),"
             " expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)",
@@ -358,8 +360,8 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
     pad_ids(params, 0, n);
     // FORCE INDEX: a locking scan of a small table would wait on every key another sender holds.
     Result r = c.execute(fmt::format("SELECT dedup_key, message_id FROM {} FORCE INDEX (PRIMARY) "
-                                     "WHERE dedup_key IN {} FOR UPDATE",
-                                     t.dedup, placeholders(n)),
+                                     "WHERE {}dedup_key IN {} FOR UPDATE",
+                                     t.dedup, t.s_and, placeholders(n)),
                          params);
     for (const Row& row : r.rows) keys.at(row.bytes(0)) = row.u64(1);
   }
@@ -395,8 +397,9 @@ std::vector<std::uint64_t> insert_deduplicated(QueueContext& q, Connection& c,
   std::vector<std::pair<std::string_view, std::uint64_t>> taken;
   for (const auto& [key, first] : first_of_key) taken.emplace_back(key, ids[first]);
   in_chunks(c, taken.size(),
-            fmt::format("INSERT INTO {} (dedup_key, message_id, expires_at) VALUES ", t.dedup),
-            "(?, ?, UTC_TIMESTAMP(6))", " ON DUPLICATE KEY UPDATE message_id = VALUES(message_id)",
+            fmt::format("INSERT INTO {} ({}dedup_key, message_id, expires_at) VALUES ", t.dedup,
+                        t.s_col),
+            fmt::format("({}?, ?, UTC_TIMESTAMP(6))", t.s_val), " ON DUPLICATE KEY UPDATE message_id = VALUES(message_id)",
             [&](std::size_t i, std::vector<Param>& params) {
               params.push_back(taken[i].first);
               params.push_back(taken[i].second);
@@ -574,7 +577,7 @@ auto insert_guarded(QueueContext& q, const TopicLayout& layout, unsigned partiti
                     const std::string* fenced_sql = nullptr)
     -> std::optional<decltype(run(std::declval<Connection&>(), std::string(), params))> {
   const std::string& topic = layout.info.name;
-  const auto table = [&] { return topic_tables(topic, layout.allocator().number, partition).queue; };
+  const auto table = [&] { return layout.tables(layout.allocator().number, partition); };
   if (layout.send_fences) {
     const std::string fenced = fenced_sql ? std::string() : sql(table(), "?", true);
     const std::string& statement = fenced_sql ? *fenced_sql : fenced;
@@ -608,7 +611,7 @@ const std::string& single_send_sql(std::string_view topic, unsigned group, unsig
   if (auto it = made.find(key); it != made.end()) return it->second;
   if (made.size() >= kMostKept) made.clear();
   return made
-      .emplace(key, insert_sql(topic_tables(topic, group, partition).queue, 1, shape, "?", true))
+      .emplace(key, insert_sql(topic_tables(topic, group, partition), 1, shape, "?", true))
       .first->second;
 }
 
@@ -640,7 +643,7 @@ std::uint64_t send_one(QueueContext& q, std::string_view topic, std::string_view
   params.push_back(payload);
   const std::optional<std::uint64_t> id = insert_guarded(
       q, layout, p,
-      [&](const std::string& into, std::string_view first_payload, bool fenced) {
+      [&](const TopicTables& into, std::string_view first_payload, bool fenced) {
         return insert_sql(into, 1, shape, first_payload, fenced);
       },
       params, shape.delay ? 1 : 0,
@@ -695,7 +698,7 @@ std::optional<std::vector<std::uint64_t>> send_in_one_statement(
   using Ids = std::vector<std::uint64_t>;
   std::optional<Ids> ids = insert_guarded(
       q, layout, p,
-      [&](const std::string& into, std::string_view first_payload, bool fenced) {
+      [&](const TopicTables& into, std::string_view first_payload, bool fenced) {
         return insert_sql(into, rows.size(), shape, first_payload, fenced);
       },
       params, shape.delay ? 1 : 0,  // the check's parameters come before the first payload

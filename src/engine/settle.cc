@@ -24,17 +24,18 @@ namespace {
 
 // Why a fenced statement touched no row: the row is gone, or another lease holds it.
 Settle classify_miss(Connection& c, const TopicTables& t, std::uint64_t id) {
-  Result r = c.execute(fmt::format("SELECT lease_token FROM {} WHERE id = ?", t.queue), {id});
+  Result r = c.execute(fmt::format("SELECT lease_token FROM {} WHERE {}id = ?", t.queue, t.q_and),
+                       {id});
   return r.rows.empty() ? Settle::kNotFound : Settle::kLeaseLost;
 }
 
 }  // namespace
 
 std::string archive_sql(const TopicTables& t, std::string_view where) {
-  return fmt::format("INSERT INTO {} (id, enqueued_at, acked_at, msg_key, payload, attributes) "
-                     "SELECT id, enqueued_at, NOW(6), msg_key, payload, attributes FROM {} {} ON "
+  return fmt::format("INSERT INTO {} ({}id, enqueued_at, acked_at, msg_key, payload, attributes) "
+                     "SELECT {}id, enqueued_at, NOW(6), msg_key, payload, attributes FROM {} {} ON "
                      "DUPLICATE KEY UPDATE acked_at = VALUES(acked_at)",
-                     t.archive, t.queue, where);
+                     t.archive, t.s_col, t.s_val, t.queue, where);
 }
 
 std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
@@ -44,9 +45,9 @@ std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
   pad_ids(ids, 0, n);
   if (!topic.options.dead_letter_topic.empty()) {
     // Sent into the target in this transaction: it commits with their delete, or neither does.
-    Result rows = c.execute(fmt::format("SELECT id, msg_key, payload, attributes FROM {} WHERE id "
-                                        "IN {} ORDER BY id",
-                                        t.queue, placeholders(n)),
+    Result rows = c.execute(fmt::format("SELECT id, msg_key, payload, attributes FROM {} WHERE "
+                                        "{}id IN {} ORDER BY id",
+                                        t.queue, t.q_and, placeholders(n)),
                             ids);
     std::vector<OutgoingMessage> messages;
     messages.reserve(rows.rows.size());
@@ -65,11 +66,12 @@ std::vector<std::uint64_t> move_to_dead_letters(QueueContext& q, Connection& c,
     insert_messages(q, c, target, messages);
   } else {
     c.execute(
-      fmt::format("INSERT INTO {} (id, attempts, last_owner, enqueued_at, died_at, msg_key, "
-                  "payload, attributes) SELECT q.id, q.attempts, c.name, q.enqueued_at, NOW(6), "
+      fmt::format("INSERT INTO {} ({}id, attempts, last_owner, enqueued_at, died_at, msg_key, "
+                  "payload, attributes) SELECT {}q.id, q.attempts, c.name, q.enqueued_at, NOW(6), "
                   "q.msg_key, q.payload, q.attributes FROM {} AS q LEFT JOIN txmq_consumers AS c "
-                  "ON c.id = q.owner_id WHERE q.id IN {}",
-                  t.dead, t.queue, placeholders(n)),
+                  "ON c.id = q.owner_id WHERE {}q.id IN {}",
+                  t.dead, t.q_col, t.q_val, t.queue, t.shared() ? "q." + t.q_and : "",
+                  placeholders(n)),
       ids);
   }
   return delete_finished(c, t, std::move(ids));
@@ -82,8 +84,8 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
   pad_ids(ids, 0, n);
   ids.emplace_back(static_cast<std::int64_t>(count));
   Result deleted = delete_returning(
-      c, t.queue, fmt::format("WHERE id IN {}{}", placeholders(n), walk_keys("id")), ids,
-      "msg_key");
+      c, t.queue, fmt::format("WHERE {}id IN {}{}", t.q_and, placeholders(n), walk_keys("id")),
+      ids, "msg_key", "id", t.q_and);
   std::vector<std::string> keys;
   for (Row& row : deleted.rows) {
     if (!row.null(0)) keys.push_back(row.take_bytes(0));
@@ -118,7 +120,8 @@ class FencedAck {
     if (one_token) {
       params_.push_back(first_token);
       params_.emplace_back(static_cast<std::int64_t>(count));
-      where_ = fmt::format("WHERE id IN {} AND lease_token = ?{}", placeholders(n), walk_keys("id"));
+      where_ = fmt::format("WHERE {}id IN {} AND lease_token = ?{}", t_.q_and, placeholders(n),
+                           walk_keys("id"));
       return;
     }
     for (std::size_t i = 0; i < n; ++i) {
@@ -130,8 +133,8 @@ class FencedAck {
     for (std::size_t i = 0; i < n; ++i) pairs += i == 0 ? "(?,?)" : ",(?,?)";
     pairs += ")";
     params_.emplace_back(static_cast<std::int64_t>(count));
-    where_ = fmt::format("WHERE id IN {} AND (id, lease_token) IN {}{}", placeholders(n), pairs,
-                         walk_keys("id"));
+    where_ = fmt::format("WHERE {}id IN {} AND (id, lease_token) IN {}{}", t_.q_and,
+                         placeholders(n), pairs, walk_keys("id"));
   }
 
   const TopicTables& tables() const { return t_; }
@@ -146,7 +149,7 @@ class FencedAck {
 
   // Deletes the fenced rows; returns the deleted ones' id, key and end-to-end latency.
   Result delete_returning(Connection& c) const {
-    return internal::delete_returning(c, t_.queue, where_, params_, kAcked);
+    return internal::delete_returning(c, t_.queue, where_, params_, kAcked, "id", t_.q_and);
   }
 
   // As delete_returning, where the rows have no key (or, in autocommit, where a key's move
@@ -263,12 +266,12 @@ const QueueRef* unit_of_receipt(const ResolvedTopic& topic, const Receipt& r) {
 
 // Deletes a bounded batch of archive rows past the topic's retention, at most every 10 s per
 // client and topic (at once again when it found a full batch). Never throws: the acks are done.
-void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic) {
+void purge_archive_now_and_then(QueueContext& q, const TopicInfo& topic, const TopicTables& wide) {
   if (topic.options.archive == Micros{0} || !q.archive_purges.due(topic.name)) return;
   try {
     q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       const std::uint64_t gone =
-          purge_archive_rows(c, topic_tables(topic.name), topic.options.archive);
+          purge_archive_rows(c, wide, topic.options.archive);
       q.archive_purges.done(topic.name, gone == kArchivePurgeRows);
     });
   } catch (const Error&) {
@@ -339,7 +342,7 @@ std::vector<Settle> ack(QueueContext& q, const ResolvedTopic& resolved,
       count_acked(q, topic, chunk.group, acked);
     }
   });
-  purge_archive_now_and_then(q, resolved.info());
+  purge_archive_now_and_then(q, resolved.info(), resolved.topic_wide);
   return results;
 }
 
@@ -425,7 +428,8 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
           dead_lettered = false;
           c.begin();
           Result row = c.execute(
-              fmt::format("SELECT attempts, lease_token FROM {} WHERE id = ? FOR UPDATE", t.queue),
+              fmt::format("SELECT attempts, lease_token FROM {} WHERE {}id = ? FOR UPDATE",
+                          t.queue, t.q_and),
               {r.id});
           if (row.rows.empty()) {
             c.commit();
@@ -443,8 +447,8 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
             // This was delivery number `attempts`, the attempts - 1 before it failed too.
             applied = delay ? *delay : retry_delay(info.options.retry, attempts - 1);
             c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND, "
-                                  "lease_token = 0, owner_id = 0 WHERE id = ?",
-                                  t.queue),
+                                  "lease_token = 0, owner_id = 0 WHERE {}id = ?",
+                                  t.queue, t.q_and),
                       {static_cast<std::int64_t>(applied.count()), r.id});
           }
           c.commit();
@@ -455,7 +459,7 @@ Settle nack(QueueContext& q, std::string_view topic, std::string_view receipt,
     const std::string_view group = resolved->group_name(r.group);
     q.metrics.count(topic, group, Counter::kNacked, 1);
     if (dead_lettered) q.metrics.count(topic, group, Counter::kDeadLettered, 1);
-    q.hints.lower(t.queue, r.id);
+    q.hints.lower(t.rows_key, r.id);
     made_claimable(q, *unit, promoted);
     // Claimable at once: wake a waiting consumer (a delayed one is seen when it falls due).
     if (applied == Micros{0} && promoted.empty()) q.waiters.announce(unit->channel, 1);
@@ -473,12 +477,12 @@ void release(QueueContext& q, std::string_view topic, std::span<const std::strin
     const Result u = q.pool.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
       return c.execute(fmt::format("UPDATE {} SET visible_at = NOW(6), attempts = "
                                    "GREATEST(attempts, 1) - 1, lease_token = 0, owner_id = 0 "
-                                   "WHERE id = ? AND lease_token = ?",
-                                   unit->tables.queue),
+                                   "WHERE {}id = ? AND lease_token = ?",
+                                   unit->tables.queue, unit->tables.q_and),
                        {r.id, r.token});
     });
     if (u.affected_rows == 0) continue;
-    q.hints.lower(unit->tables.queue, r.id);
+    q.hints.lower(unit->tables.rows_key, r.id);
     q.waiters.announce(unit->channel, 1);
   }
 }
@@ -499,11 +503,11 @@ void check_lease(Micros lease) {
 std::string extend_sql(const TopicTables& t, Micros lease, std::string_view ids) {
   return lease > Micros{0}
              ? fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL (? + {}) MICROSECOND "
-                           "WHERE {} AND lease_token = ?",
-                           t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1"), ids)
-             : fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND WHERE {} "
+                           "WHERE {}{} AND lease_token = ?",
+                           t.queue, retry_delay_sql("GREATEST(attempts, 1) - 1"), t.q_and, ids)
+             : fmt::format("UPDATE {} SET visible_at = NOW(6) + INTERVAL ? MICROSECOND WHERE {}{} "
                            "AND lease_token = ?",
-                           t.queue, ids);
+                           t.queue, t.q_and, ids);
 }
 
 std::vector<Param> extend_params(const TopicInfo& info, Micros lease) {
@@ -573,8 +577,8 @@ std::vector<Settle> extend(QueueContext& q, std::string_view topic,
           fenced.push_back(group.second);
           std::unordered_set<std::uint64_t> held;
           for (const Row& row :
-               c.execute(fmt::format("SELECT id FROM {} WHERE id IN {} AND lease_token = ?",
-                                     t.queue, list),
+               c.execute(fmt::format("SELECT id FROM {} WHERE {}id IN {} AND lease_token = ?",
+                                     t.queue, t.q_and, list),
                          fenced)
                    .rows) {
             held.insert(row.u64(0));

@@ -168,12 +168,12 @@ constexpr auto kAnnounceEvery = std::chrono::milliseconds(5);
 double seconds(std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1e6; }
 
 // Whether any of a channel's tables holds a claimable message.
-std::string claimable(const std::vector<std::string>& tables) {
+std::string claimable(const std::vector<WatchedQueue>& tables) {
   if (tables.empty()) return "FALSE";  // never a syntax error that stops the whole watch
   std::string any;
-  for (const std::string& table : tables) {
+  for (const WatchedQueue& t : tables) {
     if (!any.empty()) any += " OR ";
-    any += fmt::format("EXISTS(SELECT 1 FROM {} WHERE visible_at <= NOW(6))", table);
+    any += fmt::format("EXISTS(SELECT 1 FROM {} WHERE {}visible_at <= NOW(6))", t.table, t.scope);
   }
   return any;
 }
@@ -182,15 +182,16 @@ std::string claimable(const std::vector<std::string>& tables) {
 // shared lock in READ COMMITTED (no gap locks, so no sender waits on it): it waits on the row
 // lock of a message inserted but not committed yet and returns at the sender's COMMIT (its id)
 // or ROLLBACK (NULL); with nothing pending it returns at once.
-std::string pending(const std::vector<std::string>& tables) {
+std::string pending(const std::vector<WatchedQueue>& tables) {
   if (tables.empty()) return "NULL";
   std::string first;
-  for (const std::string& table : tables) {
+  for (const WatchedQueue& t : tables) {
     if (!first.empty()) first += ", ";
     first += fmt::format(
-        "(SELECT id FROM {0} WHERE id > (SELECT COALESCE(MAX(id), 0) FROM {0}) ORDER BY id "
+        "(SELECT id FROM {0} WHERE {1}id > (SELECT COALESCE(MAX(id), 0) FROM {0}{2}) ORDER BY id "
         "LIMIT 1 LOCK IN SHARE MODE)",
-        table);
+        t.table, t.scope,
+        t.scope.empty() ? std::string() : " WHERE " + t.scope.substr(0, t.scope.size() - 5));
   }
   return tables.size() == 1 ? first : "COALESCE(" + first + ")";
 }
@@ -233,7 +234,7 @@ std::string look_sql(const std::string& any, bool holder) {
 
 }  // namespace
 
-TopicWaiter::TopicWaiter(std::string channel, std::vector<std::string> tables,
+TopicWaiter::TopicWaiter(std::string channel, std::vector<WatchedQueue> tables,
                          std::shared_ptr<WakeDispatcher> dispatcher)
     : channel_(std::move(channel)),
       tables_(std::move(tables)),
@@ -851,8 +852,8 @@ void Watch::run() {
         try {
           const std::string message = e.what();
           const auto named = [&](const std::shared_ptr<TopicWaiter>& w) {
-            return std::any_of(w->tables().begin(), w->tables().end(), [&](const std::string& t) {
-              std::string name = t;
+            return std::any_of(w->tables().begin(), w->tables().end(), [&](const WatchedQueue& t) {
+              std::string name = t.table;
               std::erase(name, '`');
               return message.find("." + name + "'") != std::string::npos;
             });
@@ -861,9 +862,9 @@ void Watch::run() {
           std::iota(order.begin(), order.end(), std::size_t{0});
           std::stable_partition(order.begin(), order.end(),
                                 [&](std::size_t i) { return named(watched[i]); });
-          const auto exists = [&](const std::string& table) {
+          const auto exists = [&](const WatchedQueue& table) {
             try {
-              c->query(fmt::format("SELECT 1 FROM {} LIMIT 0", table));
+              c->query(fmt::format("SELECT 1 FROM {} LIMIT 0", table.table));
               return true;
             } catch (const Error& missing) {
               if (missing.code() != Errc::kNotFound) throw;
@@ -951,7 +952,7 @@ Waiters::~Waiters() {
 }
 
 std::shared_ptr<TopicWaiter> Waiters::enter(std::string_view channel,
-                                            const std::vector<std::string>& tables) {
+                                            const std::vector<WatchedQueue>& tables) {
   std::shared_ptr<TopicWaiter> replaced;
   std::shared_ptr<TopicWaiter> waiter;
   {
@@ -1004,7 +1005,7 @@ void Waiters::place_locked(const std::shared_ptr<TopicWaiter>& waiter, const Wat
 }
 
 std::shared_ptr<Subscriber> Waiters::subscribe(std::string_view channel,
-                                               const std::vector<std::string>& tables,
+                                               const std::vector<WatchedQueue>& tables,
                                                std::function<void()> wake) {
   std::shared_ptr<TopicWaiter> waiter = enter(channel, tables);
   std::shared_ptr<Subscriber> subscriber;

@@ -57,6 +57,14 @@ class WakeDispatcher {
   std::thread thread_;
 };
 
+// One queue that a channel's consumers claim from: its table and, for a queue in shared storage,
+// the condition that picks its rows ("qid = N AND "; empty for a table of its own).
+struct WatchedQueue {
+  std::string table;
+  std::string scope;
+  bool operator==(const WatchedQueue&) const = default;
+};
+
 // Long polling (waiters.cc explains the design). One TopicWaiter per channel (a topic's group)
 // and client keeps the books of the client's receivers of that channel that are waiting; a
 // Watch, shared by up to a few hundred channels, looks at the database for them.
@@ -64,7 +72,7 @@ class TopicWaiter {
  public:
   // Waits on `tables` (a group's queue tables) for the consumers registered under `channel`;
   // subscribers' wake functions are called through `dispatcher`.
-  TopicWaiter(std::string channel, std::vector<std::string> tables,
+  TopicWaiter(std::string channel, std::vector<WatchedQueue> tables,
               std::shared_ptr<WakeDispatcher> dispatcher);
   TopicWaiter(const TopicWaiter&) = delete;
   TopicWaiter& operator=(const TopicWaiter&) = delete;
@@ -93,7 +101,7 @@ class TopicWaiter {
   // The client is going: subscribers are never woken, blocked receivers return.
   void stop();
   const std::string& channel() const { return channel_; }
-  const std::vector<std::string>& tables() const { return tables_; }
+  const std::vector<WatchedQueue>& tables() const { return tables_; }
 
   // For its watch. Retires the waiter when it had no receiver for `linger`, or was retired
   // (replaced); true when it is retired.
@@ -123,7 +131,7 @@ class TopicWaiter {
   void dispatch(Woken woken, WakeDispatcher::Kind kind);
 
   const std::string channel_;
-  const std::vector<std::string> tables_;
+  const std::vector<WatchedQueue> tables_;
   std::mutex mutex_;
   std::condition_variable woken_;
   std::size_t waiting_ = 0;   // receivers in await()
@@ -188,12 +196,12 @@ class Waiters {
 
   // A running waiter for the topic, with the caller counted in (leave() when done).
   std::shared_ptr<TopicWaiter> enter(std::string_view channel,
-                                     const std::vector<std::string>& tables);
+                                     const std::vector<WatchedQueue>& tables);
   // The topic's waiter if one runs (for announcements made by this client).
   std::shared_ptr<TopicWaiter> find(std::string_view topic);
   // Client::subscribe: the channel's waiter with the subscriber on its list.
   std::shared_ptr<Subscriber> subscribe(std::string_view channel,
-                                        const std::vector<std::string>& tables,
+                                        const std::vector<WatchedQueue>& tables,
                                         std::function<void()> wake);
   // Wakes up to `count` of the topic's waiting consumers: this client's at once, those of every
   // client (other processes too) from the announcer thread, which coalesces the announcements

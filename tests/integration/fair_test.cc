@@ -120,7 +120,7 @@ TEST(Fair, APlainTopicBecomesFairAndStaysSo) {
   auto c = client();
   const std::string topic = topic_for_test();
   TopicOptions o;
-  c->create_topic(topic, o);
+  c->create_topic(topic, o, TableCreation::kNow);  // shared storage is not fair yet
   c->create_group(topic, "audit");
   std::vector<OutgoingMessage> old(20);
   for (int i = 0; i < 20; ++i) old[static_cast<std::size_t>(i)].payload = fmt::format("old {}", i);

@@ -345,7 +345,7 @@ TEST(Groups, AGroupChangeWaitsForASendNamingTheFenceToCommit) {
   auto c = client();
   auto sql = test::admin();
   const std::string topic = topic_for_test();
-  c->create_topic(topic);
+  c->create_topic(topic, {}, TableCreation::kNow);  // its own tables (and their fences)
   c->send(topic, "cached");  // c has the one-group layout cached now
   sql->begin();
   sql->execute(fmt::format("INSERT INTO {} (visible_at, enqueued_at, payload, send_fence) VALUES "
@@ -375,7 +375,7 @@ TEST(Groups, AGroupChangeGivesUpOnATransactionThatHoldsTheTableAndChangesNothing
   auto c = client();
   auto sql = test::admin();
   const std::string topic = topic_for_test();
-  c->create_topic(topic);
+  c->create_topic(topic, {}, TableCreation::kNow);  // its own tables (and their fences)
   c->send(topic, "before");
   sql->begin();
   sql->execute(fmt::format("SELECT COUNT(*) FROM {}", internal::topic_tables(topic).queue));
@@ -515,7 +515,7 @@ TEST(Groups, LayoutChangesWaitForAClaimAndOvertakeOneThatRanOut) {
   auto c = client();
   auto a = admin();
   const std::string topic = topic_for_test();
-  c->create_topic(topic);
+  c->create_topic(topic, {}, TableCreation::kNow);  // its own tables (and their fences)
   const auto claim = [&](std::string_view by, std::int64_t micros_left) {
     EXPECT_EQ(a->execute("UPDATE txmq_topics SET layout_claimed_by = ?, layout_claimed_until = "
                          "NOW(6) + INTERVAL ? MICROSECOND WHERE name = ?",

@@ -203,7 +203,7 @@ TEST(Metrics, SqlCallsCountAsTheLibrarysDo) {
   auto lib = client();
   TopicOptions options;
   options.max_attempts = 1;
-  ASSERT_TRUE(lib->create_topic(name, options));
+  ASSERT_TRUE(lib->create_topic(name, options, TableCreation::kNow));  // for the SQL interface
   auto c = test::admin();
   for (int i = 0; i < 3; ++i) c->query_rows(fmt::format("CALL txmq_send('{}', 'one', NULL)", name));
   c->query_rows(fmt::format("CALL txmq_send('{}', 'keyed', '{{\"key\": \"k\"}}')", name));

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "db/dsn.h"
+#include "util/scope_exit.h"
 #include "engine/claim.h"
 #include "engine/send.h"
 #include "engine/settle.h"
@@ -151,11 +152,19 @@ TEST(Send, BatchFailingMidwayLeavesNothing) {
   std::string name = topic_for_test();
   c->create_topic(name);
   auto a = test::admin();
-  // A real server-side failure in the middle: a trigger that refuses one payload.
-  a->query(fmt::format("CREATE TRIGGER `{}_poison` BEFORE INSERT ON `txmq_q_{}` FOR EACH ROW "
+  // A real server-side failure in the middle: a trigger that refuses one payload (of this
+  // topic: in shared storage the table is every shared topic's).
+  const test::TopicRows q = test::topic_rows(name, "q");
+  a->query(fmt::format("CREATE TRIGGER `{}_poison` BEFORE INSERT ON {} FOR EACH ROW "
                        "IF NEW.payload = 'poison' THEN SIGNAL SQLSTATE '45000' SET "
                        "MESSAGE_TEXT = 'poisoned'; END IF",
-                       name, name));
+                       name, q.table));
+  const internal::ScopeExit drop_trigger([&] {
+    try {
+      test::admin()->query(fmt::format("DROP TRIGGER IF EXISTS `{}_poison`", name));
+    } catch (const Error&) {
+    }
+  });
   auto batch = numbered(5000);
   batch[4321].payload = "poison";  // in the fifth multi-row INSERT
   EXPECT_THROW(c->send_batch(name, batch), Error);
@@ -220,7 +229,9 @@ TEST(Send, ConcurrentBatchesGetTheIdsOfTheirOwnRows) {
   for (std::thread& t : threads) t.join();
   auto a = test::admin();
   internal::Result rows =
-      a->execute(fmt::format("SELECT id, payload FROM `txmq_q_{}` ORDER BY id", name), {});
+      a->execute(fmt::format("SELECT id, payload FROM {} WHERE {} ORDER BY id",
+                             test::topic_rows(name, "q").table, test::topic_rows(name, "q").where),
+                 {});
   ASSERT_EQ(rows.rows.size(), sent.size());
   std::size_t wrong = 0;
   for (const internal::Row& row : rows.rows) {
@@ -513,31 +524,37 @@ TEST(Stats, CountsEachState) {
 
 // DESIGN.md: the claim must walk the primary key in order, from the scan hint, and stop after
 // LIMIT rows; a plan with a filesort would lock every row it sorts.
+// Also in shared storage: the range (qid, id) .. (qid, +inf) on the primary key, read in order
+// with no sort, whatever the other queues' rows.
 TEST(Plan, ClaimWalksThePrimaryKey) {
   auto c = client();
-  std::string name = topic_for_test();
-  c->create_topic(name);
-  c->send_batch(name, numbered(2000));
-  auto a = test::admin();
-  const std::string claim = fmt::format(
-      "SELECT id FROM `txmq_q_{}` FORCE INDEX (PRIMARY) WHERE id >= 1000 AND "
-      "visible_at <= NOW(6) ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED",
-      name);
-  if (a->server().mysql) {  // MySQL 9 explains as a tree by default
-    internal::Result r = a->execute("EXPLAIN FORMAT=TREE " + claim, {});
+  for (TableCreation storage : {TableCreation::kNow, TableCreation::kShared}) {
+    std::string name = topic_for_test(storage == TableCreation::kShared ? "_sh" : "");
+    c->create_topic(name, {}, storage);
+    const std::vector<std::uint64_t> ids = c->send_batch(name, numbered(2000));
+    auto a = test::admin();
+    const test::TopicRows q = test::topic_rows(name, "q");
+    const std::string claim = fmt::format(
+        "SELECT id FROM {} FORCE INDEX (PRIMARY) WHERE {} AND id >= {} AND "
+        "visible_at <= NOW(6) ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED",
+        q.table, q.where, ids.at(1000));
+    SCOPED_TRACE(claim);
+    if (a->server().mysql) {  // MySQL 9 explains as a tree by default
+      internal::Result r = a->execute("EXPLAIN FORMAT=TREE " + claim, {});
+      ASSERT_EQ(r.rows.size(), 1u);
+      const std::string& plan = r.rows[0].bytes(0);
+      EXPECT_NE(plan.find("Index range scan on"), std::string::npos) << plan;
+      EXPECT_NE(plan.find("using PRIMARY"), std::string::npos) << plan;
+      EXPECT_EQ(plan.find("Sort"), std::string::npos) << plan;
+      continue;
+    }
+    internal::Result r = a->execute("EXPLAIN " + claim, {});
     ASSERT_EQ(r.rows.size(), 1u);
-    const std::string& plan = r.rows[0].bytes(0);
-    EXPECT_NE(plan.find("Index range scan on"), std::string::npos) << plan;
-    EXPECT_NE(plan.find("using PRIMARY"), std::string::npos) << plan;
-    EXPECT_EQ(plan.find("Sort"), std::string::npos) << plan;
-    return;
+    // EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref, rows, Extra
+    EXPECT_EQ(r.rows[0].bytes(3), "range");
+    EXPECT_EQ(r.rows[0].bytes(5), "PRIMARY");
+    EXPECT_EQ(r.rows[0].bytes(9).find("filesort"), std::string::npos) << r.rows[0].bytes(9);
   }
-  internal::Result r = a->execute("EXPLAIN " + claim, {});
-  ASSERT_EQ(r.rows.size(), 1u);
-  // EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref, rows, Extra
-  EXPECT_EQ(r.rows[0].bytes(3), "range");
-  EXPECT_EQ(r.rows[0].bytes(5), "PRIMARY");
-  EXPECT_EQ(r.rows[0].bytes(9).find("filesort"), std::string::npos) << r.rows[0].bytes(9);
 }
 
 // A call resolves its topic once (TopicCatalog::resolve) and hands the result down:
@@ -776,7 +793,7 @@ TEST(AckAndReceive, KeyedAndArchivedAcknowledgementsKeepTheirGuarantees) {
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].payload, "k-second");
 
-  std::string archived = topic_for_test() + "_a";
+  std::string archived = topic_for_test("_a");  // dropped first if an earlier run left it
   c->create_topic(archived, TopicOptions{.archive = std::chrono::hours(1)});
   const std::uint64_t id = c->send(archived, "kept");
   got = c->receive(archived);

@@ -22,10 +22,27 @@ extern char** environ;
 
 namespace txmq::test {
 
+namespace {
+
+// TXMQ_TEST_DSN may end so (CTest's shared/ run: one environment variable per test), or
+// TXMQ_TEST_STORAGE=shared be set: the suite's topics go to shared storage where they can.
+constexpr std::string_view kSharedSuffix = "#storage=shared";
+
+bool shared_storage() {
+  const char* storage = std::getenv("TXMQ_TEST_STORAGE");
+  const char* e = std::getenv("TXMQ_TEST_DSN");
+  return (storage != nullptr && std::string_view(storage) == "shared") ||
+         (e != nullptr && std::string_view(e).ends_with(kSharedSuffix));
+}
+
+}  // namespace
+
 const std::string& dsn() {
   static const std::string value = [] {
     if (const char* e = std::getenv("TXMQ_TEST_DSN"); e != nullptr && *e != '\0') {
-      return std::string(e);
+      std::string_view given(e);
+      if (given.ends_with(kSharedSuffix)) given.remove_suffix(kSharedSuffix.size());
+      return std::string(given);
     }
     return LocalServer::ensure_running({});
   }();
@@ -36,6 +53,7 @@ std::unique_ptr<Client> client(const std::string& consumer_name) {
   ClientOptions o;
   o.dsn = dsn();
   o.consumer_name = consumer_name;
+  if (shared_storage()) o.topic_tables = TableCreation::kShared;
   return std::make_unique<Client>(o);
 }
 
@@ -49,6 +67,16 @@ void drop_topic_if_exists(Client& c, const std::string& topic) {
   } catch (const Error& e) {
     if (e.code() != Errc::kNotFound) throw;
   }
+}
+
+TopicRows topic_rows(const std::string& topic, std::string_view kind) {
+  internal::Result r =
+      admin()->execute("SELECT storage, sid FROM txmq_topics WHERE name = ?", {topic});
+  if (r.rows.empty() || r.rows[0].i64(0) == 0) return {fmt::format("`txmq_{}_{}`", kind, topic), "TRUE"};
+  const std::uint64_t sid = r.rows[0].u64(1);
+  const bool per_topic = kind == "dd" || kind == "a";
+  return {fmt::format("`txmq_sh_{}`", kind),
+          per_topic ? fmt::format("sid = {}", sid) : fmt::format("qid = {}", sid << 16)};
 }
 
 std::string topic_for_test(const std::string& suffix) {

@@ -25,6 +25,15 @@ void drop_topic_if_exists(Client& c, const std::string& topic);
 // A topic name unique to the running test (and `suffix`), dropped first if a previous run left it.
 std::string topic_for_test(const std::string& suffix = "");
 
+// Where a topic's rows of one kind are (kind: "q", "dlq", "dd", "k", "kp" or "a", as in the
+// tables' names): its own table and "TRUE", or the shared table and the condition that picks
+// the topic's rows (group 0, partition 0) in shared storage.
+struct TopicRows {
+  std::string table;
+  std::string where;
+};
+TopicRows topic_rows(const std::string& topic, std::string_view kind);
+
 struct ProcessResult {
   int exit_code = -1;  // 128+N when killed by signal N
   std::string out;

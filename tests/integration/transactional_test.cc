@@ -472,14 +472,17 @@ TEST(Dedup, KeysLongExpiredArePurgedBySends) {
   const std::string topic = topic_for_test();
   c->create_topic(topic);
   for (const char* key : {"a", "b", "c"}) c->send(topic, "x", {.dedup_key = key});
-  const std::string dd = "txmq_dd_" + topic;
-  admin()->query(fmt::format(
-      "UPDATE {} SET expires_at = NOW(6) - INTERVAL 2 MINUTE WHERE dedup_key IN ('a', 'b')", dd));
+  const test::TopicRows dd = test::topic_rows(topic, "dd");
+  admin()->query(fmt::format("UPDATE {} SET expires_at = NOW(6) - INTERVAL 2 MINUTE WHERE {} AND "
+                             "dedup_key IN ('a', 'b')",
+                             dd.table, dd.where));
   auto fresh = client("another");  // its first send with a key purges
   fresh->send(topic, "y", {.dedup_key = "d"});
   auto a = admin();
   internal::Result left =
-      a->execute(fmt::format("SELECT dedup_key FROM {} ORDER BY dedup_key", dd), {});
+      a->execute(fmt::format("SELECT dedup_key FROM {} WHERE {} ORDER BY dedup_key", dd.table,
+                             dd.where),
+                 {});
   ASSERT_EQ(left.rows.size(), 2u);
   EXPECT_EQ(left.rows[0].bytes(0), "c");
   EXPECT_EQ(left.rows[1].bytes(0), "d");
@@ -584,7 +587,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   got = c.receive("old");
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "k3");
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 16);
   // Version 14: topics are not fair until made so.
   EXPECT_FALSE(c.topic("old").options.fair);
   // Version 15: the topics that name a dead-letter topic are found through an index.
@@ -594,6 +597,15 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
                 .rows.at(0)
                 .i64(0),
             1);
+  // Version 16: the old topic keeps its tables; every topic has a sid; the shared tables exist.
+  EXPECT_FALSE(c.topic("old").shared_storage);
+  EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_topics WHERE sid = 0", {}).rows.at(0).i64(0), 0);
+  EXPECT_EQ(a->execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? "
+                       "AND TABLE_NAME LIKE 'txmq\\_sh\\_%'",
+                       {db})
+                .rows.at(0)
+                .i64(0),
+            6);
   // Version 11: the topic's send fence (it has one group).
   // COUNT(*) of an information_schema query about the migrated database.
   const auto count = [&](const char* sql) { return a->execute(sql, {db}).rows.at(0).i64(0); };
@@ -614,7 +626,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 10");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 16);
     EXPECT_EQ(views(), 0);
     EXPECT_EQ(fences(), 1);
     upgraded.send("old", "after 11");
@@ -631,7 +643,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 11");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 16);
     EXPECT_EQ(key_columns(), 2);
     EXPECT_EQ(a->execute("SELECT COUNT(*) FROM txmq_waiters WHERE connection_id = 4242", {})
                   .rows.at(0)
@@ -653,7 +665,7 @@ TEST(Schema, Version2IsMigratedWithItsMessages) {
   a->query("UPDATE txmq_schema SET version = 12");
   {
     Client upgraded(options);
-    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
+    EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 16);
     EXPECT_EQ(routines(), 1);
     internal::Result sent = a->query_rows("CALL txmq_send('old', 'through SQL', NULL)");
     ASSERT_EQ(sent.rows.size(), 1u);
@@ -727,7 +739,7 @@ TEST(Schema, ClientsStartingTogetherMigrateOnceAndOvertakeAClaimThatRanOut) {
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(migrations(), 1);
-  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 15);
+  EXPECT_EQ(a->execute("SELECT version FROM txmq_schema", {}).rows.at(0).i64(0), 16);
   EXPECT_EQ(a->execute("SELECT claimed_by IS NULL FROM txmq_schema", {}).rows.at(0).i64(0), 1);
 
   // A migrating client died holding the claim, which runs out in 1.5 s.
