@@ -21,6 +21,40 @@ std::string tenant_columns(std::string_view each) {
   return out;
 }
 
+// The columns after the id of the tables each queue has, the same in a queue's own tables and
+// in the shared ones (create_shared_storage_tables), which add the qid or sid before them.
+constexpr std::string_view kQueueColumns =
+    " visible_at DATETIME(6) NOT NULL,"
+    " attempts INT UNSIGNED NOT NULL DEFAULT 0,"
+    " lease_token BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    " owner_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    " enqueued_at DATETIME(6) NOT NULL,"
+    " msg_key VARBINARY(255) NULL,"
+    " payload LONGBLOB NOT NULL,"
+    " attributes LONGBLOB NULL,"
+    " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',";
+constexpr std::string_view kDeadColumns =
+    " attempts INT UNSIGNED NOT NULL,"
+    " last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
+    " enqueued_at DATETIME(6) NOT NULL,"
+    " died_at DATETIME(6) NOT NULL,"
+    " msg_key VARBINARY(255) NULL,"
+    " payload LONGBLOB NOT NULL,"
+    " attributes LONGBLOB NULL,";
+constexpr std::string_view kParkedColumns =
+    " park_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+    " id BIGINT UNSIGNED NOT NULL,"
+    " visible_at DATETIME(6) NOT NULL,"
+    " enqueued_at DATETIME(6) NOT NULL,"
+    " payload LONGBLOB NOT NULL,"
+    " attributes LONGBLOB NULL,";
+constexpr std::string_view kArchiveColumns =
+    " enqueued_at DATETIME(6) NOT NULL,"
+    " acked_at DATETIME(6) NOT NULL,"
+    " msg_key VARBINARY(255) NULL,"
+    " payload LONGBLOB NOT NULL,"
+    " attributes LONGBLOB NULL,";
+
 }  // namespace
 
 // The queue table comes last: a topic whose tables are made at first use (TopicCatalog::
@@ -28,16 +62,9 @@ std::string tenant_columns(std::string_view each) {
 void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t first_id,
                          bool fair) {
   c.query(
-      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
-                  " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
-                  " attempts INT UNSIGNED NOT NULL,"
-                  " last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
-                  " enqueued_at DATETIME(6) NOT NULL,"
-                  " died_at DATETIME(6) NOT NULL,"
-                  " msg_key VARBINARY(255) NULL,"
-                  " payload LONGBLOB NOT NULL,"
-                  " attributes LONGBLOB NULL) ENGINE=InnoDB",
-                  t.dead));
+      fmt::format("CREATE TABLE IF NOT EXISTS {} (id BIGINT UNSIGNED NOT NULL,{} PRIMARY KEY (id)) "
+                  "ENGINE=InnoDB",
+                  t.dead, kDeadColumns));
   // Keyed FIFO (keys.cc): one row per key with messages not yet finished, and the messages that
   // wait behind their key's current one, in the order they were parked (which is the order
   // their sends committed: parking happens under the key row's lock).
@@ -48,34 +75,16 @@ void create_queue_tables(Connection& c, const TopicTables& t, std::uint64_t firs
                   " parked BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
                   t.keys));
   c.query(
-      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
-                  " msg_key VARBINARY(255) NOT NULL,"
-                  " park_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
-                  " id BIGINT UNSIGNED NOT NULL,"
-                  " visible_at DATETIME(6) NOT NULL,"
-                  " enqueued_at DATETIME(6) NOT NULL,"
-                  " payload LONGBLOB NOT NULL,"
-                  " attributes LONGBLOB NULL,"
+      fmt::format("CREATE TABLE IF NOT EXISTS {} (msg_key VARBINARY(255) NOT NULL,{}"
                   " PRIMARY KEY (msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
-                  t.parked));
+                  t.parked, kParkedColumns));
   // The claim walks the primary key in id order and filters on visible_at: no secondary index
   // (one on visible_at cost 60% of the drain rate, bench/). The lease columns are fixed-width
   // and NOT NULL so that a claim rewrites the row in place (+40% drain rate at batch 100).
   c.query(
-      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
-                  " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
-                  " visible_at DATETIME(6) NOT NULL,"
-                  " attempts INT UNSIGNED NOT NULL DEFAULT 0,"
-                  " lease_token BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-                  " owner_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-                  " enqueued_at DATETIME(6) NOT NULL,"
-                  " msg_key VARBINARY(255) NULL,"
-                  " payload LONGBLOB NOT NULL,"
-                  " attributes LONGBLOB NULL,"
-                  " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
-                  " {}"
-                  " PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
-                  t.queue, fair ? tenant_columns("") : std::string(), first_id));
+      fmt::format("CREATE TABLE IF NOT EXISTS {} (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,{}"
+                  "{} PRIMARY KEY (id)) ENGINE=InnoDB AUTO_INCREMENT={}",
+                  t.queue, kQueueColumns, fair ? tenant_columns("") : std::string(), first_id));
 }
 
 // The tables a topic has once, whatever its groups and partitions.
@@ -92,15 +101,9 @@ void create_topic_wide_tables(Connection& c, const TopicTables& t) {
   // Acknowledged messages, when the topic keeps them (settle.cc); the acked_at index lets the
   // purge read only what it deletes.
   c.query(
-      fmt::format("CREATE TABLE IF NOT EXISTS {} ("
-                  " id BIGINT UNSIGNED NOT NULL PRIMARY KEY,"
-                  " enqueued_at DATETIME(6) NOT NULL,"
-                  " acked_at DATETIME(6) NOT NULL,"
-                  " msg_key VARBINARY(255) NULL,"
-                  " payload LONGBLOB NOT NULL,"
-                  " attributes LONGBLOB NULL,"
-                  " KEY (acked_at)) ENGINE=InnoDB",
-                  t.archive));
+      fmt::format("CREATE TABLE IF NOT EXISTS {} (id BIGINT UNSIGNED NOT NULL,{} PRIMARY KEY (id), "
+                  "KEY (acked_at)) ENGINE=InnoDB",
+                  t.archive, kArchiveColumns));
 }
 
 void make_fair(Connection& c, const TopicTables& t) {
@@ -132,19 +135,9 @@ void create_topic_tables(Connection& c, const TopicTables& t) {
 // rows and a topic's rows are one range to delete. The queue table's ids come from its
 // AUTO_INCREMENT, which InnoDB needs to lead an index: KEY ids, which no statement reads.
 void create_shared_storage_tables(Connection& c) {
-  c.query(fmt::format(
-      "CREATE TABLE IF NOT EXISTS {} ("
-      " qid BIGINT UNSIGNED NOT NULL,"
-      " id BIGINT UNSIGNED NOT NULL,"
-      " attempts INT UNSIGNED NOT NULL,"
-      " last_owner VARCHAR(255) CHARACTER SET utf8mb4 NULL,"
-      " enqueued_at DATETIME(6) NOT NULL,"
-      " died_at DATETIME(6) NOT NULL,"
-      " msg_key VARBINARY(255) NULL,"
-      " payload LONGBLOB NOT NULL,"
-      " attributes LONGBLOB NULL,"
-      " PRIMARY KEY (qid, id)) ENGINE=InnoDB",
-      quote_identifier(kSharedDead)));
+  c.query(fmt::format("CREATE TABLE IF NOT EXISTS {} (qid BIGINT UNSIGNED NOT NULL, id BIGINT "
+                      "UNSIGNED NOT NULL,{} PRIMARY KEY (qid, id)) ENGINE=InnoDB",
+                      quote_identifier(kSharedDead), kDeadColumns));
   c.query(fmt::format(
       "CREATE TABLE IF NOT EXISTS {} ("
       " qid BIGINT UNSIGNED NOT NULL,"
@@ -153,18 +146,10 @@ void create_shared_storage_tables(Connection& c) {
       " parked BIGINT UNSIGNED NOT NULL,"
       " PRIMARY KEY (qid, msg_key)) ENGINE=InnoDB",
       quote_identifier(kSharedKeys)));
-  c.query(fmt::format(
-      "CREATE TABLE IF NOT EXISTS {} ("
-      " qid BIGINT UNSIGNED NOT NULL,"
-      " msg_key VARBINARY(255) NOT NULL,"
-      " park_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
-      " id BIGINT UNSIGNED NOT NULL,"
-      " visible_at DATETIME(6) NOT NULL,"
-      " enqueued_at DATETIME(6) NOT NULL,"
-      " payload LONGBLOB NOT NULL,"
-      " attributes LONGBLOB NULL,"
-      " PRIMARY KEY (qid, msg_key, park_id), KEY (park_id)) ENGINE=InnoDB",
-      quote_identifier(kSharedParked)));
+  c.query(fmt::format("CREATE TABLE IF NOT EXISTS {} (qid BIGINT UNSIGNED NOT NULL, msg_key "
+                      "VARBINARY(255) NOT NULL,{} PRIMARY KEY (qid, msg_key, park_id), KEY "
+                      "(park_id)) ENGINE=InnoDB",
+                      quote_identifier(kSharedParked), kParkedColumns));
   c.query(fmt::format(
       "CREATE TABLE IF NOT EXISTS {} ("
       " sid BIGINT UNSIGNED NOT NULL,"
@@ -173,32 +158,14 @@ void create_shared_storage_tables(Connection& c) {
       " expires_at DATETIME(6) NOT NULL,"
       " PRIMARY KEY (sid, dedup_key), KEY (sid, expires_at)) ENGINE=InnoDB",
       quote_identifier(kSharedDedup)));
-  c.query(fmt::format(
-      "CREATE TABLE IF NOT EXISTS {} ("
-      " sid BIGINT UNSIGNED NOT NULL,"
-      " id BIGINT UNSIGNED NOT NULL,"
-      " enqueued_at DATETIME(6) NOT NULL,"
-      " acked_at DATETIME(6) NOT NULL,"
-      " msg_key VARBINARY(255) NULL,"
-      " payload LONGBLOB NOT NULL,"
-      " attributes LONGBLOB NULL,"
-      " PRIMARY KEY (sid, id), KEY (sid, acked_at)) ENGINE=InnoDB",
-      quote_identifier(kSharedArchive)));
-  c.query(fmt::format(
-      "CREATE TABLE IF NOT EXISTS {} ("
-      " qid BIGINT UNSIGNED NOT NULL,"
-      " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
-      " visible_at DATETIME(6) NOT NULL,"
-      " attempts INT UNSIGNED NOT NULL DEFAULT 0,"
-      " lease_token BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-      " owner_id BIGINT UNSIGNED NOT NULL DEFAULT 0,"
-      " enqueued_at DATETIME(6) NOT NULL,"
-      " msg_key VARBINARY(255) NULL,"
-      " payload LONGBLOB NOT NULL,"
-      " attributes LONGBLOB NULL,"
-      " first_claimed_at DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',"
-      " PRIMARY KEY (qid, id), KEY ids (id)) ENGINE=InnoDB",
-      quote_identifier(kSharedQueue)));
+  c.query(fmt::format("CREATE TABLE IF NOT EXISTS {} (sid BIGINT UNSIGNED NOT NULL, id BIGINT "
+                      "UNSIGNED NOT NULL,{} PRIMARY KEY (sid, id), KEY (sid, acked_at)) "
+                      "ENGINE=InnoDB",
+                      quote_identifier(kSharedArchive), kArchiveColumns));
+  c.query(fmt::format("CREATE TABLE IF NOT EXISTS {} (qid BIGINT UNSIGNED NOT NULL, id BIGINT "
+                      "UNSIGNED NOT NULL AUTO_INCREMENT,{} PRIMARY KEY (qid, id), KEY ids (id)) "
+                      "ENGINE=InnoDB",
+                      quote_identifier(kSharedQueue), kQueueColumns));
   // Topics in shared storage that were dropped and whose rows are still to be deleted (a
   // client deletes them in bounded chunks: TopicCatalog::reap_dropped).
   c.query(
