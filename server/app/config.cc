@@ -67,7 +67,8 @@ const std::vector<std::string_view>& serve_config_keys() {
   static const std::vector<std::string_view> keys{
       "listen",     "credentials",     "region",          "account-id", "workers",
       "log-format", "max-connections", "max-connections-per-client", "max-body-memory",
-      "max-answer-memory", "dsn", "metrics-topics", "metrics-busiest", "tables-at-first-use"};
+      "max-answer-memory", "dsn", "metrics-topics", "metrics-busiest", "tables-at-first-use",
+      "queue-storage"};
   return keys;
 }
 
@@ -174,6 +175,13 @@ ServeConfig parse_serve_config(std::string_view text, const std::string& path) {
             fmt::format("{}: {} must be true or false, not {}", where, name, a_type(node)));
       }
       config.tables_at_first_use = *v;
+    } else if (name == "queue-storage") {
+      const std::string v = string_value();
+      if (v != "dedicated" && v != "shared") {
+        throw std::invalid_argument(
+            fmt::format("{}: {} must be \"dedicated\" or \"shared\", not \"{}\"", where, name, v));
+      }
+      config.shared_storage = v == "shared";
     } else {
       const std::string_view near = nearest_serve_config_key(name);
       std::string hint;

@@ -44,6 +44,7 @@ struct ServeConfig {
   std::optional<std::string> metrics_topics;
   std::optional<std::size_t> metrics_busiest;
   std::optional<bool> tables_at_first_use;
+  std::optional<bool> shared_storage;  // queue-storage = "shared"
 };
 
 // The keys, in the order the documentation gives them.

@@ -155,6 +155,7 @@ ServiceOptions service_options(const ServeOptions& options, const Log& log) {
   o.credentials_file = options.credentials_file;
   o.workers = options.workers;
   o.tables_at_first_use = options.tables_at_first_use;
+  o.shared_storage = options.shared_storage;
   o.log = log;
   return o;
 }

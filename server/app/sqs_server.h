@@ -37,6 +37,9 @@ struct ServeOptions {
   // CreateQueue makes a queue's tables at its first use (--tables-at-first-use; docs/sqs.md,
   // "Many queues"); false: with the queue, so that the SQL interface can send to it at once.
   bool tables_at_first_use = false;
+  // CreateQueue puts queues in shared storage (--queue-storage shared; docs/sqs.md, "Many
+  // queues"): no tables of their own, no DDL.
+  bool shared_storage = false;
   // Topics whose series /metrics exports (--metrics-topics): an ECMAScript regular expression
   // matched against whole topic names (SQS queues' topics are sqs_NAME_HASH); empty: all.
   // Topics never used have no series either way.

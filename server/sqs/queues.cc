@@ -270,11 +270,11 @@ TopicOptions topic_options(const QueueInfo& q, const std::string& dead_letter_to
 }
 
 QueueCatalog::QueueCatalog(Client& client, Regions regions, std::string account,
-                           bool tables_at_first_use)
+                           TableCreation tables)
     : client_(client),
       regions_(std::move(regions)),
       account_(std::move(account)),
-      tables_at_first_use_(tables_at_first_use) {
+      tables_(tables) {
   make_table_if_missing("txmq_sqs_queues",
                         "CREATE TABLE IF NOT EXISTS txmq_sqs_queues ("
                         " name VARBINARY(80) NOT NULL PRIMARY KEY,"
@@ -669,8 +669,7 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
   try {
     // With tables at first use, an empty queue is its catalog rows only (thousands of idle
     // queues would otherwise be thousands of files each).
-    client_.create_topic(q.topic, options,
-                         tables_at_first_use_ ? TableCreation::kAtFirstUse : TableCreation::kNow);
+    client_.create_topic(q.topic, options, tables_);
   } catch (const Error& e) {
     if (e.code() != Errc::kAlreadyExists) throw;
     options.fair = client_.topic(q.topic).options.fair;
@@ -681,7 +680,15 @@ void QueueCatalog::make_topic(const QueueInfo& q) {
 std::shared_ptr<const QueueInfo> QueueCatalog::make_fair(std::string_view name) {
   auto q = get(name);
   if (q->fifo || q->fair) return q;
-  TopicOptions options = client_.topic(q->topic).options;
+  const TopicInfo topic = client_.topic(q->topic);
+  TopicOptions options = topic.options;
+  if (!options.fair && topic.shared_storage) {
+    throw Error(Errc::kInvalidArgument,
+                fmt::format("queue {} is in shared storage (txmq serve --queue-storage shared), "
+                            "which does not yet take MessageGroupId on a standard queue (fair "
+                            "queues)",
+                            name));
+  }
   if (!options.fair) {
     options.fair = true;
     client_.update_topic(q->topic, options);

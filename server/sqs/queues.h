@@ -91,9 +91,10 @@ TopicOptions topic_options(const QueueInfo& queue, const std::string& dead_lette
 class QueueCatalog {
  public:
   // Creates txmq_sqs_queues when missing (a user without CREATE must find it made).
-  // `tables_at_first_use`: ServiceOptions::tables_at_first_use.
+  // `tables`: how CreateQueue stores a queue's topic (ServiceOptions::tables_at_first_use,
+  // shared_storage).
   QueueCatalog(Client& client, Regions regions, std::string account,
-               bool tables_at_first_use = false);
+               TableCreation tables = TableCreation::kNow);
 
   // A ReceiptHandle: the library's receipt with a MAC that binds it to the queue's name, so
   // that a forged handle, or one of another queue, is told apart from a stale one.
@@ -175,7 +176,7 @@ class QueueCatalog {
   Client& client_;
   const Regions regions_;
   const std::string account_;
-  const bool tables_at_first_use_;
+  const TableCreation tables_;
   std::string receipt_key_;  // set by the constructor, then read-only
   std::mutex mutex_;
   struct Cached {

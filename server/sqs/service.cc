@@ -133,7 +133,10 @@ SqsService::SqsService(Client& client, asio::io_context& io, ServiceOptions opti
     : client_(client),
       io_(io),
       options_(std::move(options)),
-      catalog_(client, options_.regions, options_.account, options_.tables_at_first_use),
+      catalog_(client, options_.regions, options_.account,
+               options_.shared_storage        ? TableCreation::kShared
+               : options_.tables_at_first_use ? TableCreation::kAtFirstUse
+                                              : TableCreation::kNow),
       workers_(static_cast<std::size_t>(options_.workers)),
       deadline_timer_(io),
       move_tasks_(std::make_unique<MoveTasks>(client, catalog_,

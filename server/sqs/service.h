@@ -86,6 +86,9 @@ struct ServiceOptions {
   // CreateQueue makes a queue's tables at its first use (--tables-at-first-use): an empty
   // queue is its catalog rows only, but the SQL interface cannot send to it before then.
   bool tables_at_first_use = false;
+  // CreateQueue puts a queue in shared storage (--queue-storage shared): no tables of its own,
+  // no DDL (TableCreation::kShared); over tables_at_first_use.
+  bool shared_storage = false;
   // Threads that run actions (library calls block); long polls do not hold one.
   int workers = 16;
   // Where errors and credential reloads are logged, one line each (never a secret).

@@ -154,8 +154,8 @@ bool TopicCatalog::create_group(std::string_view topic, std::string_view group,
                   {first_id_of(p), first_id_of(p + 1) - 1});
         // Keyed messages wait behind their key's first one, in id order.
         Result keyed = c.execute(
-            fmt::format("SELECT msg_key, id FROM {} WHERE {}msg_key IS NOT NULL ORDER BY id",
-                        t.queue, t.q_and),
+            fmt::format("SELECT msg_key, id FROM {}{} WHERE {}msg_key IS NOT NULL ORDER BY id",
+                        t.queue, t.shared() ? " FORCE INDEX (PRIMARY)" : "", t.q_and),
             {});
         std::vector<std::pair<std::string_view, std::uint64_t>> pairs;
         for (const Row& row : keyed.rows) pairs.emplace_back(row.bytes(0), row.u64(1));

@@ -51,6 +51,7 @@ TopicTables topic_tables(std::string_view name, unsigned group, unsigned partiti
   t.parked = quote_identifier(fmt::format("txmq_kp_{}{}", name, suffix));
   t.archive = quote_identifier(fmt::format("txmq_a_{}", name));
   t.rows_key = t.queue;
+  t.id_order = "id";
   return t;
 }
 
@@ -76,6 +77,8 @@ TopicTables shared_tables(std::uint64_t sid, unsigned group, unsigned partition)
   t.s_col = "sid, ";
   t.s_val = fmt::format("{}, ", t.sid);
   t.rows_key = fmt::format("{}#{}", t.queue, t.qid);
+  // By id alone the server may walk KEY ids, over every queue's rows.
+  t.id_order = "qid, id";
   return t;
 }
 

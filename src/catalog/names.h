@@ -55,6 +55,7 @@ struct TopicTables {
   std::string q_val;  // "N, ": its value
   std::string s_col;  // "sid, ", for dedup and archive
   std::string s_val;  // "N, "
+  std::string id_order;  // "id", or "qid, id": the primary key's order of a queue's rows
   // Names this queue's rows in per-queue state (scan hints): the queue table, or
   // "`txmq_sh_q`#QID".
   std::string rows_key;

@@ -42,8 +42,13 @@ std::string walk_keys(std::string_view key) { return fmt::format(" ORDER BY {} L
 
 Result delete_in_lists(Connection& c, std::string_view table, std::string_view key,
                        std::vector<Param> values, std::string_view scope) {
+  // A shared table's rows are walked by its leading column too ("qid = N AND " scopes "qid,
+  // id"): by `key` alone, the server may take a secondary index on it (txmq_sh_q's KEY ids)
+  // and lock other queues' rows that share the ids (a topic's groups' copies).
+  const std::string order =
+      scope.empty() ? std::string(key) : fmt::format("{}, {}", scope.substr(0, 3), key);
   const std::string sql =
-      fmt::format("DELETE FROM {} WHERE {}{} IN {{}}{}", table, scope, key, walk_keys(key));
+      fmt::format("DELETE FROM {} WHERE {}{} IN {{}}{}", table, scope, key, walk_keys(order));
   return for_in_lists(values, [&](const std::string& list, std::vector<Param>& params,
                                   std::size_t count) {
     params.emplace_back(static_cast<std::int64_t>(count));

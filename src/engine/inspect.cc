@@ -81,9 +81,10 @@ QueueSample sample_queue(Connection& c, const std::string& table, const std::str
   const std::string from =
       limit == 0 && scope.empty()
           ? table
-          : fmt::format("(SELECT id, visible_at, lease_token, enqueued_at FROM {} WHERE {}TRUE "
+          : fmt::format("(SELECT id, visible_at, lease_token, enqueued_at FROM {}{} WHERE {}TRUE "
                         "ORDER BY id {}{}) AS s",
-                        table, scope, highest ? "DESC" : "ASC", limit == 0 ? "" : " LIMIT ?");
+                        table, scope.empty() ? "" : " FORCE INDEX (PRIMARY)", scope,
+                        highest ? "DESC" : "ASC", limit == 0 ? "" : " LIMIT ?");
   std::vector<Param> params;
   if (limit != 0) params.push_back(limit);
   Result r = c.execute(
@@ -255,10 +256,11 @@ std::vector<InFlightMessage> in_flight(QueueContext& q, std::string_view topic,
                                        std::string_view group, std::size_t limit) {
   return lowest_of_group(q, topic, group, limit, [&](Connection& c, const TopicTables& t) {
     Result r = c.execute(fmt::format("SELECT q.id, COALESCE(c.name, CONCAT('consumer #', q.owner_id)),"
-                                     " q.attempts, {} FROM {} AS q LEFT JOIN txmq_consumers AS c ON"
+                                     " q.attempts, {} FROM {} AS q{} LEFT JOIN txmq_consumers AS c ON"
                                      " c.id = q.owner_id WHERE {}q.lease_token <> 0 AND q.visible_at >"
                                      " NOW(6) ORDER BY q.id LIMIT ?",
                                      micros_of("q.visible_at"), t.queue,
+                                     t.shared() ? " FORCE INDEX (PRIMARY)" : "",
                                      t.shared() ? "q." + t.q_and : ""),
                          {static_cast<std::uint64_t>(limit)});
     std::vector<InFlightMessage> out;

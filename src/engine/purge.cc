@@ -73,7 +73,8 @@ std::uint64_t purge_queue(QueueContext& q, const TopicTables& t) {
       c.begin();
       const Param bound[] = {last_id};
       Result r = delete_returning(
-          c, t.queue, fmt::format("WHERE {}id <= ? ORDER BY id LIMIT {}", t.q_and, kPurgeChunk),
+          c, t.queue,
+          fmt::format("WHERE {}id <= ? ORDER BY {} LIMIT {}", t.q_and, t.id_order, kPurgeChunk),
           bound, "msg_key", "id", t.q_and);
       std::vector<std::string> keys;
       for (Row& row : r.rows) {

@@ -84,7 +84,8 @@ std::vector<std::uint64_t> delete_finished(Connection& c, const TopicTables& t,
   pad_ids(ids, 0, n);
   ids.emplace_back(static_cast<std::int64_t>(count));
   Result deleted = delete_returning(
-      c, t.queue, fmt::format("WHERE {}id IN {}{}", t.q_and, placeholders(n), walk_keys("id")),
+      c, t.queue,
+      fmt::format("WHERE {}id IN {}{}", t.q_and, placeholders(n), walk_keys(t.id_order)),
       ids, "msg_key", "id", t.q_and);
   std::vector<std::string> keys;
   for (Row& row : deleted.rows) {
@@ -121,7 +122,7 @@ class FencedAck {
       params_.push_back(first_token);
       params_.emplace_back(static_cast<std::int64_t>(count));
       where_ = fmt::format("WHERE {}id IN {} AND lease_token = ?{}", t_.q_and, placeholders(n),
-                           walk_keys("id"));
+                           walk_keys(t_.id_order));
       return;
     }
     for (std::size_t i = 0; i < n; ++i) {
@@ -134,7 +135,7 @@ class FencedAck {
     pairs += ")";
     params_.emplace_back(static_cast<std::int64_t>(count));
     where_ = fmt::format("WHERE {}id IN {} AND (id, lease_token) IN {}{}", t_.q_and,
-                         placeholders(n), pairs, walk_keys("id"));
+                         placeholders(n), pairs, walk_keys(t_.id_order));
   }
 
   const TopicTables& tables() const { return t_; }

@@ -188,10 +188,13 @@ std::string pending(const std::vector<WatchedQueue>& tables) {
   for (const WatchedQueue& t : tables) {
     if (!first.empty()) first += ", ";
     first += fmt::format(
-        "(SELECT id FROM {0} WHERE {1}id > (SELECT COALESCE(MAX(id), 0) FROM {0}{2}) ORDER BY id "
-        "LIMIT 1 LOCK IN SHARE MODE)",
+        "(SELECT id FROM {0}{3} WHERE {1}id > (SELECT COALESCE(MAX(id), 0) FROM {0}{2}) ORDER BY "
+        "id LIMIT 1 LOCK IN SHARE MODE)",
         t.table, t.scope,
-        t.scope.empty() ? std::string() : " WHERE " + t.scope.substr(0, t.scope.size() - 5));
+        t.scope.empty() ? std::string() : " WHERE " + t.scope.substr(0, t.scope.size() - 5),
+        // A shared table: its primary key from (qid, MAX), never KEY ids over other queues' rows
+        // (whose uncommitted inserts it would wait for).
+        t.scope.empty() ? "" : " FORCE INDEX (PRIMARY)");
   }
   return tables.size() == 1 ? first : "COALESCE(" + first + ")";
 }

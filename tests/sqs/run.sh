@@ -57,8 +57,10 @@ if [ -n "${TXMQ_TEST_DSN:-}" ]; then
   export TXMQ_DSN="$TXMQ_TEST_DSN"  # the suites' own txmq commands (TXMQ_SQS_TXMQ)
 fi
 
+# TXMQ_SERVE_ARGS: more options for serve (CTest's shared/ runs: --queue-storage shared).
+read -r -a SERVE_ARGS <<<"${TXMQ_SERVE_ARGS:-}"
 "$TXMQ" "${SERVE_DSN[@]}" serve --listen 127.0.0.1:0 --credentials "$SCRATCH/credentials" \
-  >"$SCRATCH/serve.out" 2>"$SCRATCH/serve.err" &
+  "${SERVE_ARGS[@]}" >"$SCRATCH/serve.out" 2>"$SCRATCH/serve.err" &
 SERVER_PID=$!
 
 ENDPOINT=""
