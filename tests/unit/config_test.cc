@@ -38,6 +38,7 @@ dsn = "mysql://txmq@db.example/txmq"
 metrics-topics = "sqs_orders.*"
 metrics-busiest = 20
 tables-at-first-use = true
+queue-storage = "shared"
 )",
                                            "/etc/txmq/serve.conf");
   EXPECT_EQ(c.path, "/etc/txmq/serve.conf");
@@ -55,6 +56,10 @@ tables-at-first-use = true
   EXPECT_EQ(c.metrics_topics, "sqs_orders.*");
   EXPECT_EQ(c.metrics_busiest, 20u);
   EXPECT_EQ(c.tables_at_first_use, true);
+  EXPECT_EQ(c.shared_storage, true);
+  EXPECT_EQ(error_of("queue-storage = \"elsewhere\"\n"),
+            "/etc/txmq/serve.conf:1: queue-storage must be \"dedicated\" or \"shared\", not "
+            "\"elsewhere\"");
   EXPECT_EQ(error_of("metrics-busiest = -1\n"),
             "/etc/txmq/serve.conf:1: metrics-busiest must be an integer from 0 to 1000000, not -1");
   EXPECT_EQ(error_of("tables-at-first-use = \"yes\"\n"),
@@ -107,12 +112,13 @@ TEST(ServeConfig, UnknownKeysSuggestTheNearestKnownOne) {
             "/etc/txmq/serve.conf:1: unknown key 'port' (known keys: listen, credentials, "
             "region, account-id, workers, log-format, max-connections, "
             "max-connections-per-client, max-body-memory, max-answer-memory, dsn, "
-            "metrics-topics, metrics-busiest, tables-at-first-use)");
+            "metrics-topics, metrics-busiest, tables-at-first-use, queue-storage)");
   EXPECT_EQ(error_of("workers = 2\n[serve]\nlisten = \"127.0.0.1:1\"\n"),
             "/etc/txmq/serve.conf:2: unknown key 'serve' (known keys: listen, credentials, "
             "region, account-id, workers, log-format, max-connections, "
             "max-connections-per-client, max-body-memory, max-answer-memory, dsn, "
-            "metrics-topics, metrics-busiest, tables-at-first-use; the file has no [tables]: keys go "
+            "metrics-topics, metrics-busiest, tables-at-first-use, queue-storage; the file has no "
+            "[tables]: keys go "
             "at its top)");
 }
 
