@@ -266,7 +266,8 @@ class Bench {
                                .queues = options_.quick ? 1000 : 100000,
                                .calls = options_.quick ? 200 : 500,
                                .used = options_.quick ? 200 : 10000,
-                               .deletes_timed = options_.quick ? 1000 : 2000});
+                               .deletes_timed = options_.quick ? 1000 : 2000,
+                               .shared_storage = options_.shared_storage});
     }
     // --only chaos / pressure, or single cells of them (--only pressure.held_snapshot).
     std::vector<std::string> cells;

@@ -119,13 +119,15 @@ Row scrape_row(std::uint16_t port, const std::string& id, const std::string& nam
 }  // namespace
 
 void queues_section(Report& report, const QueuesOptions& options) {
-  report.section(fmt::format("txmq serve with {} queues: CreateQueue, disk, /metrics, dashboard, "
+  report.section(fmt::format("txmq serve with {} queues{}: CreateQueue, disk, /metrics, dashboard, "
                              "calls on one queue against one queue alone",
-                             with_commas(options.queues)));
+                             with_commas(options.queues),
+                             options.shared_storage ? " in shared storage" : ""));
   server::ServeOptions so;
   so.dsn = options.dsn;
   so.listen = "127.0.0.1:0";
-  so.tables_at_first_use = true;
+  so.tables_at_first_use = !options.shared_storage;
+  so.shared_storage = options.shared_storage;
   server::Server srv(so);
   SqsHttpClient sqs(srv.port());
   const std::string prefix = "txmq-bench-queues-";
@@ -204,8 +206,24 @@ void queues_section(Report& report, const QueuesOptions& options) {
   }
   first_sends.messages = static_cast<std::uint64_t>(used);
   first_sends.seconds = seconds_between(use_start, SteadyClock::now());
-  report.add(row("queues.first_use", "SendMessage to a queue's first use (makes its tables)"),
+  report.add(row("queues.first_use", options.shared_storage
+                                         ? "SendMessage to a queue's first use (shared storage)"
+                                         : "SendMessage to a queue's first use (makes its tables)"),
              std::move(first_sends));
+  {
+    const DiskUse used_after = disk_use(options.dsn);
+    Row disk_used = row("queues.disk.used", "disk per used queue (over an empty one)");
+    if (after.known && used_after.known && used > 0) {
+      const double n = used;
+      disk_used.note = fmt::format(
+          "{:.1f} KiB and {:.2f} files per queue, a message sent, received and deleted each",
+          static_cast<double>(used_after.bytes - after.bytes) / 1024.0 / n,
+          static_cast<double>(used_after.files - after.files) / n);
+    } else {
+      disk_used.note = "not measured: the database's folder is not on this machine";
+    }
+    report.add_row(std::move(disk_used));
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the sends' totals flushed
   report.add_row(scrape_row(srv.port(), "queues.metrics.used",
                             fmt::format("GET /metrics, {} used queues, defaults (p50 of 3)",

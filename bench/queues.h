@@ -16,6 +16,9 @@ struct QueuesOptions {
   int calls = 500;      // SendMessage and ReceiveMessage + DeleteMessage on one queue, each
   int used = 10000;     // of the queues, a message sent and received each (tables made), scraped
   int deletes_timed = 2000;  // DeleteQueue timed one at a time; the rest deleted from 4 clients
+  // serve --queue-storage shared (txmq bench --storage shared): no tables per queue; else
+  // --tables-at-first-use.
+  bool shared_storage = false;
 };
 
 void queues_section(Report& report, const QueuesOptions& options);
