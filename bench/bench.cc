@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -109,10 +110,10 @@ constexpr std::size_t kLarge = 4096;
 const std::vector<std::string> kSections = {"send",  "batch", "seed", "drain", "e2e",
                                             "depth", "claim", "keys", "wake", "idle",
                                             "partitions", "serve", "sql", "fair", "queues",
-                                            "chaos", "pressure"};
+                                            "storage", "chaos", "pressure"};
 // Sections that take many minutes (and chaos and pressure stop the server): run only when named
 // with --only.
-const std::vector<std::string> kNamedOnly = {"queues", "chaos", "pressure"};
+const std::vector<std::string> kNamedOnly = {"queues", "storage", "chaos", "pressure"};
 
 std::string read_first_line_with(const char* path, const char* prefix) {
   std::ifstream in(path);
@@ -261,6 +262,7 @@ class Bench {
     if (wanted("serve")) serve(client);
     if (wanted("sql")) sql(client);
     if (wanted("fair")) fair(client);
+    if (wanted("storage")) storage(client);
     if (wanted("queues")) {
       queues_section(report_, {.dsn = options_.dsn,
                                .queues = options_.quick ? 1000 : 100000,
@@ -384,6 +386,65 @@ class Bench {
                             {"ratio", alone > 0 ? beside / alone : 0.0}});
     drop_if_exists(client, on);
     drop_if_exists(client, off);
+  }
+
+  // Issue 52's gate: a queue in shared storage against a queue with tables of its own, side by
+  // side in alternating rounds, with other queues in the shared tables around it (a message
+  // each, so that the measured queue's rows sit among theirs): send from 4 threads, send_batch
+  // of 1,000, and drains of 4 consumers receiving 10 and 100 (+ ack).
+  void storage(Client& client) {
+    const int others = options_.quick ? 1000 : 10000;
+    report_.section(fmt::format("Shared storage against tables of its own, among {} other shared "
+                                "queues (alternating rounds)",
+                                with_commas(others)));
+    const std::string own = "txmq_bench_storage_own";
+    const std::string shared = "txmq_bench_storage_shared";
+    drop_if_exists(client, own);
+    drop_if_exists(client, shared);
+    client.create_topic(own, {}, TableCreation::kNow);
+    std::vector<std::string> neighbours;
+    for (int i = 0; i < others; ++i) {
+      neighbours.push_back(fmt::format("txmq_bench_storage_n{:05}", i));
+      drop_if_exists(client, neighbours.back());
+      client.create_topic(neighbours.back(), {}, TableCreation::kShared);
+      // Half before the measured queue is made, half after: its ids and qid in the middle.
+      if (i == others / 2) client.create_topic(shared, {}, TableCreation::kShared);
+      client.send(neighbours.back(), "neighbour");
+    }
+    if (others == 0) client.create_topic(shared, {}, TableCreation::kShared);
+    const double round_seconds = sizes_.timed_seconds / sizes_.rounds;
+    const int batch_rows = options_.quick ? 20000 : 100000;
+    const auto backlog = static_cast<std::uint64_t>(options_.quick ? 20000 : 50000);
+    std::map<std::string, Measured> m;  // "own.send" ...
+    for (int r = 0; r < sizes_.rounds; ++r) {
+      for (const std::string& t : {own, shared}) {
+        const std::string side = t == own ? "own" : "shared";
+        client.purge(t);
+        accumulate(m[side + ".send"], send_rate(client, t, 4, round_seconds, kSmall));
+        client.purge(t);
+        accumulate(m[side + ".batch"], send_batch_rate(client, t, 1000, batch_rows, kSmall));
+        client.purge(t);
+        fill(client, t, static_cast<int>(backlog), kSmall);
+        accumulate(m[side + ".drain10"], drain(client, t, 4, 10, backlog, sizes_.timed_seconds));
+        client.purge(t);
+        fill(client, t, static_cast<int>(backlog), kSmall);
+        accumulate(m[side + ".drain100"], drain(client, t, 4, 100, backlog, sizes_.timed_seconds));
+      }
+    }
+    const std::vector<std::pair<std::string, std::string>> rows = {
+        {"send", "send, 4 threads"},
+        {"batch", "send_batch of 1,000"},
+        {"drain10", "receive 10 + ack, 4 consumers"},
+        {"drain100", "receive 100 + ack, 4 consumers"}};
+    for (const auto& [key, label] : rows) {
+      report_.add(row("storage.own." + key, label + ", tables of its own"),
+                  std::move(m["own." + key]));
+      report_.add(row("storage.shared." + key, label + ", shared storage", "storage.own." + key),
+                  std::move(m["shared." + key]));
+    }
+    drop_if_exists(client, own);
+    drop_if_exists(client, shared);
+    for (const std::string& n : neighbours) drop_if_exists(client, n);
   }
 
   // txmq serve in this process, driven over HTTP (JSON protocol, SigV4-signed, keep-alive), against

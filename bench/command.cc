@@ -61,8 +61,10 @@ void add_bench_command(CLI::App& app, Globals& g) {
   for (const std::string& s : bench_sections()) sections += (sections.empty() ? "" : ",") + s;
   bench->add_option("--only", a->only,
                     "comma-separated sections to run: " + sections +
-                        " (queues, chaos and pressure run only when named: queues makes "
-                        "10,000 queues, 1,000 with --quick; chaos and pressure restart the "
+                        " (queues, storage, chaos and pressure run only when named: queues "
+                        "makes 100,000 queues, 1,000 with --quick; storage sets a queue in "
+                        "shared storage against one with tables of its own among 10,000 "
+                        "others (1,000); chaos and pressure restart the "
                         "local server and take about 20 minutes each; with --quick, 2 cells in "
                         "under 3 minutes; one cell alone: --only pressure.held_snapshot)");
   bench->add_flag("--cpu,!--no-cpu", a->cpu,
