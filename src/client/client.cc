@@ -291,7 +291,9 @@ struct Client::Impl {
                             "primary only to members the DSN lists",
                             pool.dsn().nodes.size(), members));
     }
-    if (members == 2 || members == 4) {
+    // An even number of members, all up (one member down of three also shows a view of 2).
+    const std::size_t listed = pool.dsn().nodes.size();
+    if ((listed == 2 || listed == 4) && members == listed) {
       warn_once(options.on_warning,
                 fmt::format("the group has {} members: losing half of them loses the majority "
                             "and stops every write; use an odd number of members",
