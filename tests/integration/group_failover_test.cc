@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -31,8 +32,11 @@ using Clock = std::chrono::steady_clock;
 
 const char* group_home() { return std::getenv("TXMQ_GROUP_HOME"); }
 
+const std::string& group_dsn();
+
 // scripts/group COMMAND ARGS... on the fixture's group; its stdout, trimmed. Throws on failure.
 std::string group(const std::vector<std::string>& args) {
+  group_dsn();  // first: run_program's TXMQ_DSN is then the group's
   std::vector<std::string> all = args;
   test::ProcessResult r =
       test::run_program(std::string(TXMQ_SOURCE_DIR) + "/scripts/group", all, "",
@@ -45,11 +49,32 @@ std::string group(const std::vector<std::string>& args) {
   return r.out;
 }
 
+// The group's DSN (`scripts/group dsn`, read once). It becomes TXMQ_TEST_DSN too, so that the
+// helpers of support.h (which give their children TXMQ_DSN = test::dsn()) never start or touch
+// the fixture's local server: these tests run in a stage of their own, where it is not running.
+const std::string& group_dsn() {
+  static const std::string value = [] {
+    const std::string command = fmt::format("TXMQ_GROUP_HOME='{}' '{}/scripts/group' dsn",
+                                            group_home(), TXMQ_SOURCE_DIR);
+    std::string out;
+    if (FILE* f = ::popen(command.c_str(), "r"); f != nullptr) {
+      char buffer[512];
+      while (std::fgets(buffer, sizeof buffer, f) != nullptr) out += buffer;
+      ::pclose(f);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    if (out.rfind("mysql://", 0) != 0) throw std::runtime_error("scripts/group dsn: " + out);
+    ::setenv("TXMQ_TEST_DSN", out.c_str(), 1);
+    return out;
+  }();
+  return value;
+}
+
 class GroupFailover : public ::testing::Test {
  protected:
   void SetUp() override {
     if (group_home() == nullptr) GTEST_SKIP() << "no group (TXMQ_GROUP_HOME): scripts/test's group stage runs these";
-    dsn_ = group({"dsn"});
+    dsn_ = group_dsn();
   }
   std::unique_ptr<Client> client(std::vector<std::string>* warnings = nullptr) {
     ClientOptions o;
