@@ -142,14 +142,15 @@ struct Client::Impl {
       throw Error(Errc::kFailedPrecondition, fmt::format("{}: {}", where, why));
     }
     internal::Cluster* cluster = context.pool.cluster();
-    const bool galera = cluster != nullptr && cluster->galera();  // checked per node below
-    if (row.i64(0) != 1 && !galera) {
+    // A cluster's or group's settings are checked per node below.
+    const bool replicated = cluster != nullptr && cluster->replicated();
+    if (row.i64(0) != 1 && !replicated) {
       warn_once(options.on_warning,
                 fmt::format("{} runs with innodb_flush_log_at_trx_commit={}: a crash of the "
                             "server can lose messages whose send already succeeded (set it to 1)",
                             where, row.i64(0)));
     }
-    if (row.i64(2) != 0 && row.i64(1) != 1) {
+    if (row.i64(2) != 0 && row.i64(1) != 1 && !(cluster != nullptr && cluster->group())) {
       warn_once(options.on_warning,
                 fmt::format("{} writes a binary log with sync_binlog={}: a crash can lose "
                             "acknowledged sends from the binlog and its replicas (set it to 1)",
@@ -218,7 +219,26 @@ struct Client::Impl {
       }
       return;
     }
+    if (internal::Cluster* cluster = pool.cluster(); cluster != nullptr && cluster->group()) {
+      check_group(pool, cluster->last_probe());
+      return;
+    }
     if (pool.dsn().is_host_list()) return;  // a list of plain servers
+    // One host that is a member of a Group Replication group: nowhere to fail over to.
+    internal::Result g = pool.run(internal::OnLostConnection::kRetry,
+                                  [](internal::Connection& c, const internal::Attempt&) {
+                                    return c.execute(
+                                        "SHOW GLOBAL VARIABLES LIKE 'group_replication_group_name'",
+                                        {});
+                                  });
+    if (!g.rows.empty() && !g.rows[0].bytes(1).empty()) {
+      warn_once(options.on_warning,
+                fmt::format("{} is a member of a Group Replication group: list every member in "
+                            "the DSN (mysql://user@host1:port1,host2:port2,.../db) so that txmq "
+                            "follows the primary when the group elects another",
+                            pool.dsn().describe()));
+      return;
+    }
     // One host that is a Galera node: other clients may write through other nodes, and there
     // is nowhere to fail over to.
     internal::Result r = pool.run(internal::OnLostConnection::kRetry,
@@ -232,6 +252,52 @@ struct Client::Impl {
                             "DSN (mysql://user@host1:port1,host2:port2,.../db) so that all "
                             "clients write through one node and fail over together",
                             pool.dsn().describe(), r.rows[0].bytes(1)));
+    }
+  }
+
+  // What a Group Replication group promises depends on each member's settings
+  // (docs/group-replication.md, "Settings"): checked on each member the DSN lists, once per client.
+  void check_group(internal::Pool& pool, const std::vector<internal::NodeState>& nodes) {
+    std::uint64_t members = 0;
+    for (const internal::NodeState& node : nodes) {
+      if (!node.answered || !node.group) continue;
+      members = std::max(members, node.members);
+      const std::string where =
+          fmt::format("group member {}", pool.dsn().nodes.at(node.index).describe());
+      if (node.flush_log_at_trx_commit != "1" || node.sync_binlog != "1") {
+        warn_once(options.on_warning,
+                  fmt::format("{} runs with innodb_flush_log_at_trx_commit={} and sync_binlog={}: "
+                              "if every member crashes at once (a power cut), sends that "
+                              "succeeded can be lost (set both to 1 on every member)",
+                              where, node.flush_log_at_trx_commit, node.sync_binlog));
+      }
+      if (!node.binlog_format.empty() && node.binlog_format != "ROW") {
+        warn_once(options.on_warning,
+                  fmt::format("{} runs with binlog_format={}: Group Replication needs ROW", where,
+                              node.binlog_format));
+      }
+      if (node.consistency == "EVENTUAL") {
+        warn_once(options.on_warning,
+                  fmt::format("{} runs with group_replication_consistency=EVENTUAL: txmq raises "
+                              "its own sessions to BEFORE_ON_PRIMARY_FAILOVER, but other "
+                              "clients of the queue's tables may read a new primary before it "
+                              "has applied what the old one committed",
+                              where));
+      }
+    }
+    if (members > pool.dsn().nodes.size()) {
+      warn_once(options.on_warning,
+                fmt::format("the DSN lists {} of the group's {} members: txmq follows the "
+                            "primary only to members the DSN lists",
+                            pool.dsn().nodes.size(), members));
+    }
+    // An even number of members, all up (one member down of three also shows a view of 2).
+    const std::size_t listed = pool.dsn().nodes.size();
+    if ((listed == 2 || listed == 4) && members == listed) {
+      warn_once(options.on_warning,
+                fmt::format("the group has {} members: losing half of them loses the majority "
+                            "and stops every write; use an odd number of members",
+                            members));
     }
   }
 

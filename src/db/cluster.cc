@@ -59,6 +59,71 @@ void read_wsrep_status(Connection& c, NodeState& state) {
   }
 }
 
+// "epoch:counter" of a VIEW_ID into its numbers (0, 0 when it is not one).
+void parse_view(const std::string& view_id, NodeState& s) {
+  const std::size_t colon = view_id.find(':');
+  if (colon == std::string::npos) return;
+  try {
+    s.view_epoch = std::stoull(view_id.substr(0, colon));
+    s.view = std::stoull(view_id.substr(colon + 1));
+  } catch (const std::exception&) {
+    s.view_epoch = s.view = 0;
+  }
+}
+
+// A MySQL server's place in its Group Replication group, as it sees it (probes and the writer's
+// periodic check): s.group stays false for a server without the plugin or a group name.
+void read_group_status(Connection& c, NodeState& s) {
+  Result vars = c.execute(
+      "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('group_replication_group_name', "
+      "'group_replication_single_primary_mode', 'group_replication_consistency', "
+      "'group_replication_exit_state_action', 'group_replication_member_expel_timeout', "
+      "'super_read_only', 'server_uuid', 'gtid_mode', 'sync_binlog')",
+      {});
+  std::string group_name;
+  for (const Row& row : vars.rows) {
+    const std::string& name = row.bytes(0);
+    const std::string& value = row.bytes(1);
+    if (name == "group_replication_group_name") group_name = value;
+    if (name == "group_replication_single_primary_mode") s.single_primary = value == "ON";
+    if (name == "group_replication_consistency") s.consistency = value;
+    if (name == "group_replication_exit_state_action") s.exit_state_action = value;
+    if (name == "group_replication_member_expel_timeout") s.expel_timeout = value;
+    if (name == "super_read_only") s.super_read_only = value == "ON";
+    if (name == "server_uuid") s.uuid = value;
+    if (name == "gtid_mode") s.gtid_mode = value;
+    if (name == "sync_binlog") s.sync_binlog = value;
+  }
+  // A server of a group is one even while it is out of it (GR stopped after a restart, ERROR):
+  // it must then not be taken for a stand-alone server that may be written to.
+  s.group = !group_name.empty();
+  if (!s.group) return;
+  Result members = c.execute(
+      "SELECT MEMBER_ID, MEMBER_HOST, CAST(MEMBER_PORT AS CHAR), MEMBER_STATE, MEMBER_ROLE "
+      "FROM performance_schema.replication_group_members",
+      {});
+  s.members = s.online_members = 0;
+  s.member_state = "OFFLINE";
+  for (const Row& row : members.rows) {
+    const std::string& state = row.bytes(3);
+    if (row.bytes(0).empty()) continue;  // the plugin's row when it is not in a group
+    ++s.members;
+    if (state == "ONLINE") ++s.online_members;
+    if (row.bytes(0) == s.uuid) {
+      s.member_state = state;
+      s.member_role = row.bytes(4);
+    }
+    if (state == "ONLINE" && row.bytes(4) == "PRIMARY") {
+      s.primary_address = fmt::format("{}:{}", row.bytes(1), row.bytes(2));
+    }
+  }
+  Result view = c.execute(
+      "SELECT VIEW_ID FROM performance_schema.replication_group_member_stats "
+      "WHERE MEMBER_ID = @@server_uuid",
+      {});
+  if (!view.rows.empty()) parse_view(view.rows[0].bytes(0), s);
+}
+
 Probe probe(const Dsn& dsn, std::size_t i) {
   Probe p;
   p.state.index = i;
@@ -71,6 +136,17 @@ Probe probe(const Dsn& dsn, std::size_t i) {
         "'wsrep_provider_options')",
         {});
     p.state.answered = true;
+    if (p.connection->server().mysql) {
+      p.state.binlog_format.clear();
+      for (const Row& row : vars.rows) {
+        if (row.bytes(0) == "innodb_flush_log_at_trx_commit") {
+          p.state.flush_log_at_trx_commit = row.bytes(1);
+        }
+        if (row.bytes(0) == "binlog_format") p.state.binlog_format = row.bytes(1);
+      }
+      read_group_status(*p.connection, p.state);
+      return p;
+    }
     for (const Row& row : vars.rows) {
       const std::string& name = row.bytes(0);
       if (name == "wsrep_on") p.state.wsrep_on = row.bytes(1) == "ON";
@@ -166,11 +242,54 @@ void refuse_unlisted_writer(Connection& c, const std::string& writer_uuid,
                           util::printable(address)));
 }
 
+// The member of a group to write through: one that says of itself ONLINE PRIMARY in a view
+// where a majority is ONLINE, the newest view when two do (a primary frozen, then resumed,
+// reports its old view until the group's news reaches it). Throws kFailedPrecondition for a
+// multi-primary group, kUnavailable when no member qualifies (an election under way, quorum
+// lost, the primary unreachable for this client).
+const Probe& group_writer(const Dsn& dsn, const std::vector<Probe>& probes) {
+  for (const Probe& p : probes) {
+    if (p.state.answered && p.state.group && !p.state.single_primary) {
+      throw Error(Errc::kFailedPrecondition,
+                  fmt::format("{} is a member of a multi-primary Group Replication group: txmq "
+                              "needs one writer (row locks, SKIP LOCKED and its waiters are local "
+                              "to a member, and two writers fail each other's commits); switch "
+                              "the group to single-primary mode (SELECT "
+                              "group_replication_switch_to_single_primary_mode())",
+                              node_name(dsn, p.state.index)));
+    }
+  }
+  const Probe* best = nullptr;
+  for (const Probe& p : probes) {
+    if (!p.state.qualifies()) continue;
+    if (best == nullptr || std::pair(p.state.view_epoch, p.state.view) >
+                               std::pair(best->state.view_epoch, best->state.view)) {
+      best = &p;
+    }
+  }
+  if (best != nullptr) return *best;
+  std::string named;
+  for (const Probe& p : probes) {
+    if (p.state.answered && p.state.member_state == "ONLINE" && !p.state.primary_address.empty()) {
+      named = fmt::format(" (the members name {} as the primary)",
+                          util::printable(p.state.primary_address));
+      break;
+    }
+  }
+  throw Error(Errc::kUnavailable, fmt::format("no member of the group can take writes now{}: {}",
+                                              named, describe_all(dsn, probes)));
+}
+
 }  // namespace
 
 std::string NodeState::describe(const Dsn& dsn) const {
   const std::string name = node_name(dsn, index);
   if (!answered) return fmt::format("{}: {}", name, error);
+  if (group) {
+    return fmt::format("{}: {}{} (view {}, {} of {} members ONLINE{})", name, member_state,
+                       member_role.empty() ? "" : " " + member_role, view, online_members,
+                       members, super_read_only && member_role == "PRIMARY" ? ", super_read_only" : "");
+  }
   if (!wsrep_on) return fmt::format("{}: not a Galera node (wsrep_on = OFF)", name);
   return fmt::format("{}: {}, {}{}", name, state.empty() ? "no state" : state,
                      status.empty() ? "no status" : status, ready ? "" : ", not ready");
@@ -233,6 +352,14 @@ void Cluster::track(Connection& c) {
   c.set_tracking(std::make_shared<Registration>(live_, &c));
 }
 
+void Cluster::prepare(Connection& c) {
+  if (!group()) return;
+  c.set_group_member(true);
+  if (raise_consistency_.load(std::memory_order_acquire)) {
+    c.query("SET SESSION group_replication_consistency = 'BEFORE_ON_PRIMARY_FAILOVER'");
+  }
+}
+
 void Cluster::cancel(std::uint64_t generation) {
   std::lock_guard lock(live_->mutex);  // a connection being closed waits for this
   for (const auto& [connection, of] : live_->connections) {
@@ -285,7 +412,7 @@ Cluster::Writer Cluster::writer() {
     if (current_) return *current_;  // another thread chose meanwhile
   }
   Writer chosen = choose();
-  if (galera() && !heartbeat_.joinable()) heartbeat_ = std::thread([this] { heartbeat(); });
+  if (replicated() && !heartbeat_.joinable()) heartbeat_ = std::thread([this] { heartbeat(); });
   std::lock_guard lock(mutex_);
   current_ = chosen;
   return chosen;
@@ -302,7 +429,7 @@ bool Cluster::is_current(std::uint64_t generation) {
 }
 
 bool Cluster::check_due() {
-  if (!galera()) return false;
+  if (!replicated()) return false;
   std::int64_t due = next_check_.load(std::memory_order_relaxed);
   const std::int64_t now = now_us();
   if (now < due) return false;
@@ -317,6 +444,15 @@ void Cluster::check(Connection& c, std::uint64_t generation) {
     std::lock_guard lock(mutex_);
     if (!current_ || current_->generation != generation) return;  // already moving on
     expected = writer_uuid_;
+  }
+  if (group()) {
+    // Still the ONLINE PRIMARY of a majority, and still the same server: an election (a
+    // switch of primary, an expulsion) moves the clients within kCheckEvery.
+    NodeState s;
+    s.answered = true;
+    read_group_status(c, s);
+    if (!s.group || !s.qualifies() || (!expected.empty() && s.uuid != expected)) failed(generation);
+    return;
   }
   // On the writer itself, without wsrep_sync_wait: a move made through another node arrives
   // within milliseconds, and the next check sees it.
@@ -357,14 +493,26 @@ Cluster::Writer Cluster::choose() {
   const auto next_generation = [this] {
     return generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
   };
+  if (std::any_of(probes.begin(), probes.end(),
+                  [](const Probe& p) { return p.state.answered && p.state.group; })) {
+    group_.store(true, std::memory_order_release);
+    galera_.store(false, std::memory_order_release);
+    const Probe& writer = group_writer(dsn_, probes);
+    raise_consistency_.store(writer.state.consistency == "EVENTUAL", std::memory_order_release);
+    std::lock_guard lock(mutex_);
+    writer_uuid_ = writer.state.uuid;
+    return Writer{dsn_.node(writer.state.index), next_generation()};
+  }
   if (!answered->state.wsrep_on) {
     // Not a cluster: the first server that answers.
     galera_.store(false, std::memory_order_release);
+    group_.store(false, std::memory_order_release);
     std::lock_guard lock(mutex_);
     writer_uuid_.clear();
     return Writer{dsn_.node(answered->state.index), next_generation()};
   }
   galera_.store(true, std::memory_order_release);
+  group_.store(false, std::memory_order_release);
 
   // The nodes that may write, in the newest membership view: a node that was paused can still
   // say Synced and Primary about a view the others have left.

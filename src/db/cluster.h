@@ -36,8 +36,31 @@ struct NodeState {
   std::string autoinc_lock_mode;
   std::string provider_options;  // wsrep_provider_options
 
-  // A node that may take the queue's writes: synced, ready, in the primary component.
+  // MySQL Group Replication (docs/group-replication.md): a member of a group, as it sees itself.
+  bool group = false;            // the plugin runs and the server is in (or joining) a group
+  bool single_primary = true;    // group_replication_single_primary_mode
+  std::string member_state;      // ONLINE, RECOVERING, UNREACHABLE, ERROR, OFFLINE
+  std::string member_role;       // PRIMARY, SECONDARY
+  bool super_read_only = false;
+  std::uint64_t view_epoch = 0;  // VIEW_ID "epoch:counter": the group's bootstrap, then the view
+  std::uint64_t view = 0;
+  std::uint64_t members = 0;         // in its view
+  std::uint64_t online_members = 0;  // of them ONLINE
+  std::string primary_address;   // host:port of the ONLINE PRIMARY in its view, if any
+  std::string consistency;       // group_replication_consistency
+  std::string sync_binlog;
+  std::string gtid_mode;
+  std::string exit_state_action;  // group_replication_exit_state_action
+  std::string expel_timeout;      // group_replication_member_expel_timeout
+
+  // A node that may take the queue's writes. Galera: synced, ready, in the primary component.
+  // A group: ONLINE PRIMARY, writable, in a view where a majority is ONLINE (a primary cut off
+  // in a minority, or just resumed from a freeze, can still call itself ONLINE PRIMARY).
   bool qualifies() const {
+    if (group) {
+      return answered && member_state == "ONLINE" && member_role == "PRIMARY" &&
+             !super_read_only && 2 * online_members > members;
+    }
     return answered && wsrep_on && ready && status == "Primary" && state == "Synced";
   }
   // "127.0.0.1:24000 Synced, Primary" or "127.0.0.1:24000: cannot connect (...)".
@@ -56,7 +79,13 @@ struct NodeState {
 // which is new at every start of a node: a node that restarts never gets the writer back by
 // itself, so there is no flapping. Clients look at the row every few seconds (check()).
 //
-// A host list whose nodes are not Galera nodes (wsrep_on = OFF) is a list of alternatives:
+// A host list of MySQL Group Replication members (docs/group-replication.md) needs no row: the
+// group elects its primary by consensus, so every client that asks agrees. The writer is the
+// member that says of itself ONLINE PRIMARY in a view where a majority is ONLINE (the newest
+// view when two say so); a multi-primary group is refused (kFailedPrecondition). The same
+// failover, checks and heartbeat as for Galera follow it.
+//
+// A host list whose nodes are neither (wsrep_on = OFF, no group) is a list of alternatives:
 // the first that answers serves.
 class Cluster {
  public:
@@ -97,6 +126,14 @@ class Cluster {
   std::vector<NodeState> last_probe();
   // Whether the nodes are Galera nodes (known after the first writer()).
   bool galera() const { return galera_.load(std::memory_order_acquire); }
+  // Whether they are members of a MySQL Group Replication group (known after the first writer()).
+  bool group() const { return group_.load(std::memory_order_acquire); }
+  // Galera or a group: a writer that can change under the clients.
+  bool replicated() const { return galera() || group(); }
+  // Sets up a new connection to the writer (Pool::open): on a group whose consistency is
+  // EVENTUAL, the session's is raised to BEFORE_ON_PRIMARY_FAILOVER, so that a new primary
+  // shows this client what the old one acknowledged before running its statements.
+  void prepare(Connection& c);
 
   static constexpr auto kCheckEvery = std::chrono::seconds(2);
   // The heartbeat (Galera only): a statement on a connection of its own to the writer every
@@ -106,6 +143,8 @@ class Cluster {
   // read_timeout (30 s), and their retries go to the next writer: a client moves off a frozen
   // writer within about 7 s (docs/galera.md).
   static constexpr auto kHeartbeatEvery = std::chrono::seconds(1);
+  // (The same for a group: a frozen primary is left within about 5 s, and the group elects
+  // another after its expel timeout.)
   static constexpr int kHeartbeatReadSeconds = 4;
 
  private:
@@ -125,6 +164,8 @@ class Cluster {
   std::string writer_uuid_;
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> galera_{false};
+  std::atomic<bool> group_{false};
+  std::atomic<bool> raise_consistency_{false};
   std::atomic<std::int64_t> next_check_{0};  // steady clock, in microseconds
   const std::shared_ptr<Live> live_ = std::make_shared<Live>();
   std::mutex heartbeat_mutex_;

@@ -25,8 +25,34 @@ ClusterStatus cluster_status(std::string_view dsn_text) {
     node.cluster_size = s.cluster_size;
     node.local_index = s.local_index;
     node.uuid = s.uuid;
+    node.group = s.group;
+    node.single_primary = s.single_primary;
+    node.member_state = s.member_state;
+    node.member_role = s.member_role;
+    node.view = s.view;
+    node.members = s.members;
+    node.online_members = s.online_members;
+    node.primary = s.primary_address;
+    result.group = result.group || s.group;
     if (node.can_write && reader == nullptr) reader = &s;
     result.nodes.push_back(std::move(node));
+  }
+  if (result.group) {
+    // The group elects its primary: the writer is the member clients choose (Cluster).
+    const internal::NodeState* writer = nullptr;
+    for (const internal::NodeState& s : states) {
+      if (!s.qualifies()) continue;
+      if (writer == nullptr ||
+          std::pair(s.view_epoch, s.view) > std::pair(writer->view_epoch, writer->view)) {
+        writer = &s;
+      }
+    }
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      result.nodes[i].writer = writer == &states[i];
+      if (!result.nodes[i].writer) result.nodes[i].can_write = false;
+    }
+    if (writer != nullptr) result.writer_address = dsn.nodes.at(writer->index).describe();
+    return result;
   }
   if (reader == nullptr) return result;
   try {

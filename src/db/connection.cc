@@ -27,10 +27,28 @@ bool echoes_data(unsigned errno_) {
          errno_ == ER_TRUNCATED_WRONG_VALUE_FOR_FIELD || errno_ == ER_WARN_DATA_OUT_OF_RANGE;
 }
 
+// MySQL's error numbers for Group Replication (MariaDB's headers lack them; MariaDB uses some of
+// these numbers for other errors, so they are read only on connections to a group, except 3101).
+constexpr unsigned kMysqlReadOnlyMode = 1836;                // ER_READ_ONLY_MODE
+constexpr unsigned kMysqlServerOfflineMode = 3032;           // ER_SERVER_OFFLINE_MODE
+constexpr unsigned kMysqlRunHookError = 3100;                // ER_RUN_HOOK_ERROR
+constexpr unsigned kMysqlRollbackDuringCommit = 3101;        // ER_TRANSACTION_ROLLBACK_DURING_COMMIT
+constexpr unsigned kMysqlHoldWaitTimeout = 3781;             // ER_GR_HOLD_WAIT_TIMEOUT
+constexpr unsigned kMysqlHoldKilled = 3782;                  // ER_GR_HOLD_KILLED
+constexpr unsigned kMysqlHoldMemberStatusError = 3783;       // ER_GR_HOLD_MEMBER_STATUS_ERROR
+constexpr unsigned kMysqlConsistencyNotAllowed = 3796;       // ER_GRP_TRX_CONSISTENCY_NOT_ALLOWED
+constexpr unsigned kMysqlConsistencyBefore = 3797;           // ER_GRP_TRX_CONSISTENCY_BEFORE
+constexpr unsigned kMysqlConsistencyBeginNotAllowed = 3799;  // ..._BEGIN_NOT_ALLOWED
+
 Errc classify(unsigned errno_) {
   if (is_connection_error(errno_) || is_node_unavailable(errno_)) return Errc::kUnavailable;
   if (is_transient_conflict(errno_)) return Errc::kAborted;
   switch (errno_) {
+    // MySQL: a plugin rolled the transaction back at COMMIT; for Group Replication, a
+    // certification conflict, decided alike on every member: nothing committed, retry it whole.
+    // (MariaDB does not use 3101.)
+    case kMysqlRollbackDuringCommit:
+      return Errc::kAborted;
     case ER_NO_SUCH_TABLE:
       return Errc::kNotFound;
     case ER_DUP_ENTRY:
@@ -79,6 +97,23 @@ bool is_node_unavailable(unsigned e) noexcept {
   // primary component); 1180: a commit that could not replicate ("Not connected to Primary
   // Component"), rolled back.
   return e == ER_UNKNOWN_COM_ERROR || e == ER_ERROR_DURING_COMMIT;
+}
+
+bool is_group_refusal(unsigned e) noexcept {
+  switch (e) {
+    case ER_OPTION_PREVENTS_STATEMENT:  // 1290, super_read_only
+    case kMysqlReadOnlyMode:
+    case kMysqlServerOfflineMode:
+    case kMysqlHoldWaitTimeout:
+    case kMysqlHoldKilled:
+    case kMysqlHoldMemberStatusError:
+    case kMysqlConsistencyNotAllowed:
+    case kMysqlConsistencyBefore:
+    case kMysqlConsistencyBeginNotAllowed:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool is_missing_table(unsigned e) noexcept { return e == ER_NO_SUCH_TABLE; }
@@ -188,11 +223,19 @@ void Connection::raise(MYSQL_STMT* stmt, std::string_view doing) {
   std::string state = stmt != nullptr ? mysql_stmt_sqlstate(stmt) : mysql_sqlstate(mysql_);
   // A node that cannot serve (Galera) is left as a lost connection is: the pool goes elsewhere.
   if (is_connection_error(e) || is_node_unavailable(e)) broken_ = true;
+  Errc code = classify(e);
+  // A group member that cannot serve (a secondary now, out of the group): the pool goes to the
+  // primary. 3100 (the member left the group while committing) is a failed node too, which the
+  // pool reports as kCommitUnknown for a write in autocommit.
+  if (group_member_ && (is_group_refusal(e) || e == kMysqlRunHookError)) {
+    broken_ = true;
+    code = Errc::kUnavailable;
+  }
   const char* server = server_.mysql ? "MySQL" : "MariaDB";
   std::string what = echoes_data(e)
                          ? fmt::format("{} failed: {} error {} ({})", doing, server, e, state)
                          : fmt::format("{} failed: {} ({} error {})", doing, message, server, e);
-  throw Error(classify(e), what, e, state, message);
+  throw Error(code, what, e, state, message);
 }
 
 Result Connection::execute(std::string_view sql, std::span<const Param> params) {
@@ -314,12 +357,14 @@ void Connection::commit() {
     // Galera's "Not connected to Primary Component" at COMMIT: a node cut off from the others
     // while it commits may have delivered the write set to them, and they commit it. Retrying
     // on the next writer stored a batch twice in the cluster fault run; the caller is told.
-    if (e == ER_ERROR_DURING_COMMIT) {
+    // Group Replication's 3100 at COMMIT (a member that left the group, or lost its majority,
+    // while the transaction waited for the group): the others may have received it.
+    if (e == ER_ERROR_DURING_COMMIT || (group_member_ && e == kMysqlRunHookError)) {
       broken_ = true;
       throw Error(Errc::kCommitUnknown,
                   fmt::format("the node lost the cluster during COMMIT: the transaction may or may "
-                              "not have committed ({} (MariaDB error {}))",
-                              mysql_error(mysql_), e),
+                              "not have committed ({} ({} error {}))",
+                              mysql_error(mysql_), server_.mysql ? "MySQL" : "MariaDB", e),
                   e, mysql_sqlstate(mysql_), mysql_error(mysql_));
     }
     raise(nullptr, "commit");

@@ -167,6 +167,12 @@ class Connection {
   // The server's value again, if bound_idle changed it: before a transaction in which the
   // caller's code may take its time (process, Client::begin and transact).
   void unbound_idle();
+  // A connection to the primary of a MySQL Group Replication group (Cluster::prepare): the
+  // group's refusals (is_group_refusal) then mark it broken and are kUnavailable, so that the
+  // pool sends the statement to the next primary, and ER_RUN_HOOK_ERROR (3100) at COMMIT, a
+  // member that left the group while committing, is kCommitUnknown.
+  void set_group_member(bool member) noexcept { group_member_ = member; }
+  bool group_member() const noexcept { return group_member_; }
   // Which writer of a cluster this connection was made to (Cluster::Writer::generation).
   std::uint64_t generation() const noexcept { return generation_; }
   void set_generation(std::uint64_t generation) noexcept { generation_ = generation; }
@@ -190,6 +196,7 @@ class Connection {
   bool broken_ = false;
   bool in_transaction_ = false;
   bool autocommit_ = true;
+  bool group_member_ = false;
   std::uint64_t generation_ = 0;
   std::shared_ptr<void> tracking_;
   std::chrono::steady_clock::time_point last_used_;
@@ -206,6 +213,13 @@ bool is_transient_conflict(unsigned server_errno) noexcept;  // deadlock, lock w
 // A Galera node that cannot take statements now (not synced, not in the primary component): the
 // statement did nothing, and another node may serve it.
 bool is_node_unavailable(unsigned server_errno) noexcept;
+// A member of a MySQL Group Replication group that refuses a statement without running it:
+// super_read_only or read_only (1290, 1836: a secondary, or a member that left the group),
+// offline_mode (3032), a new primary that gave up holding the statement while it applied the
+// old one's backlog (3781-3783), or a member whose state allows no consistent transaction now
+// (3796, 3797, 3799). Another member may serve it. (MySQL's numbers; only asked of connections
+// to a group, Connection::set_group_member.)
+bool is_group_refusal(unsigned server_errno) noexcept;
 // "Table doesn't exist" (1146): a topic's tables not made yet, or dropped.
 bool is_missing_table(unsigned server_errno) noexcept;
 

@@ -122,7 +122,10 @@ std::optional<Pool::Handle> Pool::try_acquire(Work work) {
 std::unique_ptr<Connection> Pool::open(const Dsn& dsn, std::uint64_t generation) {
   auto connection = std::make_unique<Connection>(dsn);
   connection->set_generation(generation);
-  if (cluster_) cluster_->track(*connection);  // the heartbeat may cancel it
+  if (cluster_) {
+    cluster_->track(*connection);  // the heartbeat may cancel it
+    cluster_->prepare(*connection);
+  }
   return connection;
 }
 
@@ -153,7 +156,7 @@ bool Pool::ride_out(const Error& error, Outage& outage, bool connecting) {
       std::lock_guard lock(outage_mutex_);
       ever = ever_connected_;
     }
-    if (connecting && !ever && !cluster_->galera() && outage.reconnects > 1) return false;
+    if (connecting && !ever && !cluster_->replicated() && outage.reconnects > 1) return false;
     if (now - *outage.since > kClusterOutage) return false;
   } else {
     if (connecting) {

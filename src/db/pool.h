@@ -183,10 +183,15 @@ auto Pool::run(OnLostConnection policy, Work work, F&& fn)
         // replicate: a writer cut off from the other nodes while it commits may have delivered
         // the write set to them, and they commit it (the cluster fault run's network cuts:
         // a message stored twice), so it is unknown too.
+        // A group member's refusals (super_read_only, offline, a held statement given up) ran
+        // nothing either.
         if (policy == OnLostConnection::kCommitUnknown && error.server_errno() != 2006 &&
-            error.server_errno() != 1047) {
+            error.server_errno() != 1047 &&
+            !(connection.group_member() && is_group_refusal(error.server_errno()))) {
           throw Error(Errc::kCommitUnknown,
-                      std::string(error.server_errno() == 1180
+                      std::string(error.server_errno() == 1180 ||
+                                          (connection.group_member() &&
+                                           error.server_errno() == 3100)
                                       ? "the node lost the cluster while committing: the write "
                                         "may or may not have committed ("
                                       : "the connection broke before the server answered: the "
