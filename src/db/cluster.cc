@@ -102,13 +102,14 @@ void read_group_status(Connection& c, NodeState& s) {
       "SELECT MEMBER_ID, MEMBER_HOST, CAST(MEMBER_PORT AS CHAR), MEMBER_STATE, MEMBER_ROLE "
       "FROM performance_schema.replication_group_members",
       {});
-  s.members = s.online_members = 0;
+  s.members = s.online_members = s.unreachable_members = 0;
   s.member_state = "OFFLINE";
   for (const Row& row : members.rows) {
     const std::string& state = row.bytes(3);
     if (row.bytes(0).empty()) continue;  // the plugin's row when it is not in a group
     ++s.members;
     if (state == "ONLINE") ++s.online_members;
+    if (state == "UNREACHABLE") ++s.unreachable_members;
     if (row.bytes(0) == s.uuid) {
       s.member_state = state;
       s.member_role = row.bytes(4);

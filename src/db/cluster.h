@@ -46,6 +46,7 @@ struct NodeState {
   std::uint64_t view = 0;
   std::uint64_t members = 0;         // in its view
   std::uint64_t online_members = 0;  // of them ONLINE
+  std::uint64_t unreachable_members = 0;  // of them UNREACHABLE (the others count for quorum)
   std::string primary_address;   // host:port of the ONLINE PRIMARY in its view, if any
   std::string consistency;       // group_replication_consistency
   std::string sync_binlog;
@@ -54,12 +55,13 @@ struct NodeState {
   std::string expel_timeout;      // group_replication_member_expel_timeout
 
   // A node that may take the queue's writes. Galera: synced, ready, in the primary component.
-  // A group: ONLINE PRIMARY, writable, in a view where a majority is ONLINE (a primary cut off
-  // in a minority, or just resumed from a freeze, can still call itself ONLINE PRIMARY).
+  // A group: ONLINE PRIMARY, writable, in a view where a majority is reachable (ONLINE or
+  // RECOVERING: both vote; a primary cut off in a minority, or just resumed from a freeze, can
+  // still call itself ONLINE PRIMARY, with the others UNREACHABLE).
   bool qualifies() const {
     if (group) {
       return answered && member_state == "ONLINE" && member_role == "PRIMARY" &&
-             !super_read_only && 2 * online_members > members;
+             !super_read_only && 2 * (members - unreachable_members) > members;
     }
     return answered && wsrep_on && ready && status == "Primary" && state == "Synced";
   }

@@ -9,6 +9,7 @@
 namespace txmq::internal {
 namespace {
 
+// A member that sees `online` of `members` ONLINE and the rest UNREACHABLE.
 NodeState member(std::string state, std::string role, std::uint64_t online,
                  std::uint64_t members) {
   NodeState s;
@@ -18,6 +19,7 @@ NodeState member(std::string state, std::string role, std::uint64_t online,
   s.member_role = std::move(role);
   s.online_members = online;
   s.members = members;
+  s.unreachable_members = members - online;
   return s;
 }
 
@@ -32,6 +34,15 @@ TEST(GroupWriterRule, APrimaryInAMinorityDoesNotQualify) {
   // shows the others UNREACHABLE.
   EXPECT_FALSE(member("ONLINE", "PRIMARY", 1, 3).qualifies());
   EXPECT_FALSE(member("ONLINE", "PRIMARY", 2, 4).qualifies());
+}
+
+TEST(GroupWriterRule, RecoveringMembersCountForTheMajority) {
+  // A member joining (RECOVERING) votes: one member UNREACHABLE of 4 leaves a majority.
+  NodeState s = member("ONLINE", "PRIMARY", 2, 4);
+  s.unreachable_members = 1;
+  EXPECT_TRUE(s.qualifies());
+  s.unreachable_members = 2;
+  EXPECT_FALSE(s.qualifies());
 }
 
 TEST(GroupWriterRule, SecondariesReadOnlyAndOutOfGroupMembersDoNotQualify) {
