@@ -198,10 +198,7 @@ void TopicCatalog::drop_group(std::string_view topic, std::string_view group) {
       if (t.shared()) {
         // A bounded chunk per statement, in autocommit (as TopicCatalog::reap_dropped).
         for (const std::string& table : {t.queue, t.parked, t.keys, t.dead}) {
-          const std::string sql =
-              fmt::format("DELETE FROM {} WHERE {}TRUE LIMIT 1000", table, t.q_and);
-          while (c.execute(sql, {}).affected_rows == 1000) {
-          }
+          delete_in_chunks(c, table, t.q_and + "TRUE", {});
         }
         continue;
       }

@@ -497,7 +497,7 @@ void TopicCatalog::drop(std::string_view name) {
 }
 
 namespace {
-constexpr int kReapRows = 1000;
+constexpr std::uint64_t kReapRows = 1000;
 }  // namespace
 
 void TopicCatalog::reap_dropped() {
@@ -512,17 +512,13 @@ void TopicCatalog::reap_dropped() {
     const std::uint64_t from = shared_qid(sid, 0, 0);
     const std::uint64_t to = shared_qid(sid + 1, 0, 0);
     pool_.run(OnLostConnection::kRetry, [&](Connection& c, const Attempt&) {
+      const Param qids[] = {from, to};
+      const Param sids[] = {sid};
       for (std::string_view table : {kSharedQueue, kSharedParked, kSharedKeys, kSharedDead}) {
-        const std::string sql = fmt::format("DELETE FROM {} WHERE qid >= ? AND qid < ? LIMIT {}",
-                                            quote_identifier(table), kReapRows);
-        while (c.execute(sql, {from, to}).affected_rows == kReapRows) {
-        }
+        delete_in_chunks(c, quote_identifier(table), "qid >= ? AND qid < ?", qids, kReapRows);
       }
       for (std::string_view table : {kSharedDedup, kSharedArchive}) {
-        const std::string sql = fmt::format("DELETE FROM {} WHERE sid = ? LIMIT {}",
-                                            quote_identifier(table), kReapRows);
-        while (c.execute(sql, {sid}).affected_rows == kReapRows) {
-        }
+        delete_in_chunks(c, quote_identifier(table), "sid = ?", sids, kReapRows);
       }
       c.execute("DELETE FROM txmq_dropped WHERE sid = ?", {sid});
     });

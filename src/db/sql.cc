@@ -74,6 +74,17 @@ std::vector<std::uint64_t> insert_returning_ids(Connection& c, const std::string
   return ids;
 }
 
+std::uint64_t delete_in_chunks(Connection& c, std::string_view table, std::string_view where,
+                               std::span<const Param> params, std::uint64_t chunk) {
+  const std::string sql = fmt::format("DELETE FROM {} WHERE {} LIMIT {}", table, where, chunk);
+  std::uint64_t total = 0;
+  for (;;) {
+    const std::uint64_t gone = c.execute(sql, params).affected_rows;
+    total += gone;
+    if (gone < chunk) return total;
+  }
+}
+
 Result delete_returning(Connection& c, std::string_view table, std::string_view where,
                         std::span<const Param> params, std::string_view columns,
                         std::string_view key, std::string_view scope) {

@@ -65,6 +65,12 @@ std::string walk_keys(std::string_view key);
 Result delete_in_lists(Connection& c, std::string_view table, std::string_view key,
                        std::vector<Param> values, std::string_view scope = "");
 
+// DELETE FROM table WHERE `where` (a condition) in statements of at most `chunk` rows, each in
+// autocommit when the caller holds no transaction, until one takes fewer: no statement holds
+// many locks or much undo. Returns how many went.
+std::uint64_t delete_in_chunks(Connection& c, std::string_view table, std::string_view where,
+                               std::span<const Param> params, std::uint64_t chunk = 1000);
+
 // Deletes the rows of `table` that `where` picks ("WHERE ...", maybe with "ORDER BY ... LIMIT n";
 // bound by `params`) and returns `columns` (an expression list over them) of each. MariaDB: one
 // DELETE ... RETURNING. MySQL has no RETURNING: a SELECT ... FOR UPDATE of the rows' `key` and
